@@ -1,0 +1,1 @@
+// Precompiled-header anchor: tune_pch exists only to own the shared precompiled header.

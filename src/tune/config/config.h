@@ -1,0 +1,74 @@
+// Loading a recipe: YAML with `include:`, dotted key=value overrides, validation against a Schema.
+// This is the only layer that sees YAML; everything above reads typed values from a Config.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tune/config/schema.h"
+#include "tune/core/error.h"
+
+namespace tune::config {
+
+// Where a value came from: "recipes/sft-tiny.yaml:12:5", "configs/model/llama-tiny.yaml:3:1",
+// "command line (model.layers=4)" or "default".
+struct SourceLocation {
+  std::string file;  // empty for defaults; "command line" for overrides
+  int line = 0;      // 1-based; 0 when unknown
+  int column = 0;    // 1-based
+  std::string to_string() const;
+};
+
+// All problems of a config, reported together (one per line, each starting with its file:line:col).
+class ConfigError : public UsageError {
+ public:
+  explicit ConfigError(const std::vector<std::string>& problems);
+  const std::vector<std::string>& problems() const { return problems_; }
+
+ private:
+  std::vector<std::string> problems_;
+};
+
+class Config {
+ public:
+  bool get_bool(const std::string& key) const;
+  long long get_int(const std::string& key) const;
+  double get_real(const std::string& key) const;
+  std::string get_string(const std::string& key) const;  // also for path keys (absolute)
+  std::vector<std::string> get_strings(const std::string& key) const;
+  std::vector<long long> get_ints(const std::string& key) const;
+
+  bool has(const std::string& key) const;  // true when set by a file, an override, or a default
+  SourceLocation where(const std::string& key) const;
+
+  // A ConfigError naming the key's location, for semantic checks recipes make after loading
+  // ("lora.rank must be > 0 when lora.enabled is true").
+  [[noreturn]] void fail(const std::string& key, const std::string& message) const;
+
+  // The fully resolved config (defaults filled in, includes and overrides applied) as nested YAML,
+  // keys in schema order. Loading this text again with no overrides gives the same Config.
+  std::string to_yaml() const;
+
+  // Implementation detail, filled by load(): key -> (canonical YAML text of the value, location).
+  struct Entry {
+    std::string yaml;  // scalar text, or flow sequence "[a, b]" for lists
+    SourceLocation location;
+  };
+  std::map<std::string, Entry> entries;
+  Schema schema;
+};
+
+// Reads `file` (following `include:` entries, relative to the including file or else to the shipped configs/
+// directory; later keys win), applies `overrides` ("a.b=value", value parsed as YAML), validates against
+// `schema`: unknown keys (with a "did you mean" suggestion), wrong types, bad enum values and missing required
+// keys each produce a problem with its file:line:col; all are thrown together as one ConfigError. The `include`
+// key itself is consumed by loading; every other key (including `recipe`) must be in the schema.
+Config load(const std::filesystem::path& file, const std::vector<std::string>& overrides, const Schema& schema);
+
+// Reads only the top-level `recipe:` value (after includes and overrides), to choose which schema applies.
+// Throws ConfigError naming the file when it is missing.
+std::string peek_recipe_name(const std::filesystem::path& file, const std::vector<std::string>& overrides);
+
+}  // namespace tune::config

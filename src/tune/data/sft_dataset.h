@@ -1,0 +1,79 @@
+// Supervised fine-tuning data: JSONL in instruction form (Alpaca: instruction, input, output) or chat form
+// (messages: [{role, content}]), rendered through a chat template into token ids and loss labels.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tune/data/tokenizer.h"
+
+namespace tune::data {
+
+constexpr int64_t kIgnoreIndex = -100;  // label of tokens that carry no loss (PyTorch/HF convention)
+
+struct ChatMessage {
+  std::string role;  // "system" | "user" | "assistant"
+  std::string content;
+};
+
+struct Conversation {
+  std::vector<ChatMessage> messages;
+  std::string source;  // "file.jsonl:LINE" for error messages
+};
+
+enum class DataFormat { automatic, instruction, chat };  // automatic: chosen per line by the fields present
+enum class OnBadLine { fail, skip };
+
+struct ReadReport {
+  int64_t lines_read = 0;
+  int64_t lines_skipped = 0;  // only with OnBadLine::skip; each skip is logged with file:line and reason
+};
+
+// Reads a JSONL file. Instruction rows become [user: instruction (+ "\n\n" + input when non-empty), assistant:
+// output]. Malformed JSON, missing fields, wrong roles or an empty file throw tune::InputError naming file:line
+// (or, with OnBadLine::skip, skip the line and count it; an empty result is still an error).
+std::vector<Conversation> read_jsonl(const std::filesystem::path& path, DataFormat format, OnBadLine on_bad_line,
+                                     ReadReport* report = nullptr);
+
+struct TokenizedExample {
+  std::vector<int64_t> input_ids;
+  std::vector<int64_t> labels;  // kIgnoreIndex where no loss; otherwise equal to input_ids (shift happens in the loss)
+};
+
+// Chat templates: "plain" (### Instruction / ### Response), "llama2" ([INST] ... [/INST]), "chatml"
+// (<|im_start|>role\n...<|im_end|>). Each starts with BOS, and every assistant turn ends with EOS (plain, llama2)
+// or <|im_end|> followed by EOS (chatml) so a fine-tuned model learns to stop.
+class ChatTemplate {
+ public:
+  static ChatTemplate by_name(const std::string& name);  // throws UsageError listing valid names
+  static std::vector<std::string> names();
+  const std::string& name() const { return name_; }
+
+  // Tokenizes a whole conversation; labels mask everything except assistant turns unless train_on_prompt.
+  TokenizedExample encode(const Tokenizer& tokenizer, const Conversation& conversation, bool train_on_prompt) const;
+  // Tokenizes the conversation so far (ending with a user turn) plus the header of the assistant's reply:
+  // the prompt a generation continues from.
+  std::vector<int64_t> encode_prompt(const Tokenizer& tokenizer, const Conversation& conversation) const;
+
+ private:
+  explicit ChatTemplate(std::string name) : name_(std::move(name)) {}
+  std::string name_;
+};
+
+// Tokenizes every conversation and truncates to max_length (keeping the start); examples left with no loss
+// token are dropped and counted.
+struct TokenizeReport {
+  int64_t truncated = 0;
+  int64_t dropped_no_loss = 0;
+};
+std::vector<TokenizedExample> tokenize_all(const std::vector<Conversation>& conversations, const Tokenizer& tokenizer,
+                                           const ChatTemplate& chat_template, int64_t max_length,
+                                           bool train_on_prompt, TokenizeReport* report = nullptr);
+
+// Deterministic split: a seeded shuffle of indices, the last `eval_fraction` (at least 1 when > 0) held out.
+void split_train_eval(std::vector<TokenizedExample> all, double eval_fraction, uint64_t seed,
+                      std::vector<TokenizedExample>& train, std::vector<TokenizedExample>& eval);
+
+}  // namespace tune::data

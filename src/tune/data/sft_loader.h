@@ -1,0 +1,56 @@
+// Batches of SFT examples, packed or padded, in a seeded order that can be saved and restored exactly.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "tune/data/sft_dataset.h"
+
+namespace tune::data {
+
+struct SftBatch {
+  torch::Tensor input_ids;     // [B, T] int64
+  torch::Tensor labels;        // [B, T] int64, kIgnoreIndex where no loss (incl. padding and segment starts)
+  torch::Tensor position_ids;  // [B, T] int64, restarting at 0 for each packed sample
+  torch::Tensor segment_ids;   // [B, T] int64: sample index within the row (0, 1, ...), -1 for padding
+  int64_t loss_tokens = 0;     // number of positions whose *shifted* label counts in the loss
+  int64_t tokens = 0;          // non-padding tokens
+  int64_t samples = 0;
+};
+
+struct LoaderOptions {
+  int64_t batch_size = 1;      // rows per batch
+  int64_t max_length = 512;    // row length
+  bool packing = true;         // greedily fill each row with whole samples (first fit in shuffled order)
+  bool shuffle = true;
+  uint64_t seed = 0;
+};
+
+struct LoaderPosition {
+  int64_t epoch = 0;
+  int64_t batch_in_epoch = 0;
+};
+
+class SftLoader {
+ public:
+  SftLoader(std::vector<TokenizedExample> examples, LoaderOptions options);
+
+  // The next batch; wraps to a new epoch (a new seeded order: seed + epoch) at the end of the data.
+  SftBatch next();
+  int64_t batches_per_epoch() const;
+  LoaderPosition position() const { return position_; }
+  void restore(LoaderPosition position);  // the next batch is exactly the one an uninterrupted run would get
+  // Every batch of one pass, in order, without shuffling (evaluation).
+  std::vector<SftBatch> all_batches_in_order() const;
+
+ private:
+  std::vector<TokenizedExample> examples_;
+  LoaderOptions options_;
+  LoaderPosition position_;
+  std::vector<std::vector<int64_t>> epoch_rows_;  // per batch row: example indices (implementation detail)
+  void plan_epoch(int64_t epoch);
+};
+
+}  // namespace tune::data

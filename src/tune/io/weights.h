@@ -1,0 +1,49 @@
+// Hugging Face weight directories: model.safetensors, or model-0000x-of-0000y.safetensors shards listed in
+// model.safetensors.index.json (also diffusion_pytorch_model.safetensors for diffusers models).
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tune/io/safetensors.h"
+
+namespace tune::io {
+
+// A set of safetensors files seen as one name -> tensor map.
+class WeightSource {
+ public:
+  // `dir` holds `index_name` (sharded) or `single_name`; throws InputError naming the directory otherwise,
+  // or naming the index/shard when the index lists a missing shard or a tensor a shard lacks.
+  static WeightSource open_directory(const std::filesystem::path& dir,
+                                     const std::string& single_name = "model.safetensors",
+                                     const std::string& index_name = "model.safetensors.index.json");
+  static WeightSource open_file(const std::filesystem::path& file);
+
+  std::vector<std::string> names() const;
+  bool contains(const std::string& name) const;
+  const SafetensorsFile& file_of(const std::string& name) const;  // throws InputError if absent
+  torch::Tensor load(const std::string& name) const;
+
+ private:
+  std::vector<std::shared_ptr<SafetensorsFile>> files_;
+  std::map<std::string, size_t> index_;  // tensor name -> position in files_
+};
+
+struct LoadOptions {
+  std::string prefix;                             // prepended to module names to get file names (PEFT: "base_model.model.")
+  std::vector<std::string> ignore_missing_containing;   // module params whose name contains one of these may be absent (e.g. "lora_")
+  std::vector<std::string> ignore_unexpected_containing;  // file tensors containing these are skipped (e.g. "rotary_emb.inv_freq")
+  bool allow_unexpected = false;                  // otherwise a tensor in the file with no parameter is an error
+};
+
+// Copies tensors into the module's parameters and buffers by name (no_grad), converting dtype (F16/BF16/F32)
+// to the parameter's. Errors (InputError) name the file and tensor: missing tensor, shape mismatch,
+// non-floating dtype for a floating parameter, unexpected tensor. Returns the number of tensors loaded.
+size_t load_into_module(torch::nn::Module& module, const WeightSource& source, const LoadOptions& options = {});
+
+}  // namespace tune::io

@@ -1,0 +1,74 @@
+// A Llama-family decoder-only LM (Llama 2/3, Mistral, Qwen2): RMSNorm, rotate-half RoPE, grouped-query
+// attention, SwiGLU MLP. Submodule names equal Hugging Face's so named_parameters() are HF tensor names:
+// model.embed_tokens.weight, model.layers.N.self_attn.{q,k,v,o}_proj.weight, model.layers.N.mlp.{gate,up,down}_proj.weight,
+// model.layers.N.{input,post_attention}_layernorm.weight, model.norm.weight, lm_head.weight (absent when tied).
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tune/models/llama_config.h"
+#include "tune/nn/block_runner.h"
+#include "tune/nn/lora_linear.h"
+
+namespace tune::models {
+
+struct LlamaLoraOptions {
+  nn::LoraOptions lora;                  // rank 0: no LoRA
+  std::vector<std::string> target_modules = {"q_proj", "v_proj"};  // any of q,k,v,o,gate,up,down _proj
+};
+
+// Key/value cache for incremental decoding: per layer, [batch, kv_heads, cached_len, head_dim].
+struct KVCache {
+  std::vector<torch::Tensor> keys;
+  std::vector<torch::Tensor> values;
+  int64_t length() const { return keys.empty() || !keys[0].defined() ? 0 : keys[0].size(2); }
+};
+
+// What the attention layers need besides the hidden states.
+struct AttentionInputs {
+  torch::Tensor position_ids;  // [B, T] int64; positions restart at 0 for each packed sample
+  torch::Tensor segment_ids;   // [B, T] int64 or undefined; tokens attend only within their segment (packing)
+                               // and padding has segment -1 (attends to nothing, masked from the loss)
+  KVCache* cache = nullptr;    // decoding: keys/values appended, attention over cache + new tokens
+};
+
+class LlamaForCausalLMImpl : public torch::nn::Module {
+ public:
+  explicit LlamaForCausalLMImpl(const LlamaConfig& config, const LlamaLoraOptions& lora = {});
+
+  // logits [B, T, vocab] in float32. position_ids undefined: 0..T-1 (offset by the cache length when decoding).
+  torch::Tensor forward(const torch::Tensor& input_ids, AttentionInputs inputs = {});
+  // Same, from input embeddings [B, T, hidden] (gradient-enabled inference differentiates with respect to them).
+  torch::Tensor forward_embeddings(const torch::Tensor& input_embeddings, AttentionInputs inputs = {});
+  torch::Tensor embed(const torch::Tensor& input_ids);
+
+  // Blocks for the memory machinery and distributed wrapping; the runner decides how each block executes.
+  int64_t num_blocks() const { return config_.num_hidden_layers; }
+  std::vector<std::shared_ptr<torch::nn::Module>> blocks() const;
+  void set_block_runner(std::shared_ptr<nn::BlockRunner> runner) { runner_ = std::move(runner); }
+
+  // LoRA: freezes every non-LoRA parameter (requires_grad false).
+  void freeze_base_weights();
+  bool has_lora() const { return lora_.lora.rank > 0; }
+  const LlamaLoraOptions& lora_options() const { return lora_; }
+  // HF-named tensors of the full model with LoRA merged into the base weights (export --merge-lora).
+  std::vector<std::pair<std::string, torch::Tensor>> merged_state() const;
+
+  const LlamaConfig& config() const { return config_; }
+
+ private:
+  LlamaConfig config_;
+  LlamaLoraOptions lora_;
+  std::shared_ptr<nn::BlockRunner> runner_;
+  // Submodules registered as "model" (embed_tokens, layers, norm) and "lm_head" (unless tied); the concrete
+  // members are the implementation's choice.
+};
+TORCH_MODULE(LlamaForCausalLM);
+
+}  // namespace tune::models

@@ -1,0 +1,62 @@
+// AdamW (decoupled weight decay, Loshchilov & Hutter), identical in its update to torch.optim.AdamW
+// (amsgrad=False, maximize=False). State is fp32 and named, so it saves to safetensors and restores exactly.
+#pragma once
+
+#include <torch/types.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tune::train {
+
+struct NamedParameter {
+  std::string name;
+  torch::Tensor tensor;  // requires_grad
+};
+
+struct ParamGroup {
+  std::vector<NamedParameter> params;
+  double weight_decay = 0.0;
+};
+
+struct AdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+};
+
+// Splits trainable parameters into decayed (matrices) and non-decayed (norm weights, biases: every tensor with
+// fewer than 2 dimensions) groups, as HF Trainer and torchtune do. Frozen parameters are left out entirely.
+std::vector<ParamGroup> make_param_groups(const std::vector<NamedParameter>& params, double weight_decay);
+
+class AdamW {
+ public:
+  AdamW(std::vector<ParamGroup> groups, AdamWOptions options);
+
+  // One update with learning rate `lr`; parameters whose grad is undefined are skipped (as PyTorch does).
+  void step(double lr);
+  void zero_grad();  // sets grads to undefined (set_to_none) to free memory
+  int64_t steps_taken() const { return steps_; }
+
+  // Named state ("<param>.exp_avg", "<param>.exp_avg_sq", "<param>.step") for checkpoints.
+  std::vector<std::pair<std::string, torch::Tensor>> state_tensors() const;
+  // Restores from state_tensors() output; throws tune::InputError naming the missing or mis-shaped entry.
+  void load_state_tensors(const std::vector<std::pair<std::string, torch::Tensor>>& state);
+  int64_t state_bytes() const;  // memory held by optimizer state
+
+  const std::vector<ParamGroup>& groups() const { return groups_; }
+
+ private:
+  std::vector<ParamGroup> groups_;
+  AdamWOptions options_;
+  int64_t steps_ = 0;
+  std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;  // aligned with parameters in group order
+  std::vector<int64_t> param_steps_;                 // per parameter, as torch.optim counts per param
+};
+
+// L2 norm of all gradients (float64 accumulation); when max_norm > 0 and the norm exceeds it, scales gradients
+// by max_norm / (norm + 1e-6) as torch.nn.utils.clip_grad_norm_. Returns the norm before clipping.
+double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+
+}  // namespace tune::train
