@@ -1,1 +1,102 @@
-int main() { return 0; }  // placeholder
+// tune: the command line. Registers the subcommands, parses, and hands over to src/tune/recipes/commands.h.
+// Errors caused by the user print one clear message and exit 2 (usage/config) or 1 (runtime), never a stack trace.
+#include <c10/util/Exception.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "tune/core/error.h"
+#include "tune/recipes/commands.h"
+
+namespace {
+
+int report(const char* kind, const std::string& message, int exit_code) {
+  std::fprintf(stderr, "%s: %s\n", kind, message.c_str());
+  return exit_code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace tune::recipes;
+  CLI::App app{"tune: fine-tune LLMs and video diffusion models from a YAML recipe"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "tune 0.1.0");
+
+  TrainArguments train;
+  std::string resume_value;
+  auto* train_command = app.add_subcommand("train", "run a recipe: tune train RECIPE.yaml [key=value ...]");
+  train_command->add_option("recipe", train.recipe, "recipe YAML (or a run's config.yaml)")->required();
+  train_command->add_option("overrides", train.overrides, "key=value overrides, e.g. optimizer.lr=1e-4");
+  train_command->add_option("--output-dir", train.output_dir, "run directory (default: the config's output_dir)");
+  auto* resume_option = train_command->add_option(
+      "--resume", resume_value, "continue from the newest complete checkpoint of the run (or of RUN_OR_CHECKPOINT)");
+  resume_option->expected(0, 1);
+
+  InferArguments infer;
+  bool grad = false;
+  bool no_grad = false;
+  auto* infer_command = app.add_subcommand("infer", "generate from a recipe, a run directory or a model directory");
+  infer_command->add_option("target", infer.target, "RECIPE.yaml | RUN_DIR | MODEL_DIR")->required();
+  infer_command->add_option("overrides", infer.overrides, "key=value overrides");
+  infer_command->add_option("--prompt", infer.prompt, "the user message")->required();
+  auto* grad_flag = infer_command->add_flag("--grad", grad, "keep autograd on: per-token attribution (default: grad_inference)");
+  infer_command->add_flag("--no-grad", no_grad, "plain generation without gradients")->excludes(grad_flag);
+  infer_command->add_flag("--json", infer.json, "print one JSON object: prompt_ids, output_ids, text, attribution");
+  infer_command->add_option("--max-new-tokens", infer.max_new_tokens, "tokens to generate at most")->check(CLI::NonNegativeNumber);
+  infer_command->add_option("--temperature", infer.temperature, "sampling temperature; 0 = greedy")->check(CLI::NonNegativeNumber);
+  infer_command->add_option("--top-p", infer.top_p, "nucleus sampling threshold in (0, 1]")->check(CLI::Range(0.0, 1.0));
+
+  auto* list_command = app.add_subcommand("ls", "list shipped recipes and presets");
+
+  std::string copy_name;
+  std::filesystem::path copy_destination;
+  auto* copy_command = app.add_subcommand("cp", "copy a shipped recipe or preset to edit it");
+  copy_command->add_option("name", copy_name, "recipe or preset name (see tune ls)")->required();
+  copy_command->add_option("destination", copy_destination, "file or directory")->required();
+
+  std::filesystem::path validate_recipe;
+  std::vector<std::string> validate_overrides;
+  auto* validate_command = app.add_subcommand("validate", "check a recipe and print the fully resolved config");
+  validate_command->add_option("recipe", validate_recipe, "recipe YAML")->required();
+  validate_command->add_option("overrides", validate_overrides, "key=value overrides");
+
+  ExportArguments export_arguments;
+  auto* export_command = app.add_subcommand("export", "write a checkpoint as a Hugging Face model directory");
+  export_command->add_option("checkpoint", export_arguments.checkpoint, "run directory or checkpoint directory")->required();
+  export_command->add_flag("--merge-lora", export_arguments.merge_lora, "merge LoRA adapters into the base weights");
+  export_command->add_option("--out", export_arguments.out, "output directory (must not exist)")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error) == 0 ? 0 : 2;
+  }
+
+  try {
+    if (*train_command) {
+      train.resume = resume_option->count() > 0;
+      if (!resume_value.empty()) train.resume_from = resume_value;
+      return run_train(train);
+    }
+    if (*infer_command) {
+      if (grad) infer.grad = true;
+      if (no_grad) infer.grad = false;
+      return run_infer(infer);
+    }
+    if (*list_command) return run_list();
+    if (*copy_command) return run_copy(copy_name, copy_destination);
+    if (*validate_command) return run_validate(validate_recipe, validate_overrides);
+    if (*export_command) return run_export(export_arguments);
+  } catch (const tune::Error& error) {
+    return report("error", error.what(), error.exit_code());
+  } catch (const c10::Error& error) {
+    // A LibTorch failure that no check of ours caught: report it without the C++ stack trace.
+    return report("internal error", error.what_without_backtrace(), 1);
+  } catch (const std::filesystem::filesystem_error& error) {
+    return report("error", error.what(), 1);
+  } catch (const std::exception& error) {
+    return report("internal error", error.what(), 1);
+  }
+  return 2;
+}

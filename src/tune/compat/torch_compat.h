@@ -5,63 +5,71 @@
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
+// True when the LibTorch being compiled against is at least major.minor (a plain `MINOR >= m` test breaks at 3.0).
+#define TUNE_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
 namespace tune::compat {
 
 inline bool autocast_cpu_enabled() {
-#if TORCH_VERSION_MAJOR >= 2 && TORCH_VERSION_MINOR >= 4
+#if TUNE_TORCH_AT_LEAST(2, 4)  // at::autocast::*(DeviceType) since 2.4; older names deprecated there
   return at::autocast::is_autocast_enabled(at::kCPU);
 #else
   return at::autocast::is_cpu_enabled();
 #endif
 }
 inline void set_autocast_cpu_enabled(bool enabled) {
-#if TORCH_VERSION_MAJOR >= 2 && TORCH_VERSION_MINOR >= 4
+#if TUNE_TORCH_AT_LEAST(2, 4)
   at::autocast::set_autocast_enabled(at::kCPU, enabled);
 #else
   at::autocast::set_cpu_enabled(enabled);
 #endif
 }
 inline at::ScalarType autocast_cpu_dtype() {
-#if TORCH_VERSION_MAJOR >= 2 && TORCH_VERSION_MINOR >= 4
+#if TUNE_TORCH_AT_LEAST(2, 4)
   return at::autocast::get_autocast_dtype(at::kCPU);
 #else
   return at::autocast::get_autocast_cpu_dtype();
 #endif
 }
 inline void set_autocast_cpu_dtype(at::ScalarType dtype) {
-#if TORCH_VERSION_MAJOR >= 2 && TORCH_VERSION_MINOR >= 4
+#if TUNE_TORCH_AT_LEAST(2, 4)
   at::autocast::set_autocast_dtype(at::kCPU, dtype);
 #else
   at::autocast::set_autocast_cpu_dtype(dtype);
 #endif
 }
 inline bool autocast_cuda_enabled() {
-#if TORCH_VERSION_MAJOR >= 2 && TORCH_VERSION_MINOR >= 4
+#if TUNE_TORCH_AT_LEAST(2, 4)
   return at::autocast::is_autocast_enabled(at::kCUDA);
 #else
   return at::autocast::is_enabled();
 #endif
 }
 inline void set_autocast_cuda_enabled(bool enabled) {
-#if TORCH_VERSION_MAJOR >= 2 && TORCH_VERSION_MINOR >= 4
+#if TUNE_TORCH_AT_LEAST(2, 4)
   at::autocast::set_autocast_enabled(at::kCUDA, enabled);
 #else
   at::autocast::set_enabled(enabled);
 #endif
 }
 inline at::ScalarType autocast_cuda_dtype() {
-#if TORCH_VERSION_MAJOR >= 2 && TORCH_VERSION_MINOR >= 4
+#if TUNE_TORCH_AT_LEAST(2, 4)
   return at::autocast::get_autocast_dtype(at::kCUDA);
 #else
   return at::autocast::get_autocast_gpu_dtype();
 #endif
 }
 inline void set_autocast_cuda_dtype(at::ScalarType dtype) {
-#if TORCH_VERSION_MAJOR >= 2 && TORCH_VERSION_MINOR >= 4
+#if TUNE_TORCH_AT_LEAST(2, 4)
   at::autocast::set_autocast_dtype(at::kCUDA, dtype);
 #else
   at::autocast::set_autocast_gpu_dtype(dtype);
 #endif
 }
+
+// CPU autocast to fp16: LibTorch 1.13 autocasts CPU ops to bf16 only; fp16 on CPU arrived in the 2.x series
+// (pytorch#112484), taken here as available from 2.4.
+inline constexpr bool cpu_autocast_supports_fp16() { return TUNE_TORCH_AT_LEAST(2, 4); }
 
 }  // namespace tune::compat

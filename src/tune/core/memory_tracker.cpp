@@ -1,1 +1,107 @@
-// placeholder: implemented by the owner of src/tune/core
+// A CPU allocator that wraps LibTorch's and counts live and peak bytes of tensor storage, plus the per-device
+// peak used by the step log.
+#include "tune/core/memory_tracker.h"
+
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/alignment.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+
+namespace tune::memory_tracker {
+namespace {
+
+std::atomic<int64_t> g_live_bytes{0};
+std::atomic<int64_t> g_peak_bytes{0};
+std::atomic<bool> g_installed{false};
+
+// Bookkeeping stored in-band, just before the bytes handed out. An out-of-band heap record as the DataPtr's
+// context would be simpler, but Allocator::raw_allocate() asserts context == data, and oneDNN (ideep) allocates
+// its scratch memory through GetAllocator(CPU)->raw_allocate()/raw_deallocate(), so the context must stay equal
+// to the data pointer and the deleter must find the record from the data pointer alone.
+struct Header {
+  int64_t size;                    // requested bytes, what the counters see
+  void* original_context;          // the wrapped allocator's DataPtr, released into these two fields
+  c10::DeleterFnPtr original_deleter;
+};
+// A multiple of the CPU allocator's alignment, so the pointer after the header is as aligned as the original.
+constexpr size_t kHeaderBytes = 64;
+static_assert(kHeaderBytes >= sizeof(Header) && kHeaderBytes % c10::gAlignment == 0,
+              "header must keep the original allocation's alignment");
+
+void add_live(int64_t bytes) {
+  const int64_t live = g_live_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  int64_t peak = g_peak_bytes.load(std::memory_order_relaxed);
+  // CAS loop: another thread may raise the peak between our load and store.
+  while (live > peak && !g_peak_bytes.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+  }
+}
+
+void tracked_delete(void* data) {
+  if (data == nullptr) return;
+  auto* header = reinterpret_cast<Header*>(static_cast<char*>(data) - kHeaderBytes);
+  const Header record = *header;  // copy out: the original deleter frees the memory holding it
+  g_live_bytes.fetch_sub(record.size, std::memory_order_relaxed);
+  record.original_deleter(record.original_context);
+}
+
+class TrackingAllocator final : public c10::Allocator {
+ public:
+  explicit TrackingAllocator(c10::Allocator* original) : original_(original) {}
+
+  // LibTorch 1.13 declares allocate() const, 2.3+ non-const. Defining both (without `override`) makes whichever
+  // the base declares the virtual override and the other a plain overload, with no version test.
+  c10::DataPtr allocate(size_t n) const { return allocate_tracked(n); }
+  c10::DataPtr allocate(size_t n) { return allocate_tracked(n); }
+
+  // Pure virtual from LibTorch 2.3 (used by storage clone / copy-on-write); a plain member on 1.13.
+  void copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &tracked_delete; }
+
+ private:
+  c10::DataPtr allocate_tracked(size_t n) const {
+    c10::DataPtr original = original_->allocate(n + kHeaderBytes);
+    auto* base = static_cast<char*>(original.get());
+    auto* header = reinterpret_cast<Header*>(base);
+    header->size = static_cast<int64_t>(n);
+    header->original_deleter = original.get_deleter();
+    header->original_context = original.release_context();  // ownership now lives in the header
+    add_live(static_cast<int64_t>(n));
+    void* data = base + kHeaderBytes;
+    return {data, data, &tracked_delete, original.device()};
+  }
+
+  c10::Allocator* original_;
+};
+
+}  // namespace
+
+void install() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Leaked on purpose: tensors freed during static destruction still call into it.
+    static auto* tracker = new TrackingAllocator(c10::GetCPUAllocator());
+    // Priority above the default registration (0) so a later default-priority SetCPUAllocator cannot silently
+    // drop tracking. Storage allocated before this point keeps its original deleter and is never counted.
+    c10::SetCPUAllocator(tracker, /*priority=*/1);
+    g_installed.store(true);
+  });
+}
+
+bool installed() { return g_installed.load(); }
+
+int64_t cpu_live_bytes() { return g_live_bytes.load(std::memory_order_relaxed); }
+int64_t cpu_peak_bytes() { return g_peak_bytes.load(std::memory_order_relaxed); }
+
+void reset_cpu_peak() { g_peak_bytes.store(g_live_bytes.load(std::memory_order_relaxed), std::memory_order_relaxed); }
+
+// TODO(cuda): when tune_core is built with CUDA, return
+// c10::cuda::CUDACachingAllocator::getDeviceStats(device).peak_bytes[StatType::AGGREGATE].current for `cuda` (and
+// reset with resetPeakStats); the CUDA build is not wired up yet, so both fall back to the CPU numbers for now.
+int64_t peak_bytes(bool /*cuda*/) { return cpu_peak_bytes(); }
+void reset_peak(bool /*cuda*/) { reset_cpu_peak(); }
+
+}  // namespace tune::memory_tracker

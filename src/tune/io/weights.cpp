@@ -1,1 +1,227 @@
-// placeholder: implemented by the owner of src/tune/io
+// Weight directories (single file or sharded index) seen as one name -> tensor map, and loading such a map into
+// a torch::nn::Module with every mismatch reported by file and tensor name.
+#include "tune/io/weights.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+#include <torch/nn/module.h>
+
+#include "tune/core/error.h"
+#include "tune/io/dtypes.h"
+
+namespace tune::io {
+namespace {
+
+// Lists at most this many names in one message: enough to spot a pattern (a wrong prefix) without a wall of text.
+constexpr size_t kNamesShown = 5;
+
+std::string quoted_names(const std::vector<std::string>& names) {
+  std::vector<std::string> shown;
+  for (size_t i = 0; i < names.size() && i < kNamesShown; ++i) shown.push_back(fmt::format("'{}'", names[i]));
+  std::string text = fmt::format("{}", fmt::join(shown, ", "));
+  if (names.size() > kNamesShown) text += fmt::format(" and {} more", names.size() - kNamesShown);
+  return text;
+}
+
+bool contains_any(const std::string& name, const std::vector<std::string>& parts) {
+  for (const std::string& part : parts) {
+    if (name.find(part) != std::string::npos) return true;
+  }
+  return false;
+}
+
+std::string dtype_name(torch::ScalarType dtype) {
+  try {
+    return safetensors_name_of(dtype);
+  } catch (const Error&) {
+    return c10::toString(dtype);
+  }
+}
+
+nlohmann::json read_index(const std::filesystem::path& index_path) {
+  std::ifstream in(index_path);
+  if (!in) throw InputError(fmt::format("{}: cannot open the index", index_path.string()));
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json index;
+  try {
+    index = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::parse_error& error) {
+    throw InputError(fmt::format("{}: the index is not valid JSON ({})", index_path.string(), error.what()));
+  }
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
+    throw InputError(fmt::format("{}: expected an object with a \"weight_map\" object mapping tensor names to "
+                                 "shard files", index_path.string()));
+  }
+  return index;
+}
+
+// Shard names come from a downloaded file: keep them inside the model directory.
+void check_shard_name(const std::string& shard, const std::string& tensor, const std::filesystem::path& index_path) {
+  const std::filesystem::path relative(shard);
+  bool escapes = shard.empty() || relative.is_absolute();
+  for (const auto& part : relative) escapes = escapes || part == "..";
+  if (escapes) {
+    throw InputError(fmt::format("{}: tensor '{}' is mapped to shard '{}', which is not a file name inside the "
+                                 "model directory", index_path.string(), tensor, shard));
+  }
+}
+
+}  // namespace
+
+WeightSource WeightSource::open_file(const std::filesystem::path& file) {
+  WeightSource source;
+  source.origin_ = file;
+  source.files_.push_back(std::make_shared<SafetensorsFile>(SafetensorsFile::open(file)));
+  for (const auto& entry : source.files_.front()->entries()) source.index_[entry.first] = 0;
+  return source;
+}
+
+WeightSource WeightSource::open_directory(const std::filesystem::path& dir, const std::string& single_name,
+                                          const std::string& index_name) {
+  if (!std::filesystem::is_directory(dir)) {
+    throw InputError(fmt::format("{}: not a directory (expected a model directory holding {} or {})", dir.string(),
+                                 single_name, index_name));
+  }
+  // The single file wins when both exist, as in Hugging Face's from_pretrained.
+  if (std::filesystem::exists(dir / single_name)) {
+    WeightSource source = open_file(dir / single_name);
+    source.origin_ = dir;
+    return source;
+  }
+  const std::filesystem::path index_path = dir / index_name;
+  if (!std::filesystem::exists(index_path)) {
+    throw InputError(fmt::format("{}: no weights found: expected {} (single file) or {} (sharded index)",
+                                 dir.string(), single_name, index_name));
+  }
+
+  WeightSource source;
+  source.origin_ = dir;
+  std::map<std::string, size_t> shard_position;
+  const nlohmann::json index = read_index(index_path);  // a named local: items() must not outlive the JSON
+  for (const auto& [tensor, shard_value] : index["weight_map"].items()) {
+    if (!shard_value.is_string()) {
+      throw InputError(fmt::format("{}: weight_map entry for tensor '{}' must be a shard file name, found {}",
+                                   index_path.string(), tensor, shard_value.dump()));
+    }
+    const std::string shard = shard_value.get<std::string>();
+    check_shard_name(shard, tensor, index_path);
+    auto [position, added] = shard_position.emplace(shard, source.files_.size());
+    if (added) {
+      const std::filesystem::path shard_path = dir / shard;
+      if (!std::filesystem::exists(shard_path)) {
+        throw InputError(fmt::format("{}: lists shard '{}' (for tensor '{}' and others), but {} does not exist",
+                                     index_path.string(), shard, tensor, shard_path.string()));
+      }
+      source.files_.push_back(std::make_shared<SafetensorsFile>(SafetensorsFile::open(shard_path)));
+    }
+    const SafetensorsFile& file = *source.files_[position->second];
+    if (!file.contains(tensor)) {
+      throw InputError(fmt::format("{}: lists tensor '{}' in shard '{}', but {} has no such tensor",
+                                   index_path.string(), tensor, shard, file.path().string()));
+    }
+    source.index_[tensor] = position->second;
+  }
+  return source;
+}
+
+std::vector<std::string> WeightSource::names() const {
+  std::vector<std::string> out;
+  out.reserve(index_.size());
+  for (const auto& entry : index_) out.push_back(entry.first);
+  return out;
+}
+
+bool WeightSource::contains(const std::string& name) const { return index_.count(name) != 0; }
+
+const SafetensorsFile& WeightSource::file_of(const std::string& name) const {
+  auto found = index_.find(name);
+  if (found == index_.end()) {
+    throw InputError(fmt::format("{}: no tensor named '{}'", origin_.string(), name));
+  }
+  return *files_[found->second];
+}
+
+torch::Tensor WeightSource::load(const std::string& name) const { return file_of(name).load(name); }
+
+size_t load_into_module(torch::nn::Module& module, const WeightSource& source, const LoadOptions& options) {
+  struct Target {
+    std::string file_name;
+    torch::Tensor tensor;
+  };
+  std::vector<Target> targets;
+  std::vector<std::string> missing;
+  std::vector<std::string> mismatches;
+  std::set<std::string> used;
+
+  // Everything is checked against the headers before anything is copied, so a failed load leaves the module as it
+  // was and the user sees every problem at once.
+  auto check = [&](const std::string& module_name, const torch::Tensor& tensor) {
+    if (!tensor.defined()) return;  // e.g. a Linear registered without bias
+    const std::string name = options.prefix + module_name;
+    if (!source.contains(name)) {
+      if (!contains_any(name, options.ignore_missing_containing)) missing.push_back(name);
+      return;
+    }
+    used.insert(name);
+    const SafetensorsFile& file = source.file_of(name);
+    const TensorEntry& entry = file.entries().at(name);
+    if (entry.shape != tensor.sizes().vec()) {
+      mismatches.push_back(fmt::format("{}: tensor '{}' has shape [{}], the model expects [{}]", file.path().string(),
+                                       name, fmt::join(entry.shape, ", "), fmt::join(tensor.sizes(), ", ")));
+      return;
+    }
+    const bool both_floating = c10::isFloatingType(entry.dtype) && c10::isFloatingType(tensor.scalar_type());
+    if (!both_floating && entry.dtype != tensor.scalar_type()) {
+      mismatches.push_back(fmt::format("{}: tensor '{}' has dtype {}, the model expects {} (only floating-point "
+                                       "tensors are converted)", file.path().string(), name,
+                                       dtype_name(entry.dtype), dtype_name(tensor.scalar_type())));
+      return;
+    }
+    targets.push_back({name, tensor});
+  };
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) check(item.key(), item.value());
+  for (const auto& item : module.named_buffers(/*recurse=*/true)) check(item.key(), item.value());
+
+  if (!missing.empty()) {
+    const std::vector<std::string> file_names = source.names();
+    throw InputError(fmt::format(
+        "{}: {} tensor(s) the model needs are missing: {}\nHINT: names are looked up as prefix + module name with "
+        "prefix '{}'; the weights hold names such as {}",
+        source.origin().string(), missing.size(), quoted_names(missing), options.prefix,
+        file_names.empty() ? std::string("(none)")
+                           : quoted_names(std::vector<std::string>(
+                                 file_names.begin(), file_names.begin() + std::min<size_t>(3, file_names.size())))));
+  }
+  if (!mismatches.empty()) {
+    std::vector<std::string> shown(mismatches.begin(), mismatches.begin() + std::min(kNamesShown, mismatches.size()));
+    std::string text = fmt::format("{}", fmt::join(shown, "\n"));
+    if (mismatches.size() > kNamesShown) text += fmt::format("\n... and {} more", mismatches.size() - kNamesShown);
+    throw InputError(text);
+  }
+  if (!options.allow_unexpected) {
+    std::vector<std::string> unexpected;
+    for (const std::string& name : source.names()) {
+      if (used.count(name) == 0 && !contains_any(name, options.ignore_unexpected_containing)) {
+        unexpected.push_back(name);
+      }
+    }
+    if (!unexpected.empty()) {
+      throw InputError(fmt::format(
+          "{}: {} tensor(s) match no parameter or buffer of the model: {}\nHINT: check the model config and the "
+          "prefix ('{}'), or allow unexpected tensors",
+          source.origin().string(), unexpected.size(), quoted_names(unexpected), options.prefix));
+    }
+  }
+
+  torch::NoGradGuard no_grad;
+  for (Target& target : targets) target.tensor.copy_(source.load(target.file_name));  // copy_ converts dtype
+  return targets.size();
+}
+
+}  // namespace tune::io

@@ -28,8 +28,11 @@ class WeightSource {
   bool contains(const std::string& name) const;
   const SafetensorsFile& file_of(const std::string& name) const;  // throws InputError if absent
   torch::Tensor load(const std::string& name) const;
+  // The directory or file this source was opened from, for error messages about the set as a whole.
+  const std::filesystem::path& origin() const { return origin_; }
 
  private:
+  std::filesystem::path origin_;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
   std::map<std::string, size_t> index_;  // tensor name -> position in files_
 };

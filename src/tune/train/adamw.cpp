@@ -1,1 +1,217 @@
-// placeholder: implemented by the owner of src/tune/train
+// AdamW written out op by op as torch.optim.AdamW's single-tensor path (torch 1.13), so results agree to the
+// last bit on CPU; plus the parameter-group split and gradient-norm clipping used by the step loop.
+#include "tune/train/adamw.h"
+
+#include "tune/core/error.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+namespace tune::train {
+
+std::vector<ParamGroup> make_param_groups(const std::vector<NamedParameter>& params, double weight_decay) {
+  ParamGroup decayed{{}, weight_decay};
+  ParamGroup not_decayed{{}, 0.0};
+  for (const auto& param : params) {
+    if (!param.tensor.requires_grad()) continue;
+    (param.tensor.dim() >= 2 ? decayed : not_decayed).params.push_back(param);
+  }
+  std::vector<ParamGroup> groups;
+  if (!decayed.params.empty()) groups.push_back(std::move(decayed));
+  if (!not_decayed.params.empty()) groups.push_back(std::move(not_decayed));
+  return groups;
+}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
+    : groups_(std::move(groups)), options_(options) {
+  std::set<std::string> names;
+  torch::NoGradGuard no_grad;
+  for (const auto& group : groups_) {
+    for (const auto& param : group.params) {
+      if (!names.insert(param.name).second) {
+        throw Error(fmt::format("AdamW: parameter '{}' appears twice; each parameter must be in one group once",
+                                param.name));
+      }
+      // Allocated up front rather than at the first step (torch's way; the values are the same zeros) so the
+      // memory report at start shows the optimizer's real footprint and an out-of-memory happens before step 1.
+      auto options32 = param.tensor.options().dtype(torch::kFloat).requires_grad(false);
+      exp_avg_.push_back(torch::zeros(param.tensor.sizes(), options32));
+      exp_avg_sq_.push_back(torch::zeros(param.tensor.sizes(), options32));
+      param_steps_.push_back(0);
+    }
+  }
+}
+
+void AdamW::step(double lr) {
+  torch::NoGradGuard no_grad;
+  const double beta1 = options_.beta1;
+  const double beta2 = options_.beta2;
+  size_t index = 0;
+  for (const auto& group : groups_) {
+    for (const auto& named : group.params) {
+      const size_t i = index++;
+      const torch::Tensor& grad_in = named.tensor.grad();
+      if (!grad_in.defined()) continue;  // as torch: no grad, no update, and the step count does not advance
+      const int64_t step = ++param_steps_[i];
+      // Low-precision parameters are updated in an fp32 copy and written back, so the moments and the
+      // arithmetic stay fp32 whatever the storage dtype.
+      const bool in_place = named.tensor.scalar_type() == torch::kFloat;
+      torch::Tensor param = in_place ? named.tensor : named.tensor.to(torch::kFloat);
+      torch::Tensor grad = grad_in.scalar_type() == torch::kFloat ? grad_in : grad_in.to(torch::kFloat);
+      torch::Tensor& exp_avg = exp_avg_[i];
+      torch::Tensor& exp_avg_sq = exp_avg_sq_[i];
+
+      param.mul_(1.0 - lr * group.weight_decay);
+      exp_avg.mul_(beta1).add_(grad, 1.0 - beta1);
+      exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1.0 - beta2);
+      const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(step));
+      const double bias_correction2 = 1.0 - std::pow(beta2, static_cast<double>(step));
+      const double step_size = lr / bias_correction1;
+      const double bias_correction2_sqrt = std::sqrt(bias_correction2);
+      auto denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(options_.eps);
+      param.addcdiv_(exp_avg, denom, -step_size);
+
+      if (!in_place) named.tensor.copy_(param);
+    }
+  }
+  ++steps_;
+}
+
+void AdamW::zero_grad() {
+  for (auto& group : groups_) {
+    for (auto& param : group.params) param.tensor.mutable_grad() = torch::Tensor();
+  }
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> AdamW::state_tensors() const {
+  // The moments are returned as the live tensors (as torch's state_dict does): write them out before the next
+  // step() or clone them.
+  std::vector<std::pair<std::string, torch::Tensor>> state;
+  size_t i = 0;
+  for (const auto& group : groups_) {
+    for (const auto& param : group.params) {
+      state.emplace_back(param.name + ".exp_avg", exp_avg_[i]);
+      state.emplace_back(param.name + ".exp_avg_sq", exp_avg_sq_[i]);
+      state.emplace_back(param.name + ".step", torch::tensor(param_steps_[i], torch::kLong));
+      ++i;
+    }
+  }
+  return state;
+}
+
+namespace {
+
+const torch::Tensor& find_entry(const std::map<std::string, torch::Tensor>& entries, const std::string& name) {
+  auto it = entries.find(name);
+  if (it == entries.end()) {
+    throw InputError(fmt::format("optimizer state: entry '{}' is missing (checkpoint from a different model or "
+                                 "trainable-parameter set?)",
+                                 name));
+  }
+  return it->second;
+}
+
+torch::Tensor load_moment(const std::map<std::string, torch::Tensor>& entries, const std::string& name,
+                          const torch::Tensor& param) {
+  const auto& tensor = find_entry(entries, name);
+  if (!tensor.is_floating_point() || tensor.sizes() != param.sizes()) {
+    throw InputError(fmt::format("optimizer state: entry '{}' has dtype {} and shape [{}], expected a float tensor "
+                                 "of shape [{}] like its parameter",
+                                 name, c10::toString(tensor.scalar_type()), fmt::join(tensor.sizes(), ", "),
+                                 fmt::join(param.sizes(), ", ")));
+  }
+  // A copy, so the restored optimizer never shares storage with whoever handed the state in.
+  return tensor.to(param.device(), torch::kFloat, /*non_blocking=*/false, /*copy=*/true).contiguous();
+}
+
+int64_t load_step(const std::map<std::string, torch::Tensor>& entries, const std::string& name) {
+  const auto& tensor = find_entry(entries, name);
+  if (tensor.numel() != 1) {
+    throw InputError(fmt::format("optimizer state: entry '{}' should hold one step count, has {} values", name,
+                                 tensor.numel()));
+  }
+  const double value = tensor.to(torch::kDouble).item<double>();
+  if (!(value >= 0) || value != std::floor(value)) {
+    throw InputError(fmt::format("optimizer state: entry '{}' = {} is not a step count (a whole number >= 0)", name,
+                                 value));
+  }
+  return static_cast<int64_t>(value);
+}
+
+}  // namespace
+
+void AdamW::load_state_tensors(const std::vector<std::pair<std::string, torch::Tensor>>& state) {
+  std::map<std::string, torch::Tensor> entries;
+  for (const auto& [name, tensor] : state) {
+    if (!entries.emplace(name, tensor).second) {
+      throw InputError(fmt::format("optimizer state: entry '{}' appears twice", name));
+    }
+  }
+  // Everything is validated into fresh vectors first, so a failed load leaves the optimizer as it was.
+  std::vector<torch::Tensor> exp_avg, exp_avg_sq;
+  std::vector<int64_t> param_steps;
+  std::set<std::string> used;
+  for (const auto& group : groups_) {
+    for (const auto& param : group.params) {
+      for (const char* suffix : {".exp_avg", ".exp_avg_sq", ".step"}) used.insert(param.name + suffix);
+      exp_avg.push_back(load_moment(entries, param.name + ".exp_avg", param.tensor));
+      exp_avg_sq.push_back(load_moment(entries, param.name + ".exp_avg_sq", param.tensor));
+      param_steps.push_back(load_step(entries, param.name + ".step"));
+    }
+  }
+  for (const auto& [name, tensor] : entries) {
+    if (!used.count(name)) {
+      throw InputError(fmt::format("optimizer state: entry '{}' matches no trainable parameter (checkpoint from a "
+                                   "different model or trainable-parameter set?)",
+                                   name));
+    }
+  }
+  exp_avg_ = std::move(exp_avg);
+  exp_avg_sq_ = std::move(exp_avg_sq);
+  param_steps_ = std::move(param_steps);
+  // The optimizer-wide count is not stored separately; every step() that updates anything advances some
+  // parameter, so the largest per-parameter count equals it unless whole steps had no gradients at all.
+  steps_ = param_steps_.empty() ? 0 : *std::max_element(param_steps_.begin(), param_steps_.end());
+}
+
+int64_t AdamW::state_bytes() const {
+  int64_t bytes = 0;
+  for (size_t i = 0; i < exp_avg_.size(); ++i) bytes += exp_avg_[i].nbytes() + exp_avg_sq_[i].nbytes();
+  return bytes;
+}
+
+double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (const auto& param : params) {
+    if (param.grad().defined()) grads.push_back(param.grad());
+  }
+  if (grads.empty()) return 0.0;
+  // Per-tensor norms accumulate in fp32 (as torch's), their squares in fp64; one .item() keeps it to a single
+  // device sync on CUDA.
+  std::vector<torch::Tensor> squares;
+  squares.reserve(grads.size());
+  for (const auto& grad : grads) {
+    squares.push_back(torch::linalg_vector_norm(grad, 2, c10::nullopt, false, torch::kFloat)
+                          .to(grads.front().device(), torch::kDouble)
+                          .square());
+  }
+  const double norm = torch::stack(squares).sum().sqrt().item<double>();
+  // A non-finite norm is returned untouched rather than turning every gradient into NaN; the caller (loss
+  // scaler, logging) decides what to do with the step.
+  if (max_norm > 0 && std::isfinite(norm)) {
+    const double coefficient = max_norm / (norm + 1e-6);
+    if (coefficient < 1.0) {
+      for (auto& grad : grads) grad.mul_(coefficient);
+    }
+  }
+  return norm;
+}
+
+}  // namespace tune::train

@@ -1,0 +1,155 @@
+// Command implementations: resolve which recipe and config apply, then hand over to the recipe.
+#include "tune/recipes/commands.h"
+
+#include <fstream>
+#include <iostream>
+
+#include "tune/config/config.h"
+#include "tune/core/error.h"
+#include "tune/core/log.h"
+#include "tune/core/paths.h"
+#include "tune/io/run_checkpoints.h"
+#include "tune/recipes/recipe.h"
+
+namespace tune::recipes {
+namespace {
+
+struct LoadedConfig {
+  const Recipe* recipe = nullptr;
+  config::Config config;
+};
+
+LoadedConfig load_recipe_config(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
+  if (!std::filesystem::is_regular_file(file)) {
+    throw UsageError(fmt::format("{}: no such recipe file (see `tune ls` for the shipped recipes)", file.string()));
+  }
+  LoadedConfig loaded;
+  loaded.recipe = &find_recipe(config::peek_recipe_name(file, overrides));
+  loaded.config = config::load(file, overrides, loaded.recipe->schema());
+  return loaded;
+}
+
+// The run directory a checkpoint directory belongs to (RUN/checkpoints/step-N).
+std::filesystem::path run_dir_of_checkpoint(const std::filesystem::path& checkpoint) {
+  return checkpoint.parent_path().parent_path();
+}
+
+// First line of a YAML file's leading comment, for `tune ls`.
+std::string description_of(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("#", 0) == 0) {
+      const auto start = line.find_first_not_of("# ");
+      return start == std::string::npos ? "" : line.substr(start);
+    }
+    if (!line.empty()) break;
+  }
+  return "";
+}
+
+std::vector<std::filesystem::path> yaml_files_under(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> files;
+  if (!std::filesystem::is_directory(dir)) return files;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+    if (entry.is_regular_file() && entry.path().extension() == ".yaml") files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace
+
+int run_train(const TrainArguments& arguments) {
+  LoadedConfig loaded = load_recipe_config(arguments.recipe, arguments.overrides);
+  TrainRequest request{loaded.config, arguments.output_dir ? *arguments.output_dir
+                                                           : std::filesystem::path(loaded.config.get_string("output_dir")),
+                       std::nullopt};
+  if (arguments.resume) {
+    request.resume_from = io::resolve_resume_target(arguments.resume_from ? *arguments.resume_from : request.output_dir);
+    if (arguments.resume_from && !arguments.output_dir) request.output_dir = run_dir_of_checkpoint(*request.resume_from);
+  }
+  return loaded.recipe->train(request);
+}
+
+int run_infer(const InferArguments& arguments) {
+  InferRequest request;
+  request.prompt = arguments.prompt;
+  request.json = arguments.json;
+  request.max_new_tokens = arguments.max_new_tokens;
+  request.temperature = arguments.temperature;
+  request.top_p = arguments.top_p;
+  const Recipe* recipe = nullptr;
+  const auto& target = arguments.target;
+  if (std::filesystem::is_directory(target) && std::filesystem::exists(target / "config.yaml")) {
+    LoadedConfig loaded = load_recipe_config(target / "config.yaml", arguments.overrides);  // a run directory
+    recipe = loaded.recipe;
+    request.config = loaded.config;
+    request.run_dir = target;
+  } else if (std::filesystem::is_directory(target) && std::filesystem::exists(target / "config.json")) {
+    if (!arguments.overrides.empty()) {
+      throw UsageError(fmt::format("key=value overrides apply to recipes and runs; {} is a bare model directory",
+                                   target.string()));
+    }
+    recipe = &find_recipe("sft");  // a Hugging Face LLM directory
+    request.model_dir = target;
+  } else if (std::filesystem::is_regular_file(target)) {
+    LoadedConfig loaded = load_recipe_config(target, arguments.overrides);
+    recipe = loaded.recipe;
+    request.config = loaded.config;
+    request.run_dir = std::filesystem::path(loaded.config.get_string("output_dir"));
+  } else {
+    throw UsageError(fmt::format("{}: expected a recipe YAML file, a run directory (with config.yaml) or a Hugging "
+                                 "Face model directory (with config.json)", target.string()));
+  }
+  request.grad = arguments.grad.value_or(request.config ? request.config->get_bool("grad_inference") : true);
+  return recipe->infer(request);
+}
+
+int run_validate(const std::filesystem::path& recipe, const std::vector<std::string>& overrides) {
+  LoadedConfig loaded = load_recipe_config(recipe, overrides);
+  std::cout << loaded.config.to_yaml();
+  return 0;
+}
+
+int run_list() {
+  std::cout << "recipes (tune train recipes/NAME.yaml, or tune cp NAME DEST to edit a copy):\n";
+  for (const auto& file : yaml_files_under(shipped_recipes_dir())) {
+    std::cout << fmt::format("  {:<24} {}\n", file.stem().string(), description_of(file));
+  }
+  std::cout << "\npresets (include: them from a recipe):\n";
+  for (const auto& file : yaml_files_under(shipped_configs_dir())) {
+    const auto relative = std::filesystem::relative(file, shipped_configs_dir()).replace_extension("");
+    std::cout << fmt::format("  {:<24} {}\n", relative.string(), description_of(file));
+  }
+  return 0;
+}
+
+int run_copy(const std::string& name, const std::filesystem::path& destination) {
+  std::filesystem::path source;
+  for (const auto& candidate : {shipped_recipes_dir() / (name + ".yaml"), shipped_configs_dir() / (name + ".yaml"),
+                                shipped_recipes_dir() / name, shipped_configs_dir() / name}) {
+    if (std::filesystem::is_regular_file(candidate)) {
+      source = candidate;
+      break;
+    }
+  }
+  if (source.empty()) throw UsageError(fmt::format("no shipped recipe or preset named '{}' (see `tune ls`)", name));
+  auto target = destination;
+  if (std::filesystem::is_directory(target)) target /= source.filename();
+  if (std::filesystem::exists(target)) {
+    throw UsageError(fmt::format("{} already exists; choose another destination (nothing was overwritten)", target.string()));
+  }
+  std::filesystem::copy_file(source, target);
+  std::cout << fmt::format("copied {} to {}\n", source.string(), target.string());
+  return 0;
+}
+
+int run_export(const ExportArguments& arguments) {
+  const auto checkpoint = io::resolve_resume_target(arguments.checkpoint);
+  const auto config_file = run_dir_of_checkpoint(checkpoint) / "config.yaml";
+  LoadedConfig loaded = load_recipe_config(config_file, {});
+  return loaded.recipe->export_model({checkpoint, loaded.config, arguments.merge_lora, arguments.out});
+}
+
+}  // namespace tune::recipes

@@ -1,0 +1,43 @@
+// The CLI's commands as functions: apps/tune/main.cpp parses arguments and calls these; each returns the exit code.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tune::recipes {
+
+struct TrainArguments {
+  std::filesystem::path recipe;
+  std::vector<std::string> overrides;
+  std::optional<std::filesystem::path> output_dir;
+  bool resume = false;
+  std::optional<std::filesystem::path> resume_from;  // --resume VALUE; unset with resume=true: output_dir
+};
+
+struct InferArguments {
+  std::filesystem::path target;  // recipe YAML, run directory or Hugging Face model directory
+  std::vector<std::string> overrides;
+  std::string prompt;
+  std::optional<bool> grad;      // --grad / --no-grad; unset: the config's grad_inference
+  bool json = false;
+  int64_t max_new_tokens = -1;
+  double temperature = -1.0;
+  double top_p = -1.0;
+};
+
+struct ExportArguments {
+  std::filesystem::path checkpoint;  // run directory or checkpoint directory
+  bool merge_lora = false;
+  std::filesystem::path out;
+};
+
+int run_train(const TrainArguments& arguments);
+int run_infer(const InferArguments& arguments);
+int run_validate(const std::filesystem::path& recipe, const std::vector<std::string>& overrides);
+int run_list();
+int run_copy(const std::string& name, const std::filesystem::path& destination);
+int run_export(const ExportArguments& arguments);
+
+}  // namespace tune::recipes

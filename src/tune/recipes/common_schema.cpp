@@ -1,0 +1,120 @@
+// The shared part of every recipe's schema and its translation into plain structs.
+#include "tune/recipes/common_schema.h"
+
+#include <torch/cuda.h>
+
+#include "tune/core/error.h"
+
+namespace tune::recipes {
+
+config::Schema common_schema(const std::string& recipe_name) {
+  config::Schema schema;
+  schema.choice("recipe", {recipe_name}, recipe_name, "which recipe family this config is for");
+  schema.string("output_dir", "runs/" + recipe_name, "run directory: config.yaml, metrics.jsonl, loss.svg, checkpoints/");
+  schema.integer("seed", 0, "seed for initialisation, data order, dropout");
+  schema.integer("threads", 0, "intra-op CPU threads; 0 = all cores");
+  schema.choice("device", {"auto", "cpu", "cuda"}, "auto", "auto = cuda when available, else cpu");
+
+  schema.boolean("gradient_checkpointing", true, "recompute block activations in backward instead of storing them");
+  schema.choice("checkpointing.policy", {"full", "every_k", "sqrt"}, "full",
+                "which blocks are checkpointed when gradient_checkpointing is true");
+  schema.integer("checkpointing.k", 2, "every_k: checkpoint blocks 0, k, 2k, ...");
+  schema.choice("mixed_precision", {"bf16", "fp16", "no"}, "bf16",
+                "autocast compute dtype; weights and optimizer state stay fp32");
+  schema.boolean("grad_inference", true, "tune infer keeps autograd on (per-token attribution) unless --no-grad");
+
+  schema.integer("training.batch_size", 8, "rows per micro-batch");
+  schema.integer("training.gradient_accumulation_steps", 1, "micro-batches per optimizer step");
+  schema.integer("training.max_steps", 0, "optimizer steps; 0 = training.epochs passes over the data");
+  schema.integer("training.epochs", 1, "passes over the training data when max_steps is 0");
+  schema.real("training.clip_grad_norm", 1.0, "max global gradient norm; 0 disables clipping");
+  schema.choice("training.on_nan", {"stop", "skip"}, "stop",
+                "non-finite loss: stop (earlier checkpoints stay intact) or skip the step");
+
+  schema.real("optimizer.lr", 3e-4, "peak learning rate (AdamW)");
+  schema.real("optimizer.weight_decay", 0.0, "decoupled weight decay; never applied to norms and biases");
+  schema.real("optimizer.beta1", 0.9, "AdamW beta1");
+  schema.real("optimizer.beta2", 0.999, "AdamW beta2");
+  schema.real("optimizer.eps", 1e-8, "AdamW epsilon");
+
+  schema.choice("scheduler.kind", {"cosine", "linear", "constant"}, "cosine", "learning-rate decay after warmup");
+  schema.integer("scheduler.warmup_steps", 0, "linear warmup from 0 over this many steps");
+  schema.real("scheduler.min_lr_ratio", 0.0, "final learning rate as a fraction of the peak (cosine, linear)");
+
+  schema.integer("logging.every", 10, "log (and write metrics.jsonl) every N optimizer steps");
+  schema.integer("eval.every", 0, "evaluate every N steps; 0 = only at the end");
+  schema.integer("checkpoint.every", 0, "save every N steps; 0 = only at the end");
+  schema.integer("checkpoint.keep_last", 2, "complete checkpoints kept; 0 = all");
+  return schema;
+}
+
+RunSettings read_run_settings(const config::Config& config) {
+  RunSettings settings;
+  settings.seed = static_cast<uint64_t>(config.get_int("seed"));
+  settings.threads = static_cast<int>(config.get_int("threads"));
+  if (settings.threads < 0) config.fail("threads", "must be >= 0 (0 = all cores)");
+  const std::string device = config.get_string("device");
+  const bool cuda_available = torch::cuda::is_available();
+  if (device == "cuda" && !cuda_available) {
+    config.fail("device", "is 'cuda' but no CUDA device is available to this LibTorch build; use 'cpu' or 'auto'");
+  }
+  settings.device = device == "auto" ? (cuda_available ? "cuda" : "cpu") : device;
+
+  settings.gradient_checkpointing = config.get_bool("gradient_checkpointing");
+  settings.checkpointing.policy = settings.gradient_checkpointing
+                                      ? memory::parse_policy(config.get_string("checkpointing.policy"))
+                                      : memory::Policy::off;
+  settings.checkpointing.k = config.get_int("checkpointing.k");
+  if (settings.checkpointing.k < 1) config.fail("checkpointing.k", "must be >= 1");
+  settings.mixed_precision = precision::parse_mixed_precision(config.get_string("mixed_precision"));
+  if (settings.mixed_precision == precision::MixedPrecision::fp16 && settings.device == "cpu") {
+    config.fail("mixed_precision",
+                "is 'fp16', which needs CUDA (LibTorch's CPU autocast computes in bf16 only); use 'bf16' or 'no' on CPU");
+  }
+  settings.grad_inference = config.get_bool("grad_inference");
+  return settings;
+}
+
+TrainingSettings read_training_settings(const config::Config& config) {
+  TrainingSettings settings;
+  auto positive = [&](const std::string& key) {
+    const long long value = config.get_int(key);
+    if (value < 1) config.fail(key, fmt::format("must be >= 1, got {}", value));
+    return static_cast<int64_t>(value);
+  };
+  auto non_negative = [&](const std::string& key) {
+    const long long value = config.get_int(key);
+    if (value < 0) config.fail(key, fmt::format("must be >= 0, got {}", value));
+    return static_cast<int64_t>(value);
+  };
+  settings.batch_size = positive("training.batch_size");
+  settings.gradient_accumulation_steps = positive("training.gradient_accumulation_steps");
+  settings.max_steps = non_negative("training.max_steps");
+  settings.epochs = positive("training.epochs");
+  settings.clip_grad_norm = config.get_real("training.clip_grad_norm");
+  settings.on_nan = config.get_string("training.on_nan");
+
+  settings.schedule.peak_lr = config.get_real("optimizer.lr");
+  if (settings.schedule.peak_lr <= 0) config.fail("optimizer.lr", "must be > 0");
+  settings.weight_decay = config.get_real("optimizer.weight_decay");
+  settings.adamw.beta1 = config.get_real("optimizer.beta1");
+  settings.adamw.beta2 = config.get_real("optimizer.beta2");
+  settings.adamw.eps = config.get_real("optimizer.eps");
+  for (const char* key : {"optimizer.beta1", "optimizer.beta2"}) {
+    const double beta = config.get_real(key);
+    if (beta < 0 || beta >= 1) config.fail(key, fmt::format("must be in [0, 1), got {}", beta));
+  }
+  settings.schedule.kind = config.get_string("scheduler.kind");
+  settings.schedule.warmup_steps = non_negative("scheduler.warmup_steps");
+  settings.schedule.min_lr_ratio = config.get_real("scheduler.min_lr_ratio");
+  if (settings.schedule.min_lr_ratio < 0 || settings.schedule.min_lr_ratio > 1) {
+    config.fail("scheduler.min_lr_ratio", "must be in [0, 1]");
+  }
+  settings.log_every = positive("logging.every");
+  settings.eval_every = non_negative("eval.every");
+  settings.save_every = non_negative("checkpoint.every");
+  settings.keep_last = non_negative("checkpoint.keep_last");
+  return settings;
+}
+
+}  // namespace tune::recipes

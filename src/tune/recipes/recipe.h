@@ -1,0 +1,54 @@
+// What a recipe is: a named family of runs (sft, latte) that declares its config schema and implements the
+// commands. The CLI looks recipes up by the `recipe:` key of a config.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tune/config/config.h"
+
+namespace tune::recipes {
+
+struct TrainRequest {
+  config::Config config;
+  std::filesystem::path output_dir;                   // resolved: --output-dir, else the config's output_dir
+  std::optional<std::filesystem::path> resume_from;   // a complete checkpoint directory
+};
+
+struct InferRequest {
+  std::optional<config::Config> config;   // a recipe file's or a run's config.yaml; unset for a bare model dir
+  std::optional<std::filesystem::path> run_dir;       // when inferring from a run directory
+  std::optional<std::filesystem::path> model_dir;     // when inferring from a bare HF model directory
+  std::string prompt;
+  bool grad = true;                       // --grad / --no-grad, default from grad_inference
+  bool json = false;
+  int64_t max_new_tokens = -1;            // -1: from the config
+  double temperature = -1.0;              // < 0: from the config
+  double top_p = -1.0;
+};
+
+struct ExportRequest {
+  std::filesystem::path checkpoint;       // a complete checkpoint directory
+  config::Config config;                  // the run's config.yaml
+  bool merge_lora = false;
+  std::filesystem::path out;
+};
+
+struct Recipe {
+  std::string name;
+  std::string description;
+  std::function<config::Schema()> schema;
+  std::function<int(const TrainRequest&)> train;
+  std::function<int(const InferRequest&)> infer;
+  std::function<int(const ExportRequest&)> export_model;
+};
+
+// Every built-in recipe, registered explicitly (static registration is dropped by the linker in static libs).
+const std::vector<Recipe>& all_recipes();
+// Throws UsageError listing the known names.
+const Recipe& find_recipe(const std::string& name);
+
+}  // namespace tune::recipes

@@ -1,0 +1,116 @@
+// Writing and reading SFT checkpoint directories.
+#include "tune/recipes/sft/sft_checkpoint.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <fstream>
+#include <mutex>
+
+#include "tune/core/error.h"
+#include "tune/io/safetensors.h"
+#include "tune/io/weights.h"
+#include "tune/recipes/sft/sft_model.h"
+
+namespace tune::recipes::sft {
+namespace {
+
+void write_json(const std::filesystem::path& path, const nlohmann::json& json) {
+  std::ofstream out(path);
+  out << json.dump(2) << "\n";
+  if (!out) throw Error(fmt::format("{}: write failed", path.string()));
+}
+
+nlohmann::json read_json(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("{}: missing from the checkpoint", path.string()));
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& error) {
+    throw InputError(fmt::format("{}: invalid JSON: {}", path.string(), error.what()));
+  }
+}
+
+torch::Tensor cpu_rng_state() {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+void set_cpu_rng_state(const torch::Tensor& state) {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+}
+
+}  // namespace
+
+bool is_lora_checkpoint(const std::filesystem::path& dir) {
+  return std::filesystem::exists(dir / "adapter_config.json");
+}
+
+void write_checkpoint(const std::filesystem::path& dir, const models::LlamaForCausalLM& model,
+                      const data::Tokenizer& tokenizer, const std::string& base_model_path,
+                      const train::AdamW* optimizer, const TrainerState& state) {
+  std::filesystem::create_directories(dir);
+  const auto weights = weights_to_save(model);
+  if (model->has_lora()) {
+    io::save_safetensors(dir / "adapter_model.safetensors", weights, {{"format", "pt"}});
+    write_json(dir / "adapter_config.json", peft_adapter_config(model->lora_options(), base_model_path));
+  } else {
+    io::save_safetensors(dir / "model.safetensors", weights, {{"format", "pt"}});
+    write_json(dir / "config.json", model->config().to_json());
+  }
+  // The tokenizer travels with every checkpoint so the directory is self-contained for inference and export.
+  std::filesystem::copy_file(tokenizer.model_path(), dir / "tokenizer.model",
+                             std::filesystem::copy_options::overwrite_existing);
+  if (optimizer == nullptr) return;
+  io::save_safetensors(dir / "optimizer.safetensors", optimizer->state_tensors());
+  io::save_safetensors(dir / "rng_state.safetensors", {{"cpu", cpu_rng_state()}});
+  write_json(dir / "trainer_state.json", {{"step", state.step},
+                                          {"epoch", state.loader.epoch},
+                                          {"batch_in_epoch", state.loader.batch_in_epoch},
+                                          {"elapsed_s", state.elapsed_s},
+                                          {"tokens_seen", state.tokens_seen},
+                                          {"adapter", model->has_lora()}});
+}
+
+void load_checkpoint_weights(const std::filesystem::path& dir, models::LlamaForCausalLM& model) {
+  if (is_lora_checkpoint(dir)) {
+    if (!model->has_lora()) {
+      throw InputError(fmt::format("{}: holds a LoRA adapter but the model was built without LoRA", dir.string()));
+    }
+    io::LoadOptions options;
+    options.prefix = "base_model.model.";
+    // Only adapter tensors are in the file: every base weight is expected to be missing from it.
+    options.ignore_missing_containing = {""};
+    const size_t loaded =
+        io::load_into_module(*model, io::WeightSource::open_file(dir / "adapter_model.safetensors"), options);
+    if (loaded == 0) throw InputError(fmt::format("{}: adapter_model.safetensors holds no LoRA tensors", dir.string()));
+  } else {
+    load_model_weights(model, dir);
+  }
+}
+
+TrainerState read_checkpoint(const std::filesystem::path& dir, models::LlamaForCausalLM& model, train::AdamW& optimizer) {
+  load_checkpoint_weights(dir, model);
+  const auto optimizer_file = io::SafetensorsFile::open(dir / "optimizer.safetensors");
+  std::vector<std::pair<std::string, torch::Tensor>> optimizer_state;
+  for (const auto& entry : optimizer_file.entries()) optimizer_state.emplace_back(entry.first, optimizer_file.load(entry.first));
+  optimizer.load_state_tensors(optimizer_state);
+  set_cpu_rng_state(io::SafetensorsFile::open(dir / "rng_state.safetensors").load("cpu"));
+
+  const auto json = read_json(dir / "trainer_state.json");
+  TrainerState state;
+  try {
+    state.step = json.at("step").get<int64_t>();
+    state.loader.epoch = json.at("epoch").get<int64_t>();
+    state.loader.batch_in_epoch = json.at("batch_in_epoch").get<int64_t>();
+    state.elapsed_s = json.at("elapsed_s").get<double>();
+    state.tokens_seen = json.at("tokens_seen").get<int64_t>();
+  } catch (const nlohmann::json::exception& error) {
+    throw InputError(fmt::format("{}: trainer_state.json is incomplete: {}", dir.string(), error.what()));
+  }
+  return state;
+}
+
+}  // namespace tune::recipes::sft

@@ -1,0 +1,36 @@
+// What an SFT checkpoint directory holds (ARCHITECTURE.md §4): Hugging Face weights (full: model.safetensors +
+// config.json + tokenizer.model; LoRA: PEFT adapter_model.safetensors + adapter_config.json), optimizer state,
+// RNG state and trainer_state.json (step, data position). Directory atomicity is handled by io/run_checkpoints.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "tune/data/sft_loader.h"
+#include "tune/data/tokenizer.h"
+#include "tune/models/llama.h"
+#include "tune/train/adamw.h"
+
+namespace tune::recipes::sft {
+
+struct TrainerState {
+  int64_t step = 0;                 // optimizer steps completed
+  data::LoaderPosition loader;      // where the next batch comes from
+  double elapsed_s = 0.0;           // training time before this checkpoint (for the resumed run's clock)
+  int64_t tokens_seen = 0;
+};
+
+// Writes the model (HF/PEFT format), and when `optimizer` is non-null the training state too.
+void write_checkpoint(const std::filesystem::path& dir, const models::LlamaForCausalLM& model,
+                      const data::Tokenizer& tokenizer, const std::string& base_model_path,
+                      const train::AdamW* optimizer, const TrainerState& state);
+
+bool is_lora_checkpoint(const std::filesystem::path& dir);
+
+// Restores what write_checkpoint wrote into an identically built model and optimizer, and the CPU RNG.
+TrainerState read_checkpoint(const std::filesystem::path& dir, models::LlamaForCausalLM& model, train::AdamW& optimizer);
+
+// Loads only the weights (full or LoRA) of a checkpoint into `model`.
+void load_checkpoint_weights(const std::filesystem::path& dir, models::LlamaForCausalLM& model);
+
+}  // namespace tune::recipes::sft

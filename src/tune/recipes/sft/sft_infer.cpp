@@ -1,0 +1,161 @@
+// `tune infer` for the SFT recipe: generation with a KV cache, then (with --grad, the default from grad_inference)
+// per-prompt-token attribution computed with autograd through the checkpointed, autocast model.
+#include <iostream>
+
+#include "tune/core/error.h"
+#include "tune/core/log.h"
+#include "tune/core/memory_tracker.h"
+#include "tune/core/progress.h"
+#include "tune/core/threads.h"
+#include "tune/io/run_checkpoints.h"
+#include "tune/memory/checkpoint.h"
+#include "tune/recipes/common_schema.h"
+#include "tune/recipes/sft/generate.h"
+#include "tune/recipes/sft/sft_checkpoint.h"
+#include "tune/recipes/sft/sft_model.h"
+#include "tune/recipes/sft/sft_recipe.h"
+
+namespace tune::recipes::sft {
+namespace {
+
+struct LoadedForInference {
+  models::LlamaForCausalLM model{nullptr};
+  std::optional<data::Tokenizer> tokenizer;
+  std::string weights_from;
+};
+
+// Picks the weights: a bare model directory, the newest checkpoint of a run, or the recipe's base model.
+LoadedForInference load_for_inference(const InferRequest& request, SftSettings sft, uint64_t seed) {
+  LoadedForInference loaded;
+  std::optional<std::filesystem::path> checkpoint;
+  if (request.run_dir) checkpoint = io::newest_complete_checkpoint(*request.run_dir);
+  if (checkpoint && !is_lora_checkpoint(*checkpoint)) {
+    // A full fine-tuning checkpoint is itself a Hugging Face model directory.
+    sft.model.path = checkpoint->string();
+    sft.model.lora = {};
+    sft.tokenizer_path = (*checkpoint / "tokenizer.model").string();
+  } else if (checkpoint) {
+    sft.tokenizer_path = (*checkpoint / "tokenizer.model").string();
+  }
+  loaded.tokenizer = load_tokenizer(sft);
+  loaded.model = build_model(sft, *loaded.tokenizer, seed);
+  if (checkpoint && is_lora_checkpoint(*checkpoint)) load_checkpoint_weights(*checkpoint, loaded.model);
+  if (checkpoint) {
+    loaded.weights_from = checkpoint->string();
+  } else if (sft.model.path) {
+    loaded.weights_from = *sft.model.path;
+  } else {
+    loaded.weights_from = "random initialisation (no checkpoint found)";
+    log::warn("no trained checkpoint found{}: generating from a randomly initialised model",
+              request.run_dir ? " in " + request.run_dir->string() : "");
+  }
+  return loaded;
+}
+
+std::string display_piece(const data::Tokenizer& tokenizer, int64_t id) {
+  std::string piece = tokenizer.piece(id);
+  // sentencepiece marks a leading space with U+2581; show it as a visible space marker.
+  return piece;
+}
+
+void print_attribution(const data::Tokenizer& tokenizer, const AttributionResult& result) {
+  double max_norm = 0.0;
+  for (const auto& token : result.prompt_tokens) max_norm = std::max(max_norm, token.grad_norm);
+  std::cout << fmt::format("\nattribution of the output (log p = {:.4f}) to each prompt token:\n",
+                           result.continuation_log_prob);
+  std::cout << fmt::format("  {:>4}  {:<16} {:>11} {:>11}  {}\n", "pos", "token", "|grad|", "grad.emb", "");
+  for (size_t i = 0; i < result.prompt_tokens.size(); ++i) {
+    const auto& token = result.prompt_tokens[i];
+    const int bar = max_norm > 0 ? static_cast<int>(std::lround(20.0 * token.grad_norm / max_norm)) : 0;
+    std::cout << fmt::format("  {:>4}  {:<16} {:>11.4e} {:>11.4e}  {}\n", i, display_piece(tokenizer, token.token_id),
+                             token.grad_norm, token.grad_x_input, std::string(static_cast<size_t>(bar), '#'));
+  }
+}
+
+}  // namespace
+
+int infer(const InferRequest& request) {
+  RunSettings run;
+  SftSettings sft;
+  if (request.config) {
+    run = read_run_settings(*request.config);
+    sft = read_sft_settings(*request.config);
+  } else {
+    run.device = torch::cuda::is_available() ? "cuda" : "cpu";
+    sft.model.path = request.model_dir->string();
+  }
+  GenerationSettings generation = sft.generation;
+  if (request.max_new_tokens >= 0) generation.max_new_tokens = request.max_new_tokens;
+  if (request.temperature >= 0) generation.temperature = request.temperature;
+  if (request.top_p >= 0) generation.top_p = request.top_p;
+  if (generation.top_p <= 0 || generation.top_p > 1) throw UsageError("--top-p must be in (0, 1]");
+
+  configure_threads(run.threads);
+  memory_tracker::install();
+  const torch::Device device(run.device);
+  auto loaded = load_for_inference(request, sft, run.seed);
+  auto& model = loaded.model;
+  const auto& tokenizer = *loaded.tokenizer;
+  model->to(device);
+  log::info("weights: {}", loaded.weights_from);
+
+  // The chat template the model was fine-tuned with; a bare model directory gets the raw prompt after BOS.
+  std::vector<int64_t> prompt_ids;
+  if (request.config) {
+    data::Conversation conversation;
+    conversation.messages.push_back({"user", request.prompt});
+    prompt_ids = data::ChatTemplate::by_name(sft.data.chat_template).encode_prompt(tokenizer, conversation);
+  } else {
+    prompt_ids = tokenizer.encode(request.prompt, /*add_bos=*/true);
+  }
+
+  SamplingOptions sampling;
+  sampling.max_new_tokens = generation.max_new_tokens;
+  sampling.temperature = generation.temperature;
+  sampling.top_p = generation.top_p;
+  sampling.seed = run.seed;
+  sampling.stop_ids = model->config().eos_token_ids;
+  sampling.stop_ids.push_back(tokenizer.eos_id());
+  memory_tracker::reset_peak(device.is_cuda());
+  const auto output_ids = generate(model, prompt_ids, sampling, run.mixed_precision, device);
+  const int64_t generation_peak = memory_tracker::peak_bytes(device.is_cuda());
+  const std::string text = tokenizer.decode(output_ids);
+
+  nlohmann::json json = {{"prompt_ids", prompt_ids}, {"output_ids", output_ids}, {"text", text},
+                         {"generation_peak_mem_bytes", generation_peak}};
+  std::optional<AttributionResult> attribution;
+  int64_t attribution_peak = 0;
+  std::string checkpointing_description = "off";
+  if (request.grad && !output_ids.empty()) {
+    auto runner = std::make_shared<memory::CheckpointRunner>(run.checkpointing, model->num_blocks());
+    checkpointing_description = runner->describe();
+    model->set_block_runner(runner);
+    memory_tracker::reset_peak(device.is_cuda());
+    attribution = attribute(model, prompt_ids, output_ids, run.mixed_precision, device);
+    attribution_peak = memory_tracker::peak_bytes(device.is_cuda());
+    nlohmann::json tokens = nlohmann::json::array();
+    for (const auto& token : attribution->prompt_tokens) {
+      tokens.push_back({{"id", token.token_id}, {"piece", tokenizer.piece(token.token_id)},
+                        {"grad_norm", token.grad_norm}, {"grad_x_input", token.grad_x_input}});
+    }
+    json["attribution"] = {{"log_prob", attribution->continuation_log_prob}, {"tokens", tokens},
+                           {"gradient_checkpointing", checkpointing_description},
+                           {"peak_mem_bytes", attribution_peak}};
+  }
+
+  if (request.json) {
+    std::cout << json.dump() << std::endl;
+    return 0;
+  }
+  std::cout << text << std::endl;
+  log::info("generation: {} tokens, peak memory {}", output_ids.size(), format_bytes(static_cast<double>(generation_peak)));
+  if (attribution) {
+    print_attribution(tokenizer, *attribution);
+    log::info("gradient-enabled pass: gradient checkpointing {}, mixed precision {}, peak memory {}",
+              checkpointing_description, precision::to_string(run.mixed_precision),
+              format_bytes(static_cast<double>(attribution_peak)));
+  }
+  return 0;
+}
+
+}  // namespace tune::recipes::sft

@@ -1,0 +1,131 @@
+// Model and tokenizer construction for the SFT recipe.
+#include "tune/recipes/sft/sft_model.h"
+
+#include <fstream>
+
+#include "tune/core/error.h"
+#include "tune/core/log.h"
+#include "tune/io/weights.h"
+
+namespace tune::recipes::sft {
+
+data::Tokenizer load_tokenizer(const SftSettings& settings) {
+  if (settings.tokenizer_path) return data::Tokenizer::load(*settings.tokenizer_path);
+  const auto path = std::filesystem::path(*settings.model.path) / "tokenizer.model";
+  if (!std::filesystem::exists(path)) {
+    throw InputError(fmt::format("{}: no tokenizer.model in the model directory; set `tokenizer:` in the recipe to a "
+                                 "sentencepiece tokenizer.model", path.parent_path().string()));
+  }
+  return data::Tokenizer::load(path);
+}
+
+namespace {
+
+void initialise_like_hf(models::LlamaForCausalLMImpl& model) {
+  torch::NoGradGuard no_grad;
+  for (auto& item : model.named_parameters()) {
+    const std::string& name = item.key();
+    if (name.find("lora_") != std::string::npos) continue;  // LoRA keeps PEFT's own init
+    if (name.find("norm") != std::string::npos) {
+      item.value().fill_(1.0);
+    } else if (item.value().dim() >= 2) {
+      item.value().normal_(0.0, 0.02);
+    } else {
+      item.value().zero_();  // biases
+    }
+  }
+}
+
+}  // namespace
+
+void load_model_weights(models::LlamaForCausalLM& model, const std::filesystem::path& model_dir) {
+  io::LoadOptions options;
+  options.ignore_missing_containing = {"lora_"};
+  options.ignore_unexpected_containing = {"rotary_emb.inv_freq"};
+  const size_t loaded = io::load_into_module(*model, io::WeightSource::open_directory(model_dir), options);
+  log::info("loaded {} tensors from {}", loaded, model_dir.string());
+}
+
+models::LlamaForCausalLM build_model(const SftSettings& settings, const data::Tokenizer& tokenizer, uint64_t seed) {
+  torch::manual_seed(seed);
+  models::LlamaConfig config;
+  if (settings.model.path) {
+    config = models::LlamaConfig::from_file((std::filesystem::path(*settings.model.path) / "config.json").string());
+  } else {
+    config = settings.model.architecture;
+    if (config.vocab_size == 0) config.vocab_size = tokenizer.vocab_size();
+    config.bos_token_id = tokenizer.bos_id();
+    config.eos_token_ids = {tokenizer.eos_id()};
+  }
+  if (config.vocab_size < tokenizer.vocab_size()) {
+    throw InputError(fmt::format("the model's vocab_size ({}) is smaller than the tokenizer's ({} pieces in {})",
+                                 config.vocab_size, tokenizer.vocab_size(), tokenizer.model_path().string()));
+  }
+  models::LlamaForCausalLM model(config, settings.model.lora);
+  if (settings.model.path) {
+    load_model_weights(model, *settings.model.path);
+  } else {
+    initialise_like_hf(*model);
+  }
+  if (model->has_lora()) model->freeze_base_weights();
+  return model;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> weights_to_save(const models::LlamaForCausalLM& model) {
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  const bool lora_only = model->has_lora();
+  for (const auto& item : model->named_parameters()) {
+    const bool is_lora = item.key().find("lora_") != std::string::npos;
+    if (lora_only != is_lora) continue;
+    tensors.emplace_back(lora_only ? "base_model.model." + item.key() : item.key(), item.value().detach());
+  }
+  return tensors;
+}
+
+nlohmann::json peft_adapter_config(const models::LlamaLoraOptions& lora, const std::string& base_model_path) {
+  return {{"peft_type", "LORA"},
+          {"task_type", "CAUSAL_LM"},
+          {"base_model_name_or_path", base_model_path},
+          {"r", lora.lora.rank},
+          {"lora_alpha", lora.lora.alpha},
+          {"lora_dropout", lora.lora.dropout},
+          {"target_modules", lora.target_modules},
+          {"bias", "none"},
+          {"fan_in_fan_out", false},
+          {"inference_mode", true},
+          {"init_lora_weights", true},
+          {"use_rslora", false},
+          {"use_dora", false},
+          {"modules_to_save", nullptr},
+          {"layers_to_transform", nullptr},
+          {"layers_pattern", nullptr},
+          {"rank_pattern", nlohmann::json::object()},
+          {"alpha_pattern", nlohmann::json::object()},
+          {"revision", nullptr}};
+}
+
+models::LlamaLoraOptions lora_from_peft_config(const std::filesystem::path& adapter_config_json) {
+  std::ifstream in(adapter_config_json);
+  if (!in) throw InputError(fmt::format("{}: cannot open the PEFT adapter config", adapter_config_json.string()));
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(in);
+    models::LlamaLoraOptions lora;
+    if (json.value("peft_type", "LORA") != "LORA") {
+      throw InputError(fmt::format("{}: peft_type is '{}', only LORA adapters are supported",
+                                   adapter_config_json.string(), json.value("peft_type", "")));
+    }
+    lora.lora.rank = json.at("r").get<int64_t>();
+    lora.lora.alpha = json.at("lora_alpha").get<double>();
+    lora.lora.dropout = json.value("lora_dropout", 0.0);
+    lora.target_modules = json.at("target_modules").get<std::vector<std::string>>();
+    if (json.value("use_rslora", false)) {
+      throw InputError(fmt::format("{}: use_rslora adapters are not supported yet", adapter_config_json.string()));
+    }
+    return lora;
+  } catch (const nlohmann::json::exception& error) {
+    throw InputError(fmt::format("{}: not a valid PEFT adapter config: {}", adapter_config_json.string(), error.what()));
+  }
+}
+
+}  // namespace tune::recipes::sft

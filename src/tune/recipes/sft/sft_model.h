@@ -1,0 +1,32 @@
+// Building the SFT model and tokenizer: from a Hugging Face directory, from a run checkpoint, or randomly
+// initialised from the recipe's architecture keys; LoRA adapters added and the base frozen when configured.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "tune/data/tokenizer.h"
+#include "tune/models/llama.h"
+#include "tune/recipes/sft/sft_settings.h"
+
+namespace tune::recipes::sft {
+
+data::Tokenizer load_tokenizer(const SftSettings& settings);
+
+// Weights come from settings.model.path when set, else a seeded random init (HF's: normal(0, 0.02) for
+// matrices and embeddings, ones for norms). With LoRA, base weights are frozen.
+models::LlamaForCausalLM build_model(const SftSettings& settings, const data::Tokenizer& tokenizer, uint64_t seed);
+
+// Loads a HF model directory's weights into `model` (names must match exactly; see io::load_into_module).
+void load_model_weights(models::LlamaForCausalLM& model, const std::filesystem::path& model_dir);
+
+// Tensors of `model` to save under HF names: all parameters for full fine-tuning, LoRA tensors only (under PEFT's
+// "base_model.model." prefix) when the model has LoRA.
+std::vector<std::pair<std::string, torch::Tensor>> weights_to_save(const models::LlamaForCausalLM& model);
+
+// PEFT adapter_config.json for the model's LoRA options.
+nlohmann::json peft_adapter_config(const models::LlamaLoraOptions& lora, const std::string& base_model_path);
+models::LlamaLoraOptions lora_from_peft_config(const std::filesystem::path& adapter_config_json);
+
+}  // namespace tune::recipes::sft

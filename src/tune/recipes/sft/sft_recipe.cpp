@@ -1,0 +1,19 @@
+// The SFT recipe's registration entry: its schema and command implementations.
+#include "tune/recipes/sft/sft_recipe.h"
+
+#include "tune/recipes/sft/sft_settings.h"
+
+namespace tune::recipes::sft {
+
+Recipe make_recipe() {
+  Recipe recipe;
+  recipe.name = "sft";
+  recipe.description = "supervised fine-tuning of Llama-family LLMs (full or LoRA)";
+  recipe.schema = sft_schema;
+  recipe.train = train;
+  recipe.infer = infer;
+  recipe.export_model = export_model;
+  return recipe;
+}
+
+}  // namespace tune::recipes::sft

@@ -1,0 +1,142 @@
+// The SFT schema and its translation into SftSettings; semantic checks that span keys live here.
+#include "tune/recipes/sft/sft_settings.h"
+
+#include "tune/recipes/common_schema.h"
+
+namespace tune::recipes::sft {
+namespace {
+
+// Architecture keys for a model initialised from scratch; their defaults describe a tiny Llama.
+const std::vector<std::string> kArchitectureKeys = {
+    "model.vocab_size",        "model.hidden_size",        "model.intermediate_size",
+    "model.num_hidden_layers", "model.num_attention_heads", "model.num_key_value_heads",
+    "model.max_position_embeddings", "model.rope_theta",    "model.rms_norm_eps",
+    "model.tie_word_embeddings"};
+
+}  // namespace
+
+config::Schema sft_schema() {
+  config::Schema schema = common_schema("sft");
+  schema.path("model.path", "Hugging Face model directory (config.json + safetensors); unset = random init");
+  schema.integer("model.vocab_size", 0, "random init: vocabulary size; 0 = the tokenizer's");
+  schema.integer("model.hidden_size", 256, "random init: hidden size");
+  schema.integer("model.intermediate_size", 688, "random init: MLP size");
+  schema.integer("model.num_hidden_layers", 4, "random init: decoder layers");
+  schema.integer("model.num_attention_heads", 4, "random init: attention heads");
+  schema.integer("model.num_key_value_heads", 4, "random init: key/value heads (< heads: grouped-query)");
+  schema.integer("model.max_position_embeddings", 2048, "random init: context length");
+  schema.real("model.rope_theta", 10000.0, "random init: RoPE base");
+  schema.real("model.rms_norm_eps", 1e-6, "random init: RMSNorm epsilon");
+  schema.boolean("model.tie_word_embeddings", false, "random init: share embed_tokens and lm_head");
+  schema.path("tokenizer", "sentencepiece tokenizer.model; default <model.path>/tokenizer.model");
+
+  schema.integer("lora.rank", 0, "LoRA rank; 0 = full fine-tuning");
+  schema.real("lora.alpha", 16.0, "LoRA scaling numerator (scaling = alpha / rank)");
+  schema.real("lora.dropout", 0.0, "dropout on the LoRA input");
+  schema.string_list("lora.target_modules", {"q_proj", "v_proj"},
+                     "projections that get adapters: q_proj k_proj v_proj o_proj gate_proj up_proj down_proj");
+
+  schema.required_path("data.train", "training JSONL (instruction or chat rows)");
+  schema.path("data.eval", "evaluation JSONL; unset = hold out data.eval_fraction of data.train");
+  schema.real("data.eval_fraction", 0.02, "held-out fraction of data.train when data.eval is unset");
+  schema.choice("data.format", {"auto", "instruction", "chat"}, "auto", "row format; auto = by the fields present");
+  schema.choice("data.template", data::ChatTemplate::names(), "plain", "chat template");
+  schema.integer("data.max_length", 512, "tokens per row; longer samples are truncated");
+  schema.boolean("data.packing", true, "pack several samples per row (attention kept within each sample)");
+  schema.boolean("data.train_on_prompt", false, "also compute the loss on prompt tokens");
+  schema.boolean("data.shuffle", true, "seeded shuffle each epoch");
+  schema.choice("data.on_bad_line", {"fail", "skip"}, "fail", "a malformed row stops the run, or is skipped and counted");
+
+  schema.integer("generation.max_new_tokens", 64, "tune infer: tokens to generate at most");
+  schema.real("generation.temperature", 0.0, "tune infer: 0 = greedy");
+  schema.real("generation.top_p", 1.0, "tune infer: nucleus sampling threshold");
+  return schema;
+}
+
+SftSettings read_sft_settings(const config::Config& config) {
+  SftSettings settings;
+  if (config.has("model.path")) {
+    settings.model.path = config.get_string("model.path");
+    for (const auto& key : kArchitectureKeys) {
+      if (!config.where(key).file.empty()) {
+        config.fail(key, "sets the architecture of a randomly initialised model, but model.path is set and its "
+                         "config.json defines the architecture; remove one of them");
+      }
+    }
+  }
+  models::LlamaConfig& arch = settings.model.architecture;
+  arch.vocab_size = config.get_int("model.vocab_size");
+  arch.hidden_size = config.get_int("model.hidden_size");
+  arch.intermediate_size = config.get_int("model.intermediate_size");
+  arch.num_hidden_layers = config.get_int("model.num_hidden_layers");
+  arch.num_attention_heads = config.get_int("model.num_attention_heads");
+  arch.num_key_value_heads = config.get_int("model.num_key_value_heads");
+  arch.max_position_embeddings = config.get_int("model.max_position_embeddings");
+  arch.rope_theta = config.get_real("model.rope_theta");
+  arch.rms_norm_eps = config.get_real("model.rms_norm_eps");
+  arch.tie_word_embeddings = config.get_bool("model.tie_word_embeddings");
+  if (!settings.model.path) {
+    if (arch.hidden_size % arch.num_attention_heads != 0) {
+      config.fail("model.hidden_size", fmt::format("({}) must be divisible by model.num_attention_heads ({})",
+                                                   arch.hidden_size, arch.num_attention_heads));
+    }
+    if (arch.num_attention_heads % arch.num_key_value_heads != 0) {
+      config.fail("model.num_key_value_heads", fmt::format("({}) must divide model.num_attention_heads ({})",
+                                                           arch.num_key_value_heads, arch.num_attention_heads));
+    }
+  }
+  if (config.has("tokenizer")) settings.tokenizer_path = config.get_string("tokenizer");
+  if (!settings.tokenizer_path && !settings.model.path) {
+    config.fail("tokenizer", "is required when model.path is unset (a randomly initialised model has no tokenizer)");
+  }
+
+  auto& lora = settings.model.lora;
+  lora.lora.rank = config.get_int("lora.rank");
+  lora.lora.alpha = config.get_real("lora.alpha");
+  lora.lora.dropout = config.get_real("lora.dropout");
+  lora.target_modules = config.get_strings("lora.target_modules");
+  if (lora.lora.rank < 0) config.fail("lora.rank", "must be >= 0 (0 = full fine-tuning)");
+  if (lora.lora.dropout < 0 || lora.lora.dropout >= 1) config.fail("lora.dropout", "must be in [0, 1)");
+  static const std::vector<std::string> kTargets = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                                    "gate_proj", "up_proj", "down_proj"};
+  for (const auto& target : lora.target_modules) {
+    if (std::find(kTargets.begin(), kTargets.end(), target) == kTargets.end()) {
+      config.fail("lora.target_modules", fmt::format("has unknown module '{}'; valid: q_proj, k_proj, v_proj, "
+                                                     "o_proj, gate_proj, up_proj, down_proj", target));
+    }
+  }
+  if (lora.lora.rank > 0 && lora.target_modules.empty()) config.fail("lora.target_modules", "must not be empty");
+  if (lora.lora.rank > 0 && !settings.model.path) {
+    config.fail("lora.rank", "LoRA adapts a pretrained model: set model.path to a Hugging Face model directory "
+                             "(or a full fine-tuning checkpoint), or use lora.rank: 0 for full fine-tuning");
+  }
+
+  auto& data_settings = settings.data;
+  data_settings.train_path = config.get_string("data.train");
+  if (config.has("data.eval")) data_settings.eval_path = config.get_string("data.eval");
+  data_settings.eval_fraction = config.get_real("data.eval_fraction");
+  if (data_settings.eval_fraction < 0 || data_settings.eval_fraction >= 1) {
+    config.fail("data.eval_fraction", "must be in [0, 1)");
+  }
+  const std::string format = config.get_string("data.format");
+  data_settings.format = format == "instruction" ? data::DataFormat::instruction
+                         : format == "chat"      ? data::DataFormat::chat
+                                                 : data::DataFormat::automatic;
+  data_settings.chat_template = config.get_string("data.template");
+  data_settings.max_length = config.get_int("data.max_length");
+  if (data_settings.max_length < 2) config.fail("data.max_length", "must be >= 2");
+  data_settings.packing = config.get_bool("data.packing");
+  data_settings.train_on_prompt = config.get_bool("data.train_on_prompt");
+  data_settings.shuffle = config.get_bool("data.shuffle");
+  data_settings.on_bad_line =
+      config.get_string("data.on_bad_line") == "skip" ? data::OnBadLine::skip : data::OnBadLine::fail;
+
+  settings.generation.max_new_tokens = config.get_int("generation.max_new_tokens");
+  settings.generation.temperature = config.get_real("generation.temperature");
+  settings.generation.top_p = config.get_real("generation.top_p");
+  if (settings.generation.top_p <= 0 || settings.generation.top_p > 1) config.fail("generation.top_p", "must be in (0, 1]");
+  if (settings.generation.temperature < 0) config.fail("generation.temperature", "must be >= 0");
+  return settings;
+}
+
+}  // namespace tune::recipes::sft

@@ -1,0 +1,50 @@
+// The SFT recipe's own settings (model, tokenizer, data, LoRA, generation), read once from the Config.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tune/config/config.h"
+#include "tune/data/sft_dataset.h"
+#include "tune/models/llama.h"
+
+namespace tune::recipes::sft {
+
+struct ModelSettings {
+  std::optional<std::string> path;   // HF model directory; unset: random init from `architecture`
+  models::LlamaConfig architecture;  // used only when path is unset (vocab_size from the tokenizer if 0)
+  models::LlamaLoraOptions lora;
+};
+
+struct DataSettings {
+  std::string train_path;
+  std::optional<std::string> eval_path;  // else a held-out fraction of train
+  double eval_fraction = 0.02;
+  data::DataFormat format = data::DataFormat::automatic;
+  std::string chat_template = "plain";
+  int64_t max_length = 512;
+  bool packing = true;
+  bool train_on_prompt = false;
+  bool shuffle = true;
+  data::OnBadLine on_bad_line = data::OnBadLine::fail;
+};
+
+struct GenerationSettings {
+  int64_t max_new_tokens = 64;
+  double temperature = 0.0;  // 0: greedy
+  double top_p = 1.0;
+};
+
+struct SftSettings {
+  ModelSettings model;
+  std::optional<std::string> tokenizer_path;  // default: <model.path>/tokenizer.model
+  DataSettings data;
+  GenerationSettings generation;
+};
+
+config::Schema sft_schema();
+SftSettings read_sft_settings(const config::Config& config);
+
+}  // namespace tune::recipes::sft

@@ -1,0 +1,38 @@
+// clip_grad_norm against torch.nn.utils.clip_grad_norm_: the same norm, the same scaled gradients.
+#include "tune/train/adamw.h"
+
+#include "fixture.h"
+
+#include <catch2/catch.hpp>
+
+using tune::test::load_train_fixture;
+using tune::test::max_abs_difference;
+using tune::test::tensor_from_json;
+
+TEST_CASE("clip_grad_norm: matches torch for a clipped and an unclipped case") {
+  for (const auto& c : load_train_fixture("clip.json")) {
+    const double max_norm = c.at("max_norm").get<double>();
+    INFO("max_norm " << max_norm);
+    std::vector<torch::Tensor> params;
+    for (const auto& grad : c.at("grads_before")) {
+      auto param = torch::zeros(grad.at("shape").get<std::vector<int64_t>>()).requires_grad_(true);
+      param.mutable_grad() = tensor_from_json(grad);
+      params.push_back(param);
+    }
+    params.push_back(torch::zeros({3}).requires_grad_(true));  // no grad: ignored, as torch does
+    const double norm = tune::train::clip_grad_norm(params, max_norm);
+    CHECK(norm == Approx(c.at("norm").get<double>()).epsilon(1e-6));
+    for (size_t i = 0; i < c.at("grads_after").size(); ++i) {
+      CHECK(max_abs_difference(params[i].grad(), tensor_from_json(c.at("grads_after")[i])) <= 1e-6);
+    }
+    CHECK_FALSE(params.back().grad().defined());
+  }
+}
+
+TEST_CASE("clip_grad_norm: max_norm 0 only measures, and no grads give 0") {
+  auto p = torch::zeros({2}).requires_grad_(true);
+  p.mutable_grad() = torch::tensor({3.0f, 4.0f});
+  CHECK(tune::train::clip_grad_norm({p}, 0.0) == Approx(5.0));
+  CHECK(torch::equal(p.grad(), torch::tensor({3.0f, 4.0f})));
+  CHECK(tune::train::clip_grad_norm({torch::zeros({2}).requires_grad_(true)}, 1.0) == 0.0);
+}
