@@ -39,7 +39,10 @@ int main(int argc, char** argv) {
   auto* infer_command = app.add_subcommand("infer", "generate from a recipe, a run directory or a model directory");
   infer_command->add_option("target", infer.target, "RECIPE.yaml | RUN_DIR | MODEL_DIR")->required();
   infer_command->add_option("overrides", infer.overrides, "key=value overrides");
-  infer_command->add_option("--prompt", infer.prompt, "the user message")->required();
+  auto* prompt_option = infer_command->add_option("--prompt", infer.prompt, "the user message");
+  infer_command->add_option("--prompts-file", infer.prompts_file, "one prompt per line (plain text or a JSON string)")
+      ->excludes(prompt_option)
+      ->check(CLI::ExistingFile);
   auto* grad_flag = infer_command->add_flag("--grad", grad, "keep autograd on: per-token attribution (default: grad_inference)");
   infer_command->add_flag("--no-grad", no_grad, "plain generation without gradients")->excludes(grad_flag);
   infer_command->add_flag("--json", infer.json, "print one JSON object: prompt_ids, output_ids, text, attribution");
@@ -80,6 +83,10 @@ int main(int argc, char** argv) {
       return run_train(train);
     }
     if (*infer_command) {
+      if (prompt_option->count() == 0 && !infer.prompts_file) {
+        std::fprintf(stderr, "error: tune infer needs --prompt TEXT or --prompts-file FILE\n");
+        return 2;
+      }
       if (grad) infer.grad = true;
       if (no_grad) infer.grad = false;
       return run_infer(infer);

@@ -15,9 +15,10 @@ namespace tune::config {
 // Where a value came from: "recipes/sft-tiny.yaml:12:5", "configs/model/llama-tiny.yaml:3:1",
 // "command line (model.layers=4)" or "default".
 struct SourceLocation {
-  std::string file;  // empty for defaults; "command line" for overrides
-  int line = 0;      // 1-based; 0 when unknown
-  int column = 0;    // 1-based
+  std::string file;           // empty for defaults (and for keys that are not set); "command line" for overrides
+  int line = 0;               // 1-based; 0 when unknown
+  int column = 0;             // 1-based
+  std::string override_text;  // for overrides: the "model.layers=4" argument as given
   std::string to_string() const;
 };
 
@@ -40,11 +41,15 @@ class Config {
   std::vector<std::string> get_strings(const std::string& key) const;
   std::vector<long long> get_ints(const std::string& key) const;
 
+  // The getters throw UsageError (a programming error in the caller) for a key that is not in the schema,
+  // not set (check has() first for keys without a default), or of another type.
+
   bool has(const std::string& key) const;  // true when set by a file, an override, or a default
+  // Where the key's value came from; an empty location (file "") for defaults and for keys that are not set.
   SourceLocation where(const std::string& key) const;
 
-  // A ConfigError naming the key's location, for semantic checks recipes make after loading
-  // ("lora.rank must be > 0 when lora.enabled is true").
+  // A ConfigError "<where>: <key> <message>", for semantic checks recipes make after loading:
+  // fail("lora.rank", "must be > 0 when lora.enabled is true"). A key without a location names the recipe file.
   [[noreturn]] void fail(const std::string& key, const std::string& message) const;
 
   // The fully resolved config (defaults filled in, includes and overrides applied) as nested YAML,
@@ -58,6 +63,7 @@ class Config {
   };
   std::map<std::string, Entry> entries;
   Schema schema;
+  std::string recipe_file;  // the file load() read, named by fail() for keys that have no location
 };
 
 // Reads `file` (following `include:` entries, relative to the including file or else to the shipped configs/

@@ -58,6 +58,29 @@ std::vector<std::filesystem::path> yaml_files_under(const std::filesystem::path&
   return files;
 }
 
+std::vector<std::string> read_prompts(const InferArguments& arguments) {
+  if (!arguments.prompts_file) return {arguments.prompt};
+  std::ifstream in(*arguments.prompts_file);
+  if (!in) throw UsageError(fmt::format("--prompts-file {}: cannot open", arguments.prompts_file->string()));
+  std::vector<std::string> prompts;
+  std::string line;
+  for (int line_number = 1; std::getline(in, line); ++line_number) {
+    if (line.empty()) continue;
+    if (line.front() != '"') {
+      prompts.push_back(line);
+      continue;
+    }
+    try {  // a JSON string literal lets a prompt contain newlines
+      prompts.push_back(nlohmann::json::parse(line).get<std::string>());
+    } catch (const nlohmann::json::exception& error) {
+      throw UsageError(fmt::format("{}:{}: a line starting with '\"' must be a JSON string: {}",
+                                   arguments.prompts_file->string(), line_number, error.what()));
+    }
+  }
+  if (prompts.empty()) throw UsageError(fmt::format("--prompts-file {}: no prompts", arguments.prompts_file->string()));
+  return prompts;
+}
+
 }  // namespace
 
 int run_train(const TrainArguments& arguments) {
@@ -74,7 +97,7 @@ int run_train(const TrainArguments& arguments) {
 
 int run_infer(const InferArguments& arguments) {
   InferRequest request;
-  request.prompt = arguments.prompt;
+  request.prompts = read_prompts(arguments);
   request.json = arguments.json;
   request.max_new_tokens = arguments.max_new_tokens;
   request.temperature = arguments.temperature;

@@ -20,6 +20,7 @@ struct InferArguments {
   std::filesystem::path target;  // recipe YAML, run directory or Hugging Face model directory
   std::vector<std::string> overrides;
   std::string prompt;
+  std::optional<std::filesystem::path> prompts_file;  // one prompt per line (JSON string or plain text)
   std::optional<bool> grad;      // --grad / --no-grad; unset: the config's grad_inference
   bool json = false;
   int64_t max_new_tokens = -1;

@@ -22,7 +22,7 @@ struct InferRequest {
   std::optional<config::Config> config;   // a recipe file's or a run's config.yaml; unset for a bare model dir
   std::optional<std::filesystem::path> run_dir;       // when inferring from a run directory
   std::optional<std::filesystem::path> model_dir;     // when inferring from a bare HF model directory
-  std::string prompt;
+  std::vector<std::string> prompts;      // one generation per prompt (--prompt, or each line of --prompts-file)
   bool grad = true;                       // --grad / --no-grad, default from grad_inference
   bool json = false;
   int64_t max_new_tokens = -1;            // -1: from the config

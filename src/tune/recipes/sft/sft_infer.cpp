@@ -52,12 +52,6 @@ LoadedForInference load_for_inference(const InferRequest& request, SftSettings s
   return loaded;
 }
 
-std::string display_piece(const data::Tokenizer& tokenizer, int64_t id) {
-  std::string piece = tokenizer.piece(id);
-  // sentencepiece marks a leading space with U+2581; show it as a visible space marker.
-  return piece;
-}
-
 void print_attribution(const data::Tokenizer& tokenizer, const AttributionResult& result) {
   double max_norm = 0.0;
   for (const auto& token : result.prompt_tokens) max_norm = std::max(max_norm, token.grad_norm);
@@ -67,7 +61,7 @@ void print_attribution(const data::Tokenizer& tokenizer, const AttributionResult
   for (size_t i = 0; i < result.prompt_tokens.size(); ++i) {
     const auto& token = result.prompt_tokens[i];
     const int bar = max_norm > 0 ? static_cast<int>(std::lround(20.0 * token.grad_norm / max_norm)) : 0;
-    std::cout << fmt::format("  {:>4}  {:<16} {:>11.4e} {:>11.4e}  {}\n", i, display_piece(tokenizer, token.token_id),
+    std::cout << fmt::format("  {:>4}  {:<16} {:>11.4e} {:>11.4e}  {}\n", i, tokenizer.piece(token.token_id),
                              token.grad_norm, token.grad_x_input, std::string(static_cast<size_t>(bar), '#'));
   }
 }
@@ -99,16 +93,6 @@ int infer(const InferRequest& request) {
   model->to(device);
   log::info("weights: {}", loaded.weights_from);
 
-  // The chat template the model was fine-tuned with; a bare model directory gets the raw prompt after BOS.
-  std::vector<int64_t> prompt_ids;
-  if (request.config) {
-    data::Conversation conversation;
-    conversation.messages.push_back({"user", request.prompt});
-    prompt_ids = data::ChatTemplate::by_name(sft.data.chat_template).encode_prompt(tokenizer, conversation);
-  } else {
-    prompt_ids = tokenizer.encode(request.prompt, /*add_bos=*/true);
-  }
-
   SamplingOptions sampling;
   sampling.max_new_tokens = generation.max_new_tokens;
   sampling.temperature = generation.temperature;
@@ -116,44 +100,59 @@ int infer(const InferRequest& request) {
   sampling.seed = run.seed;
   sampling.stop_ids = model->config().eos_token_ids;
   sampling.stop_ids.push_back(tokenizer.eos_id());
-  memory_tracker::reset_peak(device.is_cuda());
-  const auto output_ids = generate(model, prompt_ids, sampling, run.mixed_precision, device);
-  const int64_t generation_peak = memory_tracker::peak_bytes(device.is_cuda());
-  const std::string text = tokenizer.decode(output_ids);
+  std::optional<data::ChatTemplate> chat_template;
+  if (request.config) chat_template = data::ChatTemplate::by_name(sft.data.chat_template);
+  auto runner = std::make_shared<memory::CheckpointRunner>(run.checkpointing, model->num_blocks());
+  model->set_block_runner(runner);
 
-  nlohmann::json json = {{"prompt_ids", prompt_ids}, {"output_ids", output_ids}, {"text", text},
-                         {"generation_peak_mem_bytes", generation_peak}};
-  std::optional<AttributionResult> attribution;
-  int64_t attribution_peak = 0;
-  std::string checkpointing_description = "off";
-  if (request.grad && !output_ids.empty()) {
-    auto runner = std::make_shared<memory::CheckpointRunner>(run.checkpointing, model->num_blocks());
-    checkpointing_description = runner->describe();
-    model->set_block_runner(runner);
-    memory_tracker::reset_peak(device.is_cuda());
-    attribution = attribute(model, prompt_ids, output_ids, run.mixed_precision, device);
-    attribution_peak = memory_tracker::peak_bytes(device.is_cuda());
-    nlohmann::json tokens = nlohmann::json::array();
-    for (const auto& token : attribution->prompt_tokens) {
-      tokens.push_back({{"id", token.token_id}, {"piece", tokenizer.piece(token.token_id)},
-                        {"grad_norm", token.grad_norm}, {"grad_x_input", token.grad_x_input}});
+  for (const auto& prompt : request.prompts) {
+    // The chat template the model was fine-tuned with; a bare model directory gets the raw prompt after BOS.
+    std::vector<int64_t> prompt_ids;
+    if (chat_template) {
+      data::Conversation conversation;
+      conversation.messages.push_back({"user", prompt});
+      prompt_ids = chat_template->encode_prompt(tokenizer, conversation);
+    } else {
+      prompt_ids = tokenizer.encode(prompt, /*add_bos=*/true);
     }
-    json["attribution"] = {{"log_prob", attribution->continuation_log_prob}, {"tokens", tokens},
-                           {"gradient_checkpointing", checkpointing_description},
-                           {"peak_mem_bytes", attribution_peak}};
-  }
+    memory_tracker::reset_peak(device.is_cuda());
+    const auto output_ids = generate(model, prompt_ids, sampling, run.mixed_precision, device);
+    const int64_t generation_peak = memory_tracker::peak_bytes(device.is_cuda());
+    const std::string text = tokenizer.decode(output_ids);
+    nlohmann::json json = {{"prompt", prompt},   {"prompt_ids", prompt_ids},
+                           {"output_ids", output_ids}, {"text", text},
+                           {"generation_peak_mem_bytes", generation_peak}};
 
-  if (request.json) {
-    std::cout << json.dump() << std::endl;
-    return 0;
-  }
-  std::cout << text << std::endl;
-  log::info("generation: {} tokens, peak memory {}", output_ids.size(), format_bytes(static_cast<double>(generation_peak)));
-  if (attribution) {
-    print_attribution(tokenizer, *attribution);
-    log::info("gradient-enabled pass: gradient checkpointing {}, mixed precision {}, peak memory {}",
-              checkpointing_description, precision::to_string(run.mixed_precision),
-              format_bytes(static_cast<double>(attribution_peak)));
+    std::optional<AttributionResult> attribution;
+    int64_t attribution_peak = 0;
+    if (request.grad && !output_ids.empty()) {
+      memory_tracker::reset_peak(device.is_cuda());
+      attribution = attribute(model, prompt_ids, output_ids, run.mixed_precision, device);
+      attribution_peak = memory_tracker::peak_bytes(device.is_cuda());
+      nlohmann::json tokens = nlohmann::json::array();
+      for (const auto& token : attribution->prompt_tokens) {
+        tokens.push_back({{"id", token.token_id}, {"piece", tokenizer.piece(token.token_id)},
+                          {"grad_norm", token.grad_norm}, {"grad_x_input", token.grad_x_input}});
+      }
+      json["attribution"] = {{"log_prob", attribution->continuation_log_prob}, {"tokens", tokens},
+                             {"gradient_checkpointing", runner->describe()},
+                             {"mixed_precision", precision::to_string(run.mixed_precision)},
+                             {"peak_mem_bytes", attribution_peak}};
+    }
+
+    if (request.json) {
+      std::cout << json.dump() << std::endl;
+      continue;
+    }
+    std::cout << text << std::endl;
+    log::info("generation: {} tokens, peak memory {}", output_ids.size(),
+              format_bytes(static_cast<double>(generation_peak)));
+    if (attribution) {
+      print_attribution(tokenizer, *attribution);
+      log::info("gradient-enabled pass: gradient checkpointing {}, mixed precision {}, peak memory {}",
+                runner->describe(), precision::to_string(run.mixed_precision),
+                format_bytes(static_cast<double>(attribution_peak)));
+    }
   }
   return 0;
 }

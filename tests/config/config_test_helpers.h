@@ -1,0 +1,112 @@
+// Shared helpers for the config tests: a fresh temporary directory to write YAML into, a test schema,
+// and a way to capture the problems of a ConfigError.
+#pragma once
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tune/config/config.h"
+
+namespace tune::config::testing {
+
+namespace fs = std::filesystem;
+
+// A directory of its own per test, removed afterwards, so tests never see each other's files.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    // CTest runs test cases as parallel processes: the random part keeps their directories apart.
+    const auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
+    path_ = fs::temp_directory_path() / ("tune-config-test-" + std::to_string(stamp) + "-" +
+                                         std::to_string(std::random_device{}()) + "-" + std::to_string(counter++));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const fs::path& path() const { return path_; }
+
+  // Writes `text` to `relative` (creating folders) and returns its full path.
+  fs::path write(const std::string& relative, const std::string& text) const {
+    const fs::path file = path_ / relative;
+    fs::create_directories(file.parent_path());
+    std::ofstream(file) << text;
+    return file;
+  }
+
+ private:
+  fs::path path_;
+};
+
+// Sets an environment variable for the lifetime of the object, then restores the previous value.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) previous_ = old;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (previous_) {
+      setenv(name_, previous_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> previous_;
+};
+
+// A schema with every value type, a choice, a required key and keys without defaults.
+inline Schema test_schema() {
+  Schema schema;
+  schema.choice("recipe", {"sft", "latte"}, "sft", "which recipe");
+  schema.integer("seed", 0, "random seed");
+  schema.boolean("gradient_checkpointing", true, "recompute activations");
+  schema.choice("mixed_precision", {"bf16", "fp16", "no"}, "bf16", "autocast dtype");
+  schema.string("optimizer.name", "adamw", "optimizer");
+  schema.real("optimizer.lr", 3e-4, "learning rate");
+  schema.real("optimizer.weight_decay", 0.0, "weight decay");
+  schema.integer("model.layers", 2, "decoder layers");
+  schema.integer("model.hidden", 64, "hidden size");
+  schema.path("model.path", "model directory");
+  schema.string_list("lora.targets", {"q_proj", "v_proj"}, "adapted projections");
+  schema.add({"lora.layers", ValueType::integer_list, "[0, 1]", false, {}, "layers with adapters"});
+  schema.required_path("data.train", "training JSONL");
+  schema.optional_string("run_name", "a name for the run");
+  schema.string("tag", "none", "free text");
+  return schema;
+}
+
+// The problems of the ConfigError that `action` throws; fails the test when it throws nothing.
+template <typename Action>
+std::vector<std::string> problems_of(Action&& action) {
+  try {
+    action();
+  } catch (const ConfigError& error) {
+    return error.problems();
+  }
+  FAIL("expected a ConfigError");
+  return {};
+}
+
+// The problems of loading `file` with the test schema.
+inline std::vector<std::string> load_problems(const fs::path& file, const std::vector<std::string>& overrides = {}) {
+  return problems_of([&] { load(file, overrides, test_schema()); });
+}
+
+}  // namespace tune::config::testing
