@@ -1,1 +1,169 @@
-// placeholder: implemented by the owner of src/tune/data
+// Chat templates: a conversation rendered as text parts (prompt or trained) plus BOS/EOS, then tokenized.
+//
+// Tokenization rule (the sentencepiece subtlety): every run of text between a mask boundary or a BOS/EOS is
+// encoded as its own string and the ids are concatenated, as Meta's Llama 2 reference code does. That keeps
+// label boundaries exact, but sentencepiece prefixes each separately encoded string with "▁" (a space), so a
+// part that would begin with a space in the joined text leaves it out and lets that prefix supply it (llama2's
+// " {reply} " is written "{reply} "). encode_prompt() renders the same parts up to the assistant header, so its
+// ids are exactly the prefix encode() trains on, and decode(prompt ids) + " " + reply reads as the full text.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "tune/core/error.h"
+#include "tune/data/sft_dataset.h"
+
+namespace tune::data {
+namespace {
+
+struct TemplatePart {
+  enum class Kind { text, bos, eos } kind;
+  std::string text;
+  bool trained;
+};
+
+// Collects parts; adjacent text of the same mask joins, so each run is encoded once.
+class Rendering {
+ public:
+  void text(const std::string& text, bool trained) {
+    if (!parts_.empty() && parts_.back().kind == TemplatePart::Kind::text && parts_.back().trained == trained) {
+      parts_.back().text += text;
+    } else {
+      parts_.push_back({TemplatePart::Kind::text, text, trained});
+    }
+  }
+  void bos(bool trained) { parts_.push_back({TemplatePart::Kind::bos, "", trained}); }
+  void eos(bool trained) { parts_.push_back({TemplatePart::Kind::eos, "", trained}); }
+  const std::vector<TemplatePart>& parts() const { return parts_; }
+
+ private:
+  std::vector<TemplatePart> parts_;
+};
+
+constexpr bool kPrompt = false;
+constexpr bool kTrained = true;
+
+// "{system}\n\n### Instruction:\n{user}\n\n### Response:\n{reply}</s>"; BOS only at the start.
+void render_plain(const std::vector<ChatMessage>& messages, Rendering& out) {
+  out.bos(kPrompt);
+  std::string system_prefix;
+  for (const auto& message : messages) {
+    if (message.role == "system") {
+      system_prefix = message.content + "\n\n";
+    } else if (message.role == "user") {
+      out.text(system_prefix + "### Instruction:\n" + message.content + "\n\n### Response:\n", kPrompt);
+      system_prefix.clear();
+    } else {
+      out.text(message.content, kTrained);
+      out.eos(kTrained);
+    }
+  }
+}
+
+// Meta's Llama 2 chat format: "<s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {reply} </s>" per turn.
+void render_llama2(const std::vector<ChatMessage>& messages, Rendering& out) {
+  std::string system_block;
+  for (const auto& message : messages) {
+    if (message.role == "system") {
+      system_block = "<<SYS>>\n" + message.content + "\n<</SYS>>\n\n";
+    } else if (message.role == "user") {
+      out.bos(kPrompt);
+      out.text("[INST] " + system_block + message.content + " [/INST]", kPrompt);
+      system_block.clear();
+    } else {
+      out.text(message.content + " ", kTrained);  // the leading space comes from sentencepiece's prefix
+      out.eos(kTrained);
+    }
+  }
+}
+
+// ChatML: "<|im_start|>{role}\n{content}<|im_end|>\n" per message. ChatML models have no BOS; ours keeps one at
+// the start. The assistant's "<|im_end|>" is followed by EOS so generation stops on our tokenizer's EOS too.
+void render_chatml(const std::vector<ChatMessage>& messages, Rendering& out) {
+  out.bos(kPrompt);
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const auto& message = messages[i];
+    const bool after_reply = i > 0 && messages[i - 1].role == "assistant";
+    if (message.role == "assistant") {
+      out.text(message.content + "<|im_end|>", kTrained);
+      out.eos(kTrained);
+    } else {
+      out.text(std::string(after_reply ? "\n" : "") + "<|im_start|>" + message.role + "\n" + message.content +
+                   "<|im_end|>\n",
+               kPrompt);
+      if (message.role == "user") out.text("<|im_start|>assistant\n", kPrompt);
+    }
+  }
+}
+
+// Templates assume an optional system message, then user/assistant alternating; read_jsonl guarantees it for
+// files, this guards conversations built in code. ends_with: the role the last message must have.
+void check_turns(const Conversation& conversation, const char* ends_with, const char* caller) {
+  const auto& messages = conversation.messages;
+  const std::string source = conversation.source.empty() ? "conversation" : conversation.source;
+  const size_t first_turn = !messages.empty() && messages.front().role == "system" ? 1 : 0;
+  if (messages.size() <= first_turn || messages.back().role != ends_with) {
+    throw InputError(fmt::format("{}: {} needs the last message to have role '{}' (after at least one turn), got {}",
+                                 source, caller, ends_with,
+                                 messages.empty() ? "no messages" : "'" + messages.back().role + "' last"));
+  }
+  for (size_t i = first_turn; i < messages.size(); ++i) {
+    const char* expected = (i - first_turn) % 2 == 0 ? "user" : "assistant";
+    if (messages[i].role != expected) {
+      throw InputError(fmt::format("{}: message {} has role '{}' where '{}' was expected (an optional system "
+                                   "message, then user and assistant alternating)",
+                                   source, i, messages[i].role, expected));
+    }
+  }
+}
+
+Rendering render(const std::string& name, const std::vector<ChatMessage>& messages) {
+  Rendering rendering;
+  if (name == "plain") render_plain(messages, rendering);
+  if (name == "llama2") render_llama2(messages, rendering);
+  if (name == "chatml") render_chatml(messages, rendering);
+  return rendering;
+}
+
+TokenizedExample tokenize(const Tokenizer& tokenizer, const Rendering& rendering, bool train_on_prompt) {
+  if (tokenizer.eos_id() < 0) {
+    throw InputError(fmt::format("tokenizer '{}' has no EOS token; chat templates end every reply with one",
+                                 tokenizer.model_path().string()));
+  }
+  TokenizedExample example;
+  for (const auto& part : rendering.parts()) {
+    std::vector<int64_t> ids;
+    if (part.kind == TemplatePart::Kind::text) ids = tokenizer.encode(part.text, false, false);
+    if (part.kind == TemplatePart::Kind::bos && tokenizer.bos_id() >= 0) ids = {tokenizer.bos_id()};
+    if (part.kind == TemplatePart::Kind::eos) ids = {tokenizer.eos_id()};
+    const bool trained = part.trained || train_on_prompt;
+    example.input_ids.insert(example.input_ids.end(), ids.begin(), ids.end());
+    for (int64_t id : ids) example.labels.push_back(trained ? id : kIgnoreIndex);
+  }
+  return example;
+}
+
+}  // namespace
+
+std::vector<std::string> ChatTemplate::names() { return {"plain", "llama2", "chatml"}; }
+
+ChatTemplate ChatTemplate::by_name(const std::string& name) {
+  const auto valid = names();
+  if (std::find(valid.begin(), valid.end(), name) == valid.end()) {
+    throw UsageError(fmt::format("unknown chat template '{}'; valid templates: {}", name, fmt::join(valid, ", ")));
+  }
+  return ChatTemplate(name);
+}
+
+TokenizedExample ChatTemplate::encode(const Tokenizer& tokenizer, const Conversation& conversation,
+                                      bool train_on_prompt) const {
+  check_turns(conversation, "assistant", "chat template encode()");
+  return tokenize(tokenizer, render(name_, conversation.messages), train_on_prompt);
+}
+
+std::vector<int64_t> ChatTemplate::encode_prompt(const Tokenizer& tokenizer, const Conversation& conversation) const {
+  check_turns(conversation, "user", "chat template encode_prompt()");
+  return tokenize(tokenizer, render(name_, conversation.messages), false).input_ids;
+}
+
+}  // namespace tune::data

@@ -45,6 +45,8 @@ struct TokenizedExample {
 // Chat templates: "plain" (### Instruction / ### Response), "llama2" ([INST] ... [/INST]), "chatml"
 // (<|im_start|>role\n...<|im_end|>). Each starts with BOS, and every assistant turn ends with EOS (plain, llama2)
 // or <|im_end|> followed by EOS (chatml) so a fine-tuned model learns to stop.
+// Each run of text between mask boundaries is tokenized as its own string (so sentencepiece gives it a leading
+// "▁"), as Meta's Llama 2 code does; chat_template.cpp documents the exact layouts.
 class ChatTemplate {
  public:
   static ChatTemplate by_name(const std::string& name);  // throws UsageError listing valid names

@@ -22,8 +22,9 @@ struct SftBatch {
 
 struct LoaderOptions {
   int64_t batch_size = 1;      // rows per batch
-  int64_t max_length = 512;    // row length
+  int64_t max_length = 512;    // the most tokens a row holds; rows pad to the longest row of their batch
   bool packing = true;         // greedily fill each row with whole samples (first fit in shuffled order)
+                               // off: one sample per row
   bool shuffle = true;
   uint64_t seed = 0;
 };
@@ -39,7 +40,7 @@ class SftLoader {
 
   // The next batch; wraps to a new epoch (a new seeded order: seed + epoch) at the end of the data.
   SftBatch next();
-  int64_t batches_per_epoch() const;
+  int64_t batches_per_epoch() const;  // of the epoch position() is in (with packing, epochs differ slightly)
   LoaderPosition position() const { return position_; }
   void restore(LoaderPosition position);  // the next batch is exactly the one an uninterrupted run would get
   // Every batch of one pass, in order, without shuffling (evaluation).
@@ -50,7 +51,10 @@ class SftLoader {
   LoaderOptions options_;
   LoaderPosition position_;
   std::vector<std::vector<int64_t>> epoch_rows_;  // per batch row: example indices (implementation detail)
+  int64_t planned_epoch_ = -1;                     // the epoch epoch_rows_ was planned for
   void plan_epoch(int64_t epoch);
+  std::vector<std::vector<int64_t>> plan_rows(const std::vector<int64_t>& order) const;
+  SftBatch make_batch(const std::vector<std::vector<int64_t>>& rows, size_t first_row, size_t end_row) const;
 };
 
 }  // namespace tune::data

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-namespace sentencepiece { class SentencePieceProcessor; }
-
 namespace tune::data {
+
+class SentencePieceBackend;  // sentencepiece_backend.h: why sentencepiece sits behind an interface
 
 class Tokenizer {
  public:
@@ -30,7 +30,7 @@ class Tokenizer {
   const std::filesystem::path& model_path() const { return path_; }
 
  private:
-  std::shared_ptr<sentencepiece::SentencePieceProcessor> processor_;
+  std::shared_ptr<SentencePieceBackend> backend_;
   std::filesystem::path path_;
 };
 

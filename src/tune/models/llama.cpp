@@ -1,1 +1,146 @@
-// placeholder: implemented by the owner of src/tune/models
+// LlamaForCausalLM: embeddings -> decoder layers (through the block runner) -> final norm -> lm_head.
+#include "tune/models/llama.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "tune/core/error.h"
+#include "tune/models/llama_layers.h"
+#include "tune/nn/attention_mask.h"
+
+namespace tune::models {
+namespace {
+
+const std::vector<std::string> kLoraTargets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+
+void check_lora_options(const LlamaLoraOptions& lora) {
+  if (lora.lora.rank < 0) throw UsageError(fmt::format("LoRA rank must be >= 0, got {}", lora.lora.rank));
+  if (lora.lora.rank == 0) return;
+  if (lora.lora.dropout < 0.0 || lora.lora.dropout >= 1.0) {
+    throw UsageError(fmt::format("LoRA dropout must be in [0, 1), got {}", lora.lora.dropout));
+  }
+  if (lora.target_modules.empty()) {
+    throw UsageError(fmt::format("LoRA target_modules is empty; choose among {}", fmt::join(kLoraTargets, ", ")));
+  }
+  for (const auto& target : lora.target_modules) {
+    if (std::find(kLoraTargets.begin(), kLoraTargets.end(), target) == kLoraTargets.end()) {
+      throw UsageError(fmt::format("LoRA target module '{}' does not exist in a Llama-family model; choose among {}",
+                                   target, fmt::join(kLoraTargets, ", ")));
+    }
+  }
+}
+
+std::vector<torch::Tensor> trainable_parameters(const torch::nn::Module& module) {
+  std::vector<torch::Tensor> trainable;
+  for (const auto& parameter : module.parameters()) {
+    if (parameter.requires_grad()) trainable.push_back(parameter);
+  }
+  return trainable;
+}
+
+}  // namespace
+
+LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config, const LlamaLoraOptions& lora)
+    : config_(config), lora_(lora), runner_(std::make_shared<nn::PlainBlockRunner>()) {
+  check_lora_options(lora_);
+  model_ = register_module("model", std::make_shared<LlamaModelImpl>(config_, lora_));
+  if (!config_.tie_word_embeddings) {
+    lm_head_ = register_module("lm_head", std::make_shared<nn::LoraLinearImpl>(
+                                              nn::LoraLinearOptions(config_.hidden_size, config_.vocab_size)));
+  }
+}
+
+torch::Tensor LlamaForCausalLMImpl::embed(const torch::Tensor& input_ids) { return model_->embed_tokens(input_ids); }
+
+torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& input_ids, AttentionInputs inputs) {
+  if (input_ids.dim() != 2) {
+    throw std::invalid_argument(fmt::format("input_ids must be [batch, length], got {}", fmt::join(input_ids.sizes(), "x")));
+  }
+  return forward_embeddings(embed(input_ids), std::move(inputs));
+}
+
+torch::Tensor LlamaForCausalLMImpl::forward_embeddings(const torch::Tensor& input_embeddings, AttentionInputs inputs) {
+  if (input_embeddings.dim() != 3 || input_embeddings.size(2) != config_.hidden_size) {
+    throw std::invalid_argument(fmt::format("input embeddings must be [batch, length, {}], got {}", config_.hidden_size,
+                                            fmt::join(input_embeddings.sizes(), "x")));
+  }
+  const int64_t batch = input_embeddings.size(0);
+  const int64_t length = input_embeddings.size(1);
+  const auto device = input_embeddings.device();
+  KVCache* cache = inputs.cache;
+  if (cache != nullptr) {
+    cache->keys.resize(static_cast<size_t>(config_.num_hidden_layers));
+    cache->values.resize(static_cast<size_t>(config_.num_hidden_layers));
+  }
+  const int64_t past = cache != nullptr ? cache->length() : 0;
+
+  torch::Tensor positions = inputs.position_ids;
+  if (!positions.defined()) {
+    positions = torch::arange(past, past + length, torch::TensorOptions().dtype(torch::kInt64).device(device));
+    positions = positions.unsqueeze(0).expand({batch, length});
+  } else if (positions.dim() != 2 || positions.size(1) != length || (positions.size(0) != batch && positions.size(0) != 1)) {
+    throw std::invalid_argument(fmt::format("position_ids must be [{}, {}], got {}", batch, length, fmt::join(positions.sizes(), "x")));
+  }
+  positions = positions.to(device, torch::kInt64);
+
+  // Built once here rather than in every layer: they depend only on positions and segments.
+  LayerInputs layer_inputs;
+  std::tie(layer_inputs.cos, layer_inputs.sin) = model_->rotary_emb(positions);
+  layer_inputs.mask = nn::make_causal_mask(length, past, inputs.segment_ids, device);
+
+  torch::Tensor hidden = input_embeddings;
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    auto layer = model_->layers->ptr<LlamaDecoderLayerImpl>(i);
+    if (cache != nullptr) {
+      // Decoding mutates the cache, so the block must run exactly once: never through a recomputing runner.
+      LayerInputs with_cache = layer_inputs;
+      with_cache.cached_keys = &cache->keys[static_cast<size_t>(i)];
+      with_cache.cached_values = &cache->values[static_cast<size_t>(i)];
+      hidden = layer->forward(hidden, with_cache);
+    } else {
+      hidden = runner_->run(
+          i, [&layer, &layer_inputs](const torch::Tensor& h) { return layer->forward(h, layer_inputs); }, hidden,
+          trainable_parameters(*layer));
+    }
+  }
+  hidden = model_->norm(hidden);
+  const torch::Tensor logits =
+      lm_head_ ? lm_head_->forward(hidden) : torch::linear(hidden, model_->embed_tokens->weight);
+  return logits.to(torch::kFloat32);
+}
+
+std::vector<std::shared_ptr<torch::nn::Module>> LlamaForCausalLMImpl::blocks() const {
+  std::vector<std::shared_ptr<torch::nn::Module>> result;
+  for (const auto& layer : *model_->layers) result.push_back(layer);
+  return result;
+}
+
+void LlamaForCausalLMImpl::freeze_base_weights() {
+  for (auto& item : named_parameters()) {
+    if (item.key().find("lora_") == std::string::npos) item.value().set_requires_grad(false);
+  }
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> LlamaForCausalLMImpl::merged_state() const {
+  torch::NoGradGuard no_grad;
+  // Merged weights of every adapted projection, keyed by the HF name of its base weight.
+  std::map<std::string, torch::Tensor> merged;
+  for (const auto& item : named_modules()) {
+    if (const auto* linear = dynamic_cast<const nn::LoraLinearImpl*>(item.value().get()); linear && linear->has_lora()) {
+      merged[item.key() + ".weight"] = linear->merged_weight();
+    }
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> state;
+  for (const auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    if (name.find("lora_") != std::string::npos) continue;
+    const auto found = merged.find(name);
+    state.emplace_back(name, found != merged.end() ? found->second : item.value().detach().clone());
+  }
+  return state;
+}
+
+}  // namespace tune::models

@@ -18,6 +18,8 @@
 
 namespace tune::models {
 
+class LlamaModelImpl;  // llama_layers.h
+
 struct LlamaLoraOptions {
   nn::LoraOptions lora;                  // rank 0: no LoRA
   std::vector<std::string> target_modules = {"q_proj", "v_proj"};  // any of q,k,v,o,gate,up,down _proj
@@ -68,6 +70,8 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   std::shared_ptr<nn::BlockRunner> runner_;
   // Submodules registered as "model" (embed_tokens, layers, norm) and "lm_head" (unless tied); the concrete
   // members are the implementation's choice.
+  std::shared_ptr<LlamaModelImpl> model_;
+  std::shared_ptr<nn::LoraLinearImpl> lm_head_;  // null when tied to model.embed_tokens
 };
 TORCH_MODULE(LlamaForCausalLM);
 

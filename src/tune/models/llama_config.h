@@ -35,6 +35,11 @@ struct LlamaConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;                    // q/k/v biases (Qwen2 has them; its o_proj has none)
   bool mlp_bias = false;
+  // Mistral / Qwen2 sliding-window attention span; 0: none (null in config.json). Kept only so config.json
+  // round-trips: tune attends over the full causal context, which equals HF's sliding-window attention
+  // whenever sequences (prompt + generated) are no longer than the window. Mistral v0.1 has 4096; later
+  // Mistral releases and most Qwen2 checkpoints have none.
+  int64_t sliding_window = 0;
   int64_t bos_token_id = 1;
   std::vector<int64_t> eos_token_ids = {2};       // config.json may give one id or a list
   std::string torch_dtype = "float32";

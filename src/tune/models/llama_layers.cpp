@@ -1,0 +1,131 @@
+// Llama-family layers; module and parameter names are Hugging Face's so named_parameters() are HF tensor names.
+#include "tune/models/llama_layers.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "tune/models/llama.h"
+
+namespace tune::models {
+
+nn::LoraLinear make_projection(int64_t in_features, int64_t out_features, bool bias, const std::string& name,
+                               const LlamaLoraOptions& lora) {
+  nn::LoraLinearOptions options(in_features, out_features);
+  options.bias(bias);
+  const auto& targets = lora.target_modules;
+  if (lora.lora.rank > 0 && std::find(targets.begin(), targets.end(), name) != targets.end()) {
+    options.lora(lora.lora);
+  }
+  return nn::LoraLinear(options);
+}
+
+nn::RotaryEmbeddingOptions rotary_options(const LlamaConfig& config) {
+  nn::RotaryEmbeddingOptions options(config.resolved_head_dim());
+  options.theta(config.rope_theta);
+  if (config.rope_scaling.rope_type == "llama3") {
+    nn::Llama3RopeScalingOptions scaling;
+    scaling.factor = config.rope_scaling.factor;
+    scaling.low_freq_factor = config.rope_scaling.low_freq_factor;
+    scaling.high_freq_factor = config.rope_scaling.high_freq_factor;
+    scaling.original_max_position_embeddings = config.rope_scaling.original_max_position_embeddings;
+    options.llama3_scaling(scaling);
+  }
+  return options;
+}
+
+namespace {
+
+// [B, kv_heads, S, D] -> [B, kv_heads * groups, S, D], each kv head shared by `groups` consecutive query heads.
+torch::Tensor repeat_kv(const torch::Tensor& x, int64_t groups) {
+  if (groups == 1) return x;
+  const auto sizes = x.sizes();
+  return x.unsqueeze(2).expand({sizes[0], sizes[1], groups, sizes[2], sizes[3]}).reshape({sizes[0], sizes[1] * groups, sizes[2], sizes[3]});
+}
+
+}  // namespace
+
+LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& config, const LlamaLoraOptions& lora)
+    : num_heads(config.num_attention_heads),
+      num_key_value_heads(config.num_key_value_heads),
+      head_dim(config.resolved_head_dim()) {
+  const int64_t hidden = config.hidden_size;
+  // Qwen2 has q/k/v biases but none on o_proj; Llama's attention_bias covers all four.
+  const bool qkv_bias = config.attention_bias;
+  const bool o_bias = config.attention_bias && config.model_type != "qwen2";
+  q_proj = register_module("q_proj", make_projection(hidden, num_heads * head_dim, qkv_bias, "q_proj", lora));
+  k_proj = register_module("k_proj", make_projection(hidden, num_key_value_heads * head_dim, qkv_bias, "k_proj", lora));
+  v_proj = register_module("v_proj", make_projection(hidden, num_key_value_heads * head_dim, qkv_bias, "v_proj", lora));
+  o_proj = register_module("o_proj", make_projection(num_heads * head_dim, hidden, o_bias, "o_proj", lora));
+}
+
+torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& hidden, const LayerInputs& inputs) {
+  const int64_t batch = hidden.size(0);
+  const int64_t length = hidden.size(1);
+  torch::Tensor query = q_proj(hidden).reshape({batch, length, num_heads, head_dim}).transpose(1, 2);
+  torch::Tensor key = k_proj(hidden).reshape({batch, length, num_key_value_heads, head_dim}).transpose(1, 2);
+  torch::Tensor value = v_proj(hidden).reshape({batch, length, num_key_value_heads, head_dim}).transpose(1, 2);
+  query = nn::apply_rotary_embedding(query, inputs.cos, inputs.sin);
+  key = nn::apply_rotary_embedding(key, inputs.cos, inputs.sin);
+
+  if (inputs.cached_keys != nullptr) {
+    // The cache holds rotated keys, so earlier positions never need their RoPE recomputed.
+    torch::Tensor& cached_keys = *inputs.cached_keys;
+    torch::Tensor& cached_values = *inputs.cached_values;
+    if (cached_keys.defined()) {
+      key = torch::cat({cached_keys, key.to(cached_keys.scalar_type())}, 2);
+      value = torch::cat({cached_values, value.to(cached_values.scalar_type())}, 2);
+    }
+    cached_keys = key;
+    cached_values = value;
+  }
+
+  const int64_t groups = num_heads / num_key_value_heads;
+  key = repeat_kv(key, groups);
+  value = repeat_kv(value, groups);
+  // Under autocast the matmuls run in bf16/fp16; the mask addition and softmax are done in fp32 (or wider:
+  // a float64 model stays float64) because exp() of low-precision scores loses the small probabilities, then
+  // cast back for the value product.
+  const torch::Tensor scores = torch::matmul(query, key.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
+  const auto softmax_dtype = torch::promote_types(scores.scalar_type(), torch::kFloat32);
+  const torch::Tensor probabilities = torch::softmax(scores.to(softmax_dtype) + inputs.mask, -1).to(query.scalar_type());
+  const torch::Tensor context = torch::matmul(probabilities, value.to(query.scalar_type()));
+  return o_proj(context.transpose(1, 2).reshape({batch, length, num_heads * head_dim}));
+}
+
+LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& config, const LlamaLoraOptions& lora) {
+  const int64_t hidden = config.hidden_size;
+  const int64_t inner = config.intermediate_size;
+  gate_proj = register_module("gate_proj", make_projection(hidden, inner, config.mlp_bias, "gate_proj", lora));
+  up_proj = register_module("up_proj", make_projection(hidden, inner, config.mlp_bias, "up_proj", lora));
+  down_proj = register_module("down_proj", make_projection(inner, hidden, config.mlp_bias, "down_proj", lora));
+}
+
+torch::Tensor LlamaMLPImpl::forward(const torch::Tensor& hidden) {
+  return down_proj(torch::silu(gate_proj(hidden)) * up_proj(hidden));
+}
+
+LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& config, const LlamaLoraOptions& lora) {
+  // Registration order = HF's, so named_parameters() lists tensors in the order HF checkpoints do.
+  self_attn = register_module("self_attn", LlamaAttention(config, lora));
+  mlp = register_module("mlp", LlamaMLP(config, lora));
+  const auto norm_options = nn::RMSNormOptions(config.hidden_size).eps(config.rms_norm_eps);
+  input_layernorm = register_module("input_layernorm", nn::RMSNorm(norm_options));
+  post_attention_layernorm = register_module("post_attention_layernorm", nn::RMSNorm(norm_options));
+}
+
+torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& hidden, const LayerInputs& inputs) {
+  const torch::Tensor attended = hidden + self_attn(input_layernorm(hidden), inputs);
+  return attended + mlp(post_attention_layernorm(attended));
+}
+
+LlamaModelImpl::LlamaModelImpl(const LlamaConfig& config, const LlamaLoraOptions& lora) {
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(config.vocab_size, config.hidden_size));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) layers->push_back(LlamaDecoderLayer(config, lora));
+  norm = register_module("norm", nn::RMSNorm(nn::RMSNormOptions(config.hidden_size).eps(config.rms_norm_eps)));
+  rotary_emb = register_module("rotary_emb", nn::RotaryEmbedding(rotary_options(config)));
+}
+
+}  // namespace tune::models

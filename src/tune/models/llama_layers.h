@@ -1,0 +1,84 @@
+// The building blocks of a Llama-family decoder: attention with grouped-query heads and RoPE, the SwiGLU MLP,
+// the pre-norm decoder layer, and the "model" trunk that holds them under Hugging Face's module names.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/pimpl.h>
+
+#include <string>
+
+#include "tune/models/llama_config.h"
+#include "tune/nn/lora_linear.h"
+#include "tune/nn/rms_norm.h"
+#include "tune/nn/rotary_embedding.h"
+
+namespace tune::models {
+
+struct LlamaLoraOptions;
+
+// What one layer needs besides its hidden states; computed once per forward and shared by all layers.
+struct LayerInputs {
+  torch::Tensor cos;            // [B, T, head_dim] float32, from the positions
+  torch::Tensor sin;
+  torch::Tensor mask;           // [B or 1, 1, T, past + T] additive float32
+  torch::Tensor* cached_keys = nullptr;    // decoding: this layer's cache slots (grown in place), else null
+  torch::Tensor* cached_values = nullptr;
+};
+
+// A projection that carries a LoRA adapter iff `name` (e.g. "q_proj") is among the LoRA target modules.
+nn::LoraLinear make_projection(int64_t in_features, int64_t out_features, bool bias, const std::string& name,
+                               const LlamaLoraOptions& lora);
+
+// Self-attention: q/k/v projections, RoPE on q and k, kv heads repeated to the query heads (GQA), scores scaled
+// by 1/sqrt(head_dim), additive mask, softmax in fp32, o projection.
+class LlamaAttentionImpl : public torch::nn::Module {
+ public:
+  LlamaAttentionImpl(const LlamaConfig& config, const LlamaLoraOptions& lora);
+  torch::Tensor forward(const torch::Tensor& hidden, const LayerInputs& inputs);
+
+  int64_t num_heads, num_key_value_heads, head_dim;
+  nn::LoraLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+};
+TORCH_MODULE(LlamaAttention);
+
+// SwiGLU: down(silu(gate(x)) * up(x)).
+class LlamaMLPImpl : public torch::nn::Module {
+ public:
+  LlamaMLPImpl(const LlamaConfig& config, const LlamaLoraOptions& lora);
+  torch::Tensor forward(const torch::Tensor& hidden);
+
+  nn::LoraLinear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(LlamaMLP);
+
+// Pre-norm residual block: h + attn(norm(h)), then h + mlp(norm(h)). The unit the block runner executes.
+class LlamaDecoderLayerImpl : public torch::nn::Module {
+ public:
+  LlamaDecoderLayerImpl(const LlamaConfig& config, const LlamaLoraOptions& lora);
+  torch::Tensor forward(const torch::Tensor& hidden, const LayerInputs& inputs);
+
+  LlamaAttention self_attn{nullptr};
+  LlamaMLP mlp{nullptr};
+  nn::RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+};
+TORCH_MODULE(LlamaDecoderLayer);
+
+// The trunk registered as "model": embed_tokens, layers, norm (and the parameter-free rotary_emb). Its forward
+// lives in LlamaForCausalLM, which owns the block runner.
+class LlamaModelImpl : public torch::nn::Module {
+ public:
+  LlamaModelImpl(const LlamaConfig& config, const LlamaLoraOptions& lora);
+
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  nn::RMSNorm norm{nullptr};
+  nn::RotaryEmbedding rotary_emb{nullptr};
+};
+TORCH_MODULE(LlamaModel);
+
+// The RoPE options a config implies (theta, head_dim, Llama 3 scaling).
+nn::RotaryEmbeddingOptions rotary_options(const LlamaConfig& config);
+
+}  // namespace tune::models

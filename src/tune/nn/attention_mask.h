@@ -1,0 +1,23 @@
+// Additive attention masks for decoder self-attention: causal, packed (segment ids) and incremental decoding
+// (new tokens after a key/value cache). Built once per forward and shared by every layer.
+#pragma once
+
+#include <torch/types.h>
+
+namespace tune::nn {
+
+// Returns a float32 mask [B or 1, 1, T, past_length + T]: 0 where query i may attend to key j, the lowest
+// float32 value elsewhere (not -inf, so even a fully masked row could not produce NaN).
+//   Query i sits at absolute index past_length + i; key j is visible iff j <= past_length + i.
+//   segment_ids [B, T] (optional, only with past_length 0): additionally j's segment must equal i's and be
+//   >= 0. A padding token (segment < 0) sees only itself, which keeps its softmax finite; its output is
+//   meaningless and masked from the loss.
+torch::Tensor make_causal_mask(int64_t query_length, int64_t past_length, const torch::Tensor& segment_ids,
+                               torch::Device device);
+
+// 0/1 boolean form of the same rule ([B or 1, T, past_length + T], true = may attend); the additive mask is
+// built from it. Exposed for tests and for kernels that take boolean masks.
+torch::Tensor make_causal_allowed(int64_t query_length, int64_t past_length, const torch::Tensor& segment_ids,
+                                  torch::Device device);
+
+}  // namespace tune::nn

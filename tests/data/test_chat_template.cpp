@@ -1,0 +1,116 @@
+// Chat templates: the exact token layout and loss mask of a two-turn conversation with a system message, and
+// encode_prompt() being the very prefix training sees.
+#include <catch2/catch.hpp>
+
+#include "data_test_helpers.h"
+#include "tune/core/error.h"
+
+using namespace tune::data;
+using tune::data::testing::mask_runs;
+using tune::data::testing::tiny_tokenizer;
+using Runs = std::vector<std::pair<bool, std::string>>;
+
+namespace {
+constexpr bool kMasked = false;
+constexpr bool kTrained = true;
+
+Conversation two_turns() {
+  return {{{"system", "Be brief."},
+           {"user", "Reverse: a b"},
+           {"assistant", "b a"},
+           {"user", "First and last: a b c"},
+           {"assistant", "a c"}},
+          "test:1"};
+}
+
+Runs layout(const std::string& name, bool train_on_prompt = false) {
+  const auto example = ChatTemplate::by_name(name).encode(tiny_tokenizer(), two_turns(), train_on_prompt);
+  REQUIRE(example.labels.size() == example.input_ids.size());
+  for (size_t i = 0; i < example.labels.size(); ++i) {
+    if (example.labels[i] != kIgnoreIndex) REQUIRE(example.labels[i] == example.input_ids[i]);
+  }
+  return mask_runs(tiny_tokenizer(), example);
+}
+}  // namespace
+
+TEST_CASE("plain template layout and mask", "[data][template]") {
+  CHECK(layout("plain") == Runs{{kMasked, "<s> Be brief.\n\n### Instruction:\nReverse: a b\n\n### Response:\n"},
+                                {kTrained, " b a</s>"},
+                                {kMasked, " ### Instruction:\nFirst and last: a b c\n\n### Response:\n"},
+                                {kTrained, " a c</s>"}});
+}
+
+TEST_CASE("llama2 template layout and mask", "[data][template]") {
+  CHECK(layout("llama2") == Runs{{kMasked, "<s> [INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nReverse: a b [/INST]"},
+                                 {kTrained, " b a </s>"},
+                                 {kMasked, "<s> [INST] First and last: a b c [/INST]"},
+                                 {kTrained, " a c </s>"}});
+}
+
+TEST_CASE("chatml template layout and mask", "[data][template]") {
+  CHECK(layout("chatml") ==
+        Runs{{kMasked, "<s> <|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nReverse: a b<|im_end|>\n"
+                       "<|im_start|>assistant\n"},
+             {kTrained, " b a<|im_end|></s>"},
+             {kMasked, " \n<|im_start|>user\nFirst and last: a b c<|im_end|>\n<|im_start|>assistant\n"},
+             {kTrained, " a c<|im_end|></s>"}});
+}
+
+TEST_CASE("decoded masked and trained parts read as the template's text", "[data][template]") {
+  const Tokenizer& tokenizer = tiny_tokenizer();
+  const auto example = ChatTemplate::by_name("plain").encode(tokenizer, two_turns(), false);
+  std::vector<int64_t> masked, trained;
+  for (size_t i = 0; i < example.input_ids.size(); ++i) {
+    (example.labels[i] == kIgnoreIndex ? masked : trained).push_back(example.input_ids[i]);
+  }
+  CHECK(tokenizer.decode(trained) == "b a a c");
+  CHECK(tokenizer.decode(masked) ==
+        "Be brief.\n\n### Instruction:\nReverse: a b\n\n### Response:\n ### Instruction:\nFirst and last: a b c\n\n"
+        "### Response:\n");
+}
+
+TEST_CASE("train_on_prompt trains every token", "[data][template]") {
+  for (const auto& name : ChatTemplate::names()) {
+    const auto example = ChatTemplate::by_name(name).encode(tiny_tokenizer(), two_turns(), true);
+    CHECK(example.labels == example.input_ids);
+  }
+}
+
+TEST_CASE("encode_prompt is exactly the prefix training sees before each reply", "[data][template]") {
+  const Tokenizer& tokenizer = tiny_tokenizer();
+  for (const auto& name : ChatTemplate::names()) {
+    INFO("template " << name);
+    const auto chat_template = ChatTemplate::by_name(name);
+    const auto full = chat_template.encode(tokenizer, two_turns(), false);
+    for (size_t turns : {2u, 4u}) {  // prompt for the first and for the second reply
+      Conversation prompt = two_turns();
+      prompt.messages.resize(turns);
+      const auto prompt_ids = chat_template.encode_prompt(tokenizer, prompt);
+      REQUIRE(prompt_ids.size() < full.input_ids.size());
+      CHECK(std::equal(prompt_ids.begin(), prompt_ids.end(), full.input_ids.begin()));
+      CHECK(full.labels[prompt_ids.size() - 1] == kIgnoreIndex);  // the header is prompt
+      CHECK(full.labels[prompt_ids.size()] != kIgnoreIndex);      // the reply starts right after it
+    }
+    // What generation shows: the prompt, then the reply the model would produce.
+    Conversation first_turn = two_turns();
+    first_turn.messages.resize(2);
+    auto ids = chat_template.encode_prompt(tokenizer, first_turn);
+    const auto reply = tokenizer.encode("b a", false, false);
+    ids.insert(ids.end(), reply.begin(), reply.end());
+    CHECK_THAT(tokenizer.decode(ids), Catch::StartsWith("Be brief.") || Catch::Contains("[INST]") ||
+                                          Catch::StartsWith("<|im_start|>system"));
+    CHECK_THAT(tokenizer.decode(ids), Catch::EndsWith(" b a"));
+  }
+}
+
+TEST_CASE("chat template errors", "[data][template]") {
+  CHECK_THROWS_AS(ChatTemplate::by_name("alpaca"), tune::UsageError);
+  CHECK_THROWS_WITH(ChatTemplate::by_name("alpaca"), Catch::Contains("'alpaca'") && Catch::Contains("plain, llama2, chatml"));
+  const auto plain = ChatTemplate::by_name("plain");
+  Conversation ends_with_user{{{"user", "u"}}, "f.jsonl:7"};
+  CHECK_THROWS_WITH(plain.encode(tiny_tokenizer(), ends_with_user, false),
+                    Catch::Contains("f.jsonl:7") && Catch::Contains("last message to have role 'assistant'"));
+  CHECK_NOTHROW(plain.encode_prompt(tiny_tokenizer(), ends_with_user));
+  Conversation two_users{{{"user", "u"}, {"user", "u"}, {"assistant", "a"}}, "f.jsonl:8"};
+  CHECK_THROWS_WITH(plain.encode(tiny_tokenizer(), two_users, false), Catch::Contains("message 1 has role 'user'"));
+}
