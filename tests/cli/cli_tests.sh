@@ -10,8 +10,8 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 # expect_exit CODE CMD...: runs CMD, keeps stdout in $OUT and stderr in $ERR, checks the exit code
 expect_exit() {
   local want=$1; shift
-  OUT=$("$@" 2>"$WORK/stderr.txt"); local got=$?
-  ERR=$(cat "$WORK/stderr.txt")
+  OUT=$("$@" 2>"$WORK/stderr-$case.txt"); local got=$?
+  ERR=$(cat "$WORK/stderr-$case.txt")
   [ "$got" = "$want" ] || fail "'$*' exited $got, expected $want; stderr: $ERR"
 }
 contains() { grep -qF -- "$2" <<<"$1" || fail "expected to find '$2' in: $1"; }
@@ -143,13 +143,18 @@ PY
 }
 
 case_resume_reproduces_losses() {
-  write_recipe "$WORK/resume.yaml" "$WORK/runs/resume" "  " 
-  sed -i 's/max_steps: 20/max_steps: 10/' "$WORK/resume.yaml"
-  expect_exit 0 "$TUNE" train "$WORK/resume.yaml"
-  expect_exit 0 "$TUNE" train "$WORK/resume.yaml" training.max_steps=20 --resume
+  # A crash after step 10: the run directory keeps step-10 and metrics up to step 20; resuming must redo 11..20
+  # with exactly the losses of the uninterrupted run (fp32, CPU).
+  local run="$WORK/runs/resume"
+  rm -rf "$run"; cp -r "$WORK/runs/full" "$run"; rm -rf "$run/checkpoints/step-20"
+  sed -i "s|output_dir: .*|output_dir: $run|" "$run/config.yaml"
+  expect_exit 0 "$TUNE" train "$run/config.yaml" --resume
+  contains "$ERR" "resumed from"
   local full resumed
-  full=$(losses "$WORK/runs/full/metrics.jsonl"); resumed=$(losses "$WORK/runs/resume/metrics.jsonl")
-  [ "$full" = "$resumed" ] || fail "resumed losses differ from the uninterrupted run:\n$full\n$resumed"
+  full=$(losses "$WORK/runs/full/metrics.jsonl"); resumed=$(losses "$run/metrics.jsonl")
+  [ "$full" = "$resumed" ] || fail "resumed losses differ from the uninterrupted run: $full VS $resumed"
+  cmp -s "$WORK/runs/full/checkpoints/step-20/model.safetensors" "$run/checkpoints/step-20/model.safetensors" \
+    || fail "resumed final weights differ from the uninterrupted run's"
 }
 
 case_interrupt_saves_checkpoint() {
@@ -216,6 +221,7 @@ for line in lines:
     out.append(line)
 open(sys.argv[1], "w").write("\n".join(out))
 PY
+  rm -rf "$WORK/runs/lora" "$WORK/runs/lora-merged"
   expect_exit 0 "$TUNE" train "$WORK/lora.yaml" training.max_steps=6 optimizer.lr=0.05
   local adapter="$WORK/runs/lora/checkpoints/step-6"
   [ -s "$adapter/adapter_model.safetensors" ] && [ -s "$adapter/adapter_config.json" ] || fail "no PEFT adapter files"

@@ -101,8 +101,9 @@ torch::Tensor LlamaForCausalLMImpl::forward_embeddings(const torch::Tensor& inpu
       with_cache.cached_values = &cache->values[static_cast<size_t>(i)];
       hidden = layer->forward(hidden, with_cache);
     } else {
+      // Captured by value: a checkpointing runner calls the block again in backward, after this frame is gone.
       hidden = runner_->run(
-          i, [&layer, &layer_inputs](const torch::Tensor& h) { return layer->forward(h, layer_inputs); }, hidden,
+          i, [layer, layer_inputs](const torch::Tensor& h) { return layer->forward(h, layer_inputs); }, hidden,
           trainable_parameters(*layer));
     }
   }

@@ -9,6 +9,8 @@
 
 namespace tune::nn {
 
+// A block as a function of its input. It must own what it uses (capture by value): a checkpointing runner calls it
+// again during backward, after the model's forward has returned.
 using BlockFunction = std::function<torch::Tensor(const torch::Tensor& input)>;
 
 class BlockRunner {

@@ -13,21 +13,58 @@ const std::vector<std::string> kArchitectureKeys = {
     "model.max_position_embeddings", "model.rope_theta",    "model.rms_norm_eps",
     "model.tie_word_embeddings"};
 
+models::LlamaConfig read_architecture(const config::Config& config) {
+  models::LlamaConfig arch;
+  auto required = [&](const std::string& key) {
+    if (!config.has(key)) config.fail(key, "is required to initialise a model from scratch (model.path is unset)");
+    const long long value = config.get_int(key);
+    if (value < 1) config.fail(key, fmt::format("must be >= 1, got {}", value));
+    return static_cast<int64_t>(value);
+  };
+  arch.vocab_size = config.has("model.vocab_size") ? config.get_int("model.vocab_size") : 0;
+  arch.hidden_size = required("model.hidden_size");
+  arch.intermediate_size = required("model.intermediate_size");
+  arch.num_hidden_layers = required("model.num_hidden_layers");
+  arch.num_attention_heads = required("model.num_attention_heads");
+  arch.num_key_value_heads =
+      config.has("model.num_key_value_heads") ? required("model.num_key_value_heads") : arch.num_attention_heads;
+  if (config.has("model.max_position_embeddings")) arch.max_position_embeddings = required("model.max_position_embeddings");
+  if (config.has("model.rope_theta")) arch.rope_theta = config.get_real("model.rope_theta");
+  if (config.has("model.rms_norm_eps")) arch.rms_norm_eps = config.get_real("model.rms_norm_eps");
+  if (config.has("model.tie_word_embeddings")) arch.tie_word_embeddings = config.get_bool("model.tie_word_embeddings");
+  if (arch.hidden_size % arch.num_attention_heads != 0) {
+    config.fail("model.hidden_size", fmt::format("({}) must be divisible by model.num_attention_heads ({})",
+                                                 arch.hidden_size, arch.num_attention_heads));
+  }
+  if (arch.num_attention_heads % arch.num_key_value_heads != 0) {
+    config.fail("model.num_key_value_heads", fmt::format("({}) must divide model.num_attention_heads ({})",
+                                                         arch.num_key_value_heads, arch.num_attention_heads));
+  }
+  return arch;
+}
+
 }  // namespace
 
 config::Schema sft_schema() {
   config::Schema schema = common_schema("sft");
   schema.path("model.path", "Hugging Face model directory (config.json + safetensors); unset = random init");
-  schema.integer("model.vocab_size", 0, "random init: vocabulary size; 0 = the tokenizer's");
-  schema.integer("model.hidden_size", 256, "random init: hidden size");
-  schema.integer("model.intermediate_size", 688, "random init: MLP size");
-  schema.integer("model.num_hidden_layers", 4, "random init: decoder layers");
-  schema.integer("model.num_attention_heads", 4, "random init: attention heads");
-  schema.integer("model.num_key_value_heads", 4, "random init: key/value heads (< heads: grouped-query)");
-  schema.integer("model.max_position_embeddings", 2048, "random init: context length");
-  schema.real("model.rope_theta", 10000.0, "random init: RoPE base");
-  schema.real("model.rms_norm_eps", 1e-6, "random init: RMSNorm epsilon");
-  schema.boolean("model.tie_word_embeddings", false, "random init: share embed_tokens and lm_head");
+  // Architecture keys have no schema default: they are set only by the user, so a resolved config.yaml never
+  // carries them next to model.path, and a run from scratch states its architecture explicitly.
+  auto optional_key = [&](const std::string& key, config::ValueType type, const std::string& help) {
+    schema.add({key, type, std::nullopt, false, {}, help});
+  };
+  optional_key("model.vocab_size", config::ValueType::integer, "random init: vocabulary size (default: the tokenizer's)");
+  optional_key("model.hidden_size", config::ValueType::integer, "random init: hidden size (required)");
+  optional_key("model.intermediate_size", config::ValueType::integer, "random init: MLP size (required)");
+  optional_key("model.num_hidden_layers", config::ValueType::integer, "random init: decoder layers (required)");
+  optional_key("model.num_attention_heads", config::ValueType::integer, "random init: attention heads (required)");
+  optional_key("model.num_key_value_heads", config::ValueType::integer,
+               "random init: key/value heads, < heads for grouped-query attention (default: = heads)");
+  optional_key("model.max_position_embeddings", config::ValueType::integer, "random init: context length (default 2048)");
+  optional_key("model.rope_theta", config::ValueType::real, "random init: RoPE base (default 10000)");
+  optional_key("model.rms_norm_eps", config::ValueType::real, "random init: RMSNorm epsilon (default 1e-6)");
+  optional_key("model.tie_word_embeddings", config::ValueType::boolean,
+               "random init: share embed_tokens and lm_head (default false)");
   schema.path("tokenizer", "sentencepiece tokenizer.model; default <model.path>/tokenizer.model");
 
   schema.integer("lora.rank", 0, "LoRA rank; 0 = full fine-tuning");
@@ -58,32 +95,13 @@ SftSettings read_sft_settings(const config::Config& config) {
   if (config.has("model.path")) {
     settings.model.path = config.get_string("model.path");
     for (const auto& key : kArchitectureKeys) {
-      if (!config.where(key).file.empty()) {
+      if (config.has(key)) {
         config.fail(key, "sets the architecture of a randomly initialised model, but model.path is set and its "
                          "config.json defines the architecture; remove one of them");
       }
     }
-  }
-  models::LlamaConfig& arch = settings.model.architecture;
-  arch.vocab_size = config.get_int("model.vocab_size");
-  arch.hidden_size = config.get_int("model.hidden_size");
-  arch.intermediate_size = config.get_int("model.intermediate_size");
-  arch.num_hidden_layers = config.get_int("model.num_hidden_layers");
-  arch.num_attention_heads = config.get_int("model.num_attention_heads");
-  arch.num_key_value_heads = config.get_int("model.num_key_value_heads");
-  arch.max_position_embeddings = config.get_int("model.max_position_embeddings");
-  arch.rope_theta = config.get_real("model.rope_theta");
-  arch.rms_norm_eps = config.get_real("model.rms_norm_eps");
-  arch.tie_word_embeddings = config.get_bool("model.tie_word_embeddings");
-  if (!settings.model.path) {
-    if (arch.hidden_size % arch.num_attention_heads != 0) {
-      config.fail("model.hidden_size", fmt::format("({}) must be divisible by model.num_attention_heads ({})",
-                                                   arch.hidden_size, arch.num_attention_heads));
-    }
-    if (arch.num_attention_heads % arch.num_key_value_heads != 0) {
-      config.fail("model.num_key_value_heads", fmt::format("({}) must divide model.num_attention_heads ({})",
-                                                           arch.num_key_value_heads, arch.num_attention_heads));
-    }
+  } else {
+    settings.model.architecture = read_architecture(config);
   }
   if (config.has("tokenizer")) settings.tokenizer_path = config.get_string("tokenizer");
   if (!settings.tokenizer_path && !settings.model.path) {
