@@ -13,43 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "common/scratch_dir.h"
 #include "tune/config/config.h"
 
 namespace tune::config::testing {
 
 namespace fs = std::filesystem;
+using TempDir = tune::testing::ScratchDir;
 
-// A directory of its own per test, removed afterwards, so tests never see each other's files.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    // CTest runs test cases as parallel processes: the random part keeps their directories apart.
-    const auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
-    path_ = fs::temp_directory_path() / ("tune-config-test-" + std::to_string(stamp) + "-" +
-                                         std::to_string(std::random_device{}()) + "-" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const fs::path& path() const { return path_; }
-
-  // Writes `text` to `relative` (creating folders) and returns its full path.
-  fs::path write(const std::string& relative, const std::string& text) const {
-    const fs::path file = path_ / relative;
-    fs::create_directories(file.parent_path());
-    std::ofstream(file) << text;
-    return file;
-  }
-
- private:
-  fs::path path_;
-};
 
 // Sets an environment variable for the lifetime of the object, then restores the previous value.
 class ScopedEnv {

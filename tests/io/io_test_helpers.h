@@ -13,34 +13,15 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "common/scratch_dir.h"
 #include "tune/core/error.h"
 
 namespace tune::io::testing {
 
+using tune::testing::ScratchDir;
+
 inline std::filesystem::path fixture_dir() { return std::filesystem::path(TUNE_SOURCE_DIR) / "tests/fixtures/io"; }
 
-// A fresh directory, removed at the end of the test; the pid keeps parallel CTest processes apart.
-class ScratchDir {
- public:
-  ScratchDir() {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() / fmt::format("tune_test_io_{}_{}", ::getpid(), counter++);
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 // Writes a safetensors-shaped file by hand: the size field (the header's length unless overridden), the header
 // text and `data` bytes. Lets tests build files no correct writer would produce.

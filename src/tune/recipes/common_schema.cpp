@@ -48,11 +48,16 @@ config::Schema common_schema(const std::string& recipe_name) {
   return schema;
 }
 
+int64_t get_int_at_least(const config::Config& config, const std::string& key, int64_t minimum) {
+  const long long value = config.get_int(key);
+  if (value < minimum) config.fail(key, fmt::format("must be >= {}, got {}", minimum, value));
+  return static_cast<int64_t>(value);
+}
+
 RunSettings read_run_settings(const config::Config& config) {
   RunSettings settings;
   settings.seed = static_cast<uint64_t>(config.get_int("seed"));
-  settings.threads = static_cast<int>(config.get_int("threads"));
-  if (settings.threads < 0) config.fail("threads", "must be >= 0 (0 = all cores)");
+  settings.threads = static_cast<int>(get_int_at_least(config, "threads", 0));
   const std::string device = config.get_string("device");
   const bool cuda_available = torch::cuda::is_available();
   if (device == "cuda" && !cuda_available) {
@@ -64,8 +69,7 @@ RunSettings read_run_settings(const config::Config& config) {
   settings.checkpointing.policy = settings.gradient_checkpointing
                                       ? memory::parse_policy(config.get_string("checkpointing.policy"))
                                       : memory::Policy::off;
-  settings.checkpointing.k = config.get_int("checkpointing.k");
-  if (settings.checkpointing.k < 1) config.fail("checkpointing.k", "must be >= 1");
+  settings.checkpointing.k = get_int_at_least(config, "checkpointing.k", 1);
   settings.mixed_precision = precision::parse_mixed_precision(config.get_string("mixed_precision"));
   if (settings.mixed_precision == precision::MixedPrecision::fp16 && settings.device == "cpu") {
     config.fail("mixed_precision",
@@ -77,16 +81,8 @@ RunSettings read_run_settings(const config::Config& config) {
 
 TrainingSettings read_training_settings(const config::Config& config) {
   TrainingSettings settings;
-  auto positive = [&](const std::string& key) {
-    const long long value = config.get_int(key);
-    if (value < 1) config.fail(key, fmt::format("must be >= 1, got {}", value));
-    return static_cast<int64_t>(value);
-  };
-  auto non_negative = [&](const std::string& key) {
-    const long long value = config.get_int(key);
-    if (value < 0) config.fail(key, fmt::format("must be >= 0, got {}", value));
-    return static_cast<int64_t>(value);
-  };
+  auto positive = [&](const std::string& key) { return get_int_at_least(config, key, 1); };
+  auto non_negative = [&](const std::string& key) { return get_int_at_least(config, key, 0); };
   settings.batch_size = positive("training.batch_size");
   settings.gradient_accumulation_steps = positive("training.gradient_accumulation_steps");
   settings.max_steps = non_negative("training.max_steps");

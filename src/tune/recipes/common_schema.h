@@ -43,6 +43,9 @@ struct TrainingSettings {
 };
 
 RunSettings read_run_settings(const config::Config& config);
+
+// The integer at `key`; a ConfigError naming the key's location when it is below `minimum`.
+int64_t get_int_at_least(const config::Config& config, const std::string& key, int64_t minimum);
 TrainingSettings read_training_settings(const config::Config& config);
 
 }  // namespace tune::recipes

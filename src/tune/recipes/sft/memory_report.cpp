@@ -1,37 +1,136 @@
-// Analytic activation-memory estimate for Llama decoder layers.
+// Analytic activation-memory estimate for Llama decoder layers: a count of the tensors autograd saves in
+// models/llama_layers.cpp and nn/ (LibTorch 1.13, CPU or CUDA autocast), checked against the tracking allocator
+// by tests/recipes/test_checkpointing_memory.cpp.
 #include "tune/recipes/sft/memory_report.h"
 
+#include <algorithm>
+
 namespace tune::recipes::sft {
+namespace {
+
+constexpr int64_t kFloat32 = 4;
+
+struct Sizes {
+  int64_t tokens, hidden, head_dim, q_width, kv_width, repeated_kv_width, intermediate, heads, batch, sequence, c;
+  bool low_precision;  // compute dtype narrower than the fp32 weights: autocast makes copies
+};
+
+Sizes sizes_of(const models::LlamaConfig& config, const ActivationShape& shape) {
+  Sizes s{};
+  s.tokens = shape.batch * shape.sequence;
+  s.hidden = config.hidden_size;
+  s.head_dim = config.resolved_head_dim();
+  s.q_width = config.num_attention_heads * s.head_dim;
+  s.kv_width = config.num_key_value_heads * s.head_dim;
+  // With grouped-query attention, repeat_kv materialises keys and values at the query heads' width.
+  s.repeated_kv_width = config.num_key_value_heads < config.num_attention_heads ? s.q_width : s.kv_width;
+  s.intermediate = config.intermediate_size;
+  s.heads = config.num_attention_heads;
+  s.batch = shape.batch;
+  s.sequence = shape.sequence;
+  s.c = shape.compute_bytes;
+  s.low_precision = shape.compute_bytes < kFloat32;
+  return s;
+}
+
+// RMSNorm (nn/rms_norm.cpp) computes in fp32 and keeps: its input (pow's backward), the squares (held by mean's
+// backward node), the normalised tensor (the weight multiply's backward) and the per-token rsqrt.
+int64_t rms_norm_saved(const Sizes& s) { return 3 * s.tokens * s.hidden * kFloat32 + s.tokens * kFloat32; }
+
+// The norm's output as seen by the `readers` projections that consume it: under autocast each linear casts the
+// (non-leaf, so uncached) fp32 output itself and keeps its own copy; in fp32 they all keep the one output.
+int64_t norm_output_for_matmuls(const Sizes& s, int64_t readers) {
+  return s.low_precision ? readers * s.tokens * s.hidden * s.c : s.tokens * s.hidden * kFloat32;
+}
+
+// Fresh gradient of the largest weight before it is added into .grad (gradients live across steps, this does not).
+int64_t largest_weight_gradient(const Sizes& s) {
+  return std::max(s.hidden * s.intermediate, s.hidden * std::max(s.q_width, s.hidden)) * kFloat32;
+}
+
+// Backward of one layer needs, beyond the layer's saved tensors: the incoming fp32 residual gradient, and at the
+// MLP's backward (the first and, at these widths, the largest step) the gradient into down_proj's input plus the two
+// gradients the SwiGLU product's backward returns, all [tokens, intermediate] in the compute dtype, and one
+// freshly computed weight gradient.
+int64_t layer_backward_working_set(const Sizes& s) {
+  return s.tokens * s.hidden * kFloat32 + 3 * s.tokens * s.intermediate * s.c + largest_weight_gradient(s);
+}
+
+// Final norm, lm_head and the loss at their peak, the end of forward (train/loss.cpp runs inside the step's
+// forward): the final RMSNorm's saved tensors, lm_head's input copy and weight copy, the logits from lm_head in the
+// compute dtype and their fp32 cast (the model returns fp32), then in the loss the contiguous fp32 copy of the
+// shifted logits and log_softmax's output (saved for its backward). The loss's backward needs no more than this:
+// the log-probabilities plus two [tokens, vocab] fp32 gradients.
+int64_t head_peak(const models::LlamaConfig& config, const Sizes& s) {
+  const int64_t vocab = config.vocab_size;
+  int64_t bytes = rms_norm_saved(s) + norm_output_for_matmuls(s, 1);
+  if (s.low_precision) bytes += vocab * s.hidden * s.c;                    // lm_head weight copy
+  bytes += s.tokens * vocab * s.c;                                         // logits from lm_head
+  if (s.low_precision) bytes += s.tokens * vocab * kFloat32;               // .to(float32) of the logits
+  bytes += 2 * s.tokens * vocab * kFloat32;                                // shifted fp32 copy, log-probabilities
+  return bytes;
+}
+
+}  // namespace
 
 int64_t estimate_layer_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape) {
-  const int64_t tokens = shape.batch * shape.sequence;
-  const int64_t hidden = config.hidden_size;
-  const int64_t head_dim = config.resolved_head_dim();
-  const int64_t q_width = config.num_attention_heads * head_dim;
-  const int64_t kv_width = config.num_key_value_heads * head_dim;
-  const int64_t intermediate = config.intermediate_size;
-  const int64_t c = shape.compute_bytes;
-  // Two RMSNorms: fp32 input kept, normalised output cast for the matmuls.
-  int64_t bytes = 2 * tokens * hidden * (4 + c);
-  // q, k, v projections and their rotary-embedded copies; the attention output and its o_proj input.
-  bytes += tokens * (q_width + 2 * kv_width) * c * 2 + tokens * q_width * c;
-  // Attention probabilities: fp32 softmax output plus the compute-dtype copy used by the second matmul.
-  bytes += shape.batch * config.num_attention_heads * shape.sequence * shape.sequence * (4 + c);
-  // SwiGLU: gate and up outputs, silu(gate), and the product fed to down_proj.
-  bytes += tokens * intermediate * c * 4;
+  const Sizes s = sizes_of(config, shape);
+  const int64_t scores = s.batch * s.heads * s.sequence * s.sequence;
+  // input_layernorm and post_attention_layernorm; the first one's input is the layer's fp32 input (the residual
+  // stream stays fp32: fp32 + compute-dtype sums promote), the second's is the residual after attention.
+  int64_t bytes = 2 * rms_norm_saved(s);
+  // Their outputs as matmul inputs: q, k, v read the first; gate and up read the second.
+  bytes += norm_output_for_matmuls(s, 3) + norm_output_for_matmuls(s, 2);
+  // RoPE multiplies by cos and sin cast to the compute dtype, once each for q and for k; the products keep the
+  // casts. (q and k themselves are not kept: cos and sin need no gradient.) fp32 uses the shared tables.
+  if (s.low_precision) bytes += 4 * s.tokens * s.head_dim * s.c;
+  // The attention matmuls keep their operands, each a contiguous copy (the heads are transposed views): rotated
+  // queries, keys and values (at the query heads' width under grouped-query attention), and the context reshaped
+  // to [tokens, heads * head_dim] for o_proj.
+  bytes += s.tokens * (2 * s.q_width + 2 * s.repeated_kv_width) * s.c;
+  // Attention probabilities: softmax's fp32 output, plus under autocast its compute-dtype copy for the value
+  // matmul. (The scaled scores and the masked fp32 scores are not kept: scaling and masking need no saved input.)
+  bytes += scores * kFloat32 + (s.low_precision ? scores * s.c : 0);
+  // SwiGLU: gate output (silu's input), silu output and up output (the product's inputs), and the product
+  // (down_proj's input).
+  bytes += 4 * s.tokens * s.intermediate * s.c;
+  // Under autocast each matmul keeps the compute-dtype copy of its weight (forward caches it for the autocast
+  // scope; backward needs it for the input gradient).
+  if (s.low_precision) {
+    const int64_t weights = s.hidden * (s.q_width + 2 * s.kv_width) + s.q_width * s.hidden + 3 * s.hidden * s.intermediate;
+    bytes += weights * s.c;
+  }
   return bytes;
 }
 
 int64_t estimate_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape,
-                                  int64_t checkpointed_layers) {
-  const int64_t tokens = shape.batch * shape.sequence;
+                                  const std::vector<bool>& checkpointed) {
+  const Sizes s = sizes_of(config, shape);
   const int64_t layer = estimate_layer_activation_bytes(config, shape);
-  const int64_t plain_layers = config.num_hidden_layers - checkpointed_layers;
-  const int64_t block_inputs = checkpointed_layers * tokens * config.hidden_size * 4;
-  const int64_t recompute = checkpointed_layers > 0 ? layer : 0;
-  // Logits in fp32, their log-softmax, and the compute-dtype copy from lm_head.
-  const int64_t logits = tokens * config.vocab_size * (8 + shape.compute_bytes);
-  return plain_layers * layer + block_inputs + recompute + logits;
+  // A checkpointed layer keeps only its fp32 input until backward recomputes it.
+  const int64_t block_input = s.tokens * s.hidden * kFloat32;
+  const auto layers = static_cast<size_t>(config.num_hidden_layers);
+  int64_t kept_before = 0;  // by layers 0 .. i-1
+  int64_t backward_peak = 0;
+  for (size_t i = 0; i < layers; ++i) {
+    // Backward of layer i: layers before it still hold what they keep; layer i holds its full saved set (plain,
+    // or recomputed from its kept input) and its working set. Everything after it and the head are freed.
+    backward_peak = std::max(backward_peak, kept_before + layer + layer_backward_working_set(s));
+    const bool is_checkpointed = i < checkpointed.size() && checkpointed[i];
+    kept_before += is_checkpointed ? block_input : layer;
+  }
+  const int64_t forward_peak = kept_before + head_peak(config, s);
+  return std::max(forward_peak, backward_peak);
+}
+
+int64_t estimate_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape,
+                                  int64_t checkpointed_layers) {
+  const int64_t layers = config.num_hidden_layers;
+  const int64_t count = std::clamp<int64_t>(checkpointed_layers, 0, layers);
+  // The last `count` layers checkpointed: the layout whose recompute meets the most plain activations.
+  std::vector<bool> checkpointed(static_cast<size_t>(layers), false);
+  for (int64_t i = layers - count; i < layers; ++i) checkpointed[static_cast<size_t>(i)] = true;
+  return estimate_activation_bytes(config, shape, checkpointed);
 }
 
 }  // namespace tune::recipes::sft

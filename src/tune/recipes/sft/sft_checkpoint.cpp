@@ -71,6 +71,9 @@ void write_checkpoint(const std::filesystem::path& dir, const models::LlamaForCa
                                           {"batch_in_epoch", state.loader.batch_in_epoch},
                                           {"elapsed_s", state.elapsed_s},
                                           {"tokens_seen", state.tokens_seen},
+                                          {"loss_scale", state.loss_scale},
+                                          {"loss_scale_clean_steps", state.loss_scale_clean_steps},
+                                          {"skipped_steps", state.skipped_steps},
                                           {"adapter", model->has_lora()}});
 }
 
@@ -107,6 +110,9 @@ TrainerState read_checkpoint(const std::filesystem::path& dir, models::LlamaForC
     state.loader.batch_in_epoch = json.at("batch_in_epoch").get<int64_t>();
     state.elapsed_s = json.at("elapsed_s").get<double>();
     state.tokens_seen = json.at("tokens_seen").get<int64_t>();
+    state.loss_scale = json.value("loss_scale", 0.0);
+    state.loss_scale_clean_steps = json.value("loss_scale_clean_steps", int64_t{0});
+    state.skipped_steps = json.value("skipped_steps", int64_t{0});
   } catch (const nlohmann::json::exception& error) {
     throw InputError(fmt::format("{}: trainer_state.json is incomplete: {}", dir.string(), error.what()));
   }

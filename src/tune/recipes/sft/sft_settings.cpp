@@ -17,9 +17,7 @@ models::LlamaConfig read_architecture(const config::Config& config) {
   models::LlamaConfig arch;
   auto required = [&](const std::string& key) {
     if (!config.has(key)) config.fail(key, "is required to initialise a model from scratch (model.path is unset)");
-    const long long value = config.get_int(key);
-    if (value < 1) config.fail(key, fmt::format("must be >= 1, got {}", value));
-    return static_cast<int64_t>(value);
+    return get_int_at_least(config, key, 1);
   };
   arch.vocab_size = config.has("model.vocab_size") ? config.get_int("model.vocab_size") : 0;
   arch.hidden_size = required("model.hidden_size");
@@ -109,11 +107,10 @@ SftSettings read_sft_settings(const config::Config& config) {
   }
 
   auto& lora = settings.model.lora;
-  lora.lora.rank = config.get_int("lora.rank");
+  lora.lora.rank = get_int_at_least(config, "lora.rank", 0);
   lora.lora.alpha = config.get_real("lora.alpha");
   lora.lora.dropout = config.get_real("lora.dropout");
   lora.target_modules = config.get_strings("lora.target_modules");
-  if (lora.lora.rank < 0) config.fail("lora.rank", "must be >= 0 (0 = full fine-tuning)");
   if (lora.lora.dropout < 0 || lora.lora.dropout >= 1) config.fail("lora.dropout", "must be in [0, 1)");
   static const std::vector<std::string> kTargets = {"q_proj", "k_proj", "v_proj", "o_proj",
                                                     "gate_proj", "up_proj", "down_proj"};
@@ -141,8 +138,7 @@ SftSettings read_sft_settings(const config::Config& config) {
                          : format == "chat"      ? data::DataFormat::chat
                                                  : data::DataFormat::automatic;
   data_settings.chat_template = config.get_string("data.template");
-  data_settings.max_length = config.get_int("data.max_length");
-  if (data_settings.max_length < 2) config.fail("data.max_length", "must be >= 2");
+  data_settings.max_length = get_int_at_least(config, "data.max_length", 2);
   data_settings.packing = config.get_bool("data.packing");
   data_settings.train_on_prompt = config.get_bool("data.train_on_prompt");
   data_settings.shuffle = config.get_bool("data.shuffle");

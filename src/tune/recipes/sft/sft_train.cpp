@@ -19,6 +19,7 @@
 #include "tune/recipes/sft/sft_model.h"
 #include "tune/recipes/sft/sft_recipe.h"
 #include "tune/train/loss.h"
+#include "tune/train/optimizer_step.h"
 
 namespace tune::recipes::sft {
 namespace {
@@ -100,11 +101,18 @@ int train(const TrainRequest& request) {
   training.schedule.total_steps = training.max_steps > 0 ? training.max_steps : training.epochs * steps_per_epoch;
   const int64_t total_steps = training.schedule.total_steps;
 
+  // fp16 needs loss scaling so small gradients survive; bf16 has fp32's exponent range and does not.
+  std::unique_ptr<precision::DynamicLossScaler> scaler;
+  if (run.mixed_precision == precision::MixedPrecision::fp16) scaler = std::make_unique<precision::DynamicLossScaler>();
+
   TrainerState state;
   MetricsWriter metrics(output_dir);
   if (request.resume_from) {
     state = read_checkpoint(*request.resume_from, model, optimizer);
     loader.restore(state.loader);
+    if (scaler && state.loss_scale > 0) {
+      scaler->restore(state.loss_scale, state.loss_scale_clean_steps, state.skipped_steps);
+    }
     log::info("resumed from {} at step {}", request.resume_from->string(), state.step);
   }
   metrics.truncate_after(state.step);
@@ -115,6 +123,8 @@ int train(const TrainRequest& request) {
   for (const auto& item : model->parameters()) all_param_bytes += item.numel() * static_cast<int64_t>(item.element_size());
   ActivationShape shape{training.batch_size, sft.data.max_length,
                         run.mixed_precision == precision::MixedPrecision::no ? 4 : 2};
+  std::vector<bool> checkpointed_layers;
+  for (int64_t i = 0; i < model->num_blocks(); ++i) checkpointed_layers.push_back(checkpointing->is_checkpointed(i));
   log::info("model: {} layers, hidden {}, {} parameters ({} trainable{}), device {}, {} threads",
             model->config().num_hidden_layers, model->config().hidden_size, format_count(all_param_bytes / 4.0),
             format_count(total_bytes(param_tensors) / 4.0), model->has_lora() ? ", LoRA" : "", run.device, threads);
@@ -124,8 +134,7 @@ int train(const TrainRequest& request) {
                                        : precision::to_string(run.mixed_precision) + " autocast, fp32 master weights");
   log::info("memory plan: parameters {}, gradients {}, optimizer state {}, activations ~{} (estimate for batch {} x {} "
             "tokens)", format_bytes(all_param_bytes), format_bytes(total_bytes(param_tensors)),
-            format_bytes(2.0 * total_bytes(param_tensors)), format_bytes(estimate_activation_bytes(
-                model->config(), shape, checkpointing->checkpointed_blocks())),
+            format_bytes(2.0 * total_bytes(param_tensors)), format_bytes(estimate_activation_bytes(model->config(), shape, checkpointed_layers)),
             shape.batch, shape.sequence);
   log::info("training: {} steps ({} per epoch), {} micro-batch(es) of {} rows x {} tokens per step", total_steps,
             steps_per_epoch, training.gradient_accumulation_steps, training.batch_size, sft.data.max_length);
@@ -134,6 +143,11 @@ int train(const TrainRequest& request) {
   auto save = [&]() {
     const auto temporary = io::begin_checkpoint(output_dir, state.step);
     state.loader = loader.position();
+    if (scaler) {
+      state.loss_scale = scaler->current_scale();
+      state.loss_scale_clean_steps = scaler->clean_steps();
+      state.skipped_steps = scaler->skipped_steps();
+    }
     write_checkpoint(temporary, model, tokenizer, sft.model.path.value_or(""), &optimizer, state);
     const auto committed = io::commit_checkpoint(temporary, state.step);
     io::prune_checkpoints(output_dir, static_cast<int>(training.keep_last));
@@ -173,24 +187,24 @@ int train(const TrainRequest& request) {
                                            {batch.position_ids.to(device), batch.segment_ids.to(device)});
         loss = train::causal_lm_loss_sum(logits, batch.labels.to(device)) / std::max<int64_t>(1, step_loss_tokens);
       }
-      loss.backward();
+      (scaler ? scaler->scale(loss) : loss).backward();
       step_loss += loss.item<double>();
       window_tokens += batch.tokens;
     }
-    const double grad_norm = train::clip_grad_norm(param_tensors, training.clip_grad_norm);
     const double lr = training.schedule.at(state.step);
-    if (!std::isfinite(step_loss) || !std::isfinite(grad_norm)) {
-      if (training.on_nan == "stop") {
-        const auto last = io::newest_complete_checkpoint(output_dir);
-        throw Error(fmt::format("step {}: loss is {} (gradient norm {}); stopping. The last complete checkpoint is {}. "
-                                "HINT: lower optimizer.lr, or set training.on_nan: skip",
-                                state.step + 1, step_loss, grad_norm, last ? last->string() : "none"));
-      }
+    const auto outcome = train::finish_step(param_tensors, optimizer, scaler.get(), training.clip_grad_norm, lr,
+                                            std::isfinite(step_loss));
+    const double grad_norm = outcome.grad_norm;
+    if (!outcome.applied && scaler && std::isfinite(step_loss)) {
+      progress.print(fmt::format("step {}: inf/NaN gradients at loss scale {}: update skipped, scale now {}",
+                                 state.step + 1, outcome.loss_scale, scaler->current_scale()));
+    } else if (!outcome.applied && training.on_nan == "stop") {
+      const auto last = io::newest_complete_checkpoint(output_dir);
+      throw Error(fmt::format("step {}: loss is {} (gradient norm {}); stopping. The last complete checkpoint is {}. "
+                              "HINT: lower optimizer.lr, or set training.on_nan: skip",
+                              state.step + 1, step_loss, grad_norm, last ? last->string() : "none"));
+    } else if (!outcome.applied) {
       log::warn("step {}: non-finite loss {} or gradient norm {}: update skipped", state.step + 1, step_loss, grad_norm);
-      optimizer.zero_grad();
-    } else {
-      optimizer.step(lr);
-      optimizer.zero_grad();
     }
     ++state.step;
     state.tokens_seen += window_tokens;
@@ -210,6 +224,7 @@ int train(const TrainRequest& request) {
                                {"lr", lr},                   {"grad_norm", grad_norm},
                                {"tokens_per_s", tokens_per_s}, {"peak_mem_bytes", window_peak},
                                {"elapsed_s", state.elapsed_s}};
+      if (scaler) record["loss_scale"] = scaler->current_scale();
       curves.train.push_back({state.step, step_loss});
       if (eval_now) {
         const double eval_loss = evaluate(model, eval_batches, run.mixed_precision, device);

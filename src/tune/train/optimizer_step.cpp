@@ -1,0 +1,25 @@
+// finish_step: the guarded update at the end of every training step.
+#include "tune/train/optimizer_step.h"
+
+#include <cmath>
+
+namespace tune::train {
+
+StepOutcome finish_step(const std::vector<torch::Tensor>& params, AdamW& optimizer,
+                        precision::DynamicLossScaler* scaler, double max_norm, double lr, bool loss_is_finite) {
+  StepOutcome outcome;
+  bool finite = loss_is_finite;
+  if (scaler != nullptr) {
+    outcome.loss_scale = scaler->current_scale();
+    finite = scaler->unscale_and_check(params) && finite;
+  }
+  outcome.grad_norm = clip_grad_norm(params, max_norm);  // leaves non-finite gradients unclipped
+  finite = finite && std::isfinite(outcome.grad_norm);
+  if (finite) optimizer.step(lr);
+  if (scaler != nullptr) scaler->update(!finite);
+  optimizer.zero_grad();
+  outcome.applied = finite;
+  return outcome;
+}
+
+}  // namespace tune::train
