@@ -21,6 +21,8 @@ config::Schema common_schema(const std::string& recipe_name) {
   schema.integer("checkpointing.k", 2, "every_k: checkpoint blocks 0, k, 2k, ...");
   schema.choice("mixed_precision", {"bf16", "fp16", "no"}, "bf16",
                 "autocast compute dtype; weights and optimizer state stay fp32");
+  schema.choice("param_dtype", {"fp32", "bf16"}, "fp32",
+                "storage dtype of frozen weights (LoRA base); trainable weights stay fp32 masters");
   schema.boolean("grad_inference", true, "tune infer keeps autograd on (per-token attribution) unless --no-grad");
 
   schema.integer("training.batch_size", 8, "rows per micro-batch");
@@ -76,6 +78,11 @@ RunSettings read_run_settings(const config::Config& config) {
                 "is 'fp16', which needs CUDA (LibTorch's CPU autocast computes in bf16 only); use 'bf16' or 'no' on CPU");
   }
   settings.grad_inference = config.get_bool("grad_inference");
+  settings.frozen_weights_bf16 = config.get_string("param_dtype") == "bf16";
+  if (settings.frozen_weights_bf16 && settings.mixed_precision == precision::MixedPrecision::no) {
+    config.fail("param_dtype", "is 'bf16', which needs mixed_precision bf16 (or fp16) so matmuls run in that dtype; "
+                               "set mixed_precision: bf16 or param_dtype: fp32");
+  }
   return settings;
 }
 

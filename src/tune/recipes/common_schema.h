@@ -24,6 +24,7 @@ struct RunSettings {
   memory::CheckpointOptions checkpointing;
   precision::MixedPrecision mixed_precision = precision::MixedPrecision::bf16;
   bool grad_inference = true;
+  bool frozen_weights_bf16 = false;      // param_dtype: bf16
 };
 
 struct TrainingSettings {

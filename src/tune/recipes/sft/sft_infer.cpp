@@ -101,6 +101,7 @@ int infer(const InferRequest& request) {
   auto loaded = load_for_inference(request, sft, run.seed);
   auto& model = loaded.model;
   const auto& tokenizer = *loaded.tokenizer;
+  if (run.frozen_weights_bf16 && model->has_lora()) store_frozen_weights_in_bf16(model);
   model->to(device);
   log::info("weights: {}", loaded.weights_from);
 

@@ -71,6 +71,17 @@ models::LlamaForCausalLM build_model(const SftSettings& settings, const data::To
   return model;
 }
 
+int64_t store_frozen_weights_in_bf16(models::LlamaForCausalLM& model) {
+  torch::NoGradGuard no_grad;
+  int64_t converted = 0;
+  for (auto& param : model->parameters()) {
+    if (param.requires_grad() || param.scalar_type() == torch::kBFloat16) continue;
+    param.set_data(param.to(torch::kBFloat16));
+    ++converted;
+  }
+  return converted;
+}
+
 std::vector<std::pair<std::string, torch::Tensor>> weights_to_save(const models::LlamaForCausalLM& model) {
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
   const bool lora_only = model->has_lora();

@@ -18,6 +18,10 @@ data::Tokenizer load_tokenizer(const SftSettings& settings);
 // matrices and embeddings, ones for norms). With LoRA, base weights are frozen.
 models::LlamaForCausalLM build_model(const SftSettings& settings, const data::Tokenizer& tokenizer, uint64_t seed);
 
+// param_dtype: bf16 — stores every frozen (requires_grad false) weight in bf16, halving the base model's memory.
+// Returns the number of tensors converted.
+int64_t store_frozen_weights_in_bf16(models::LlamaForCausalLM& model);
+
 // Loads a HF model directory's weights into `model` (names must match exactly; see io::load_into_module).
 void load_model_weights(models::LlamaForCausalLM& model, const std::filesystem::path& model_dir);
 

@@ -45,6 +45,7 @@ struct SftSettings {
 };
 
 config::Schema sft_schema();
+// Reads the SFT keys; cross-checks with the shared ones (param_dtype needs LoRA) use `run`.
 SftSettings read_sft_settings(const config::Config& config);
 
 }  // namespace tune::recipes::sft

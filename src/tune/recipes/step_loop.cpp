@@ -1,0 +1,136 @@
+// The recipe-agnostic training step loop.
+#include "tune/recipes/step_loop.h"
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+
+#include "tune/core/error.h"
+#include "tune/core/log.h"
+#include "tune/core/loss_plot.h"
+#include "tune/core/memory_tracker.h"
+#include "tune/core/metrics_writer.h"
+#include "tune/core/progress.h"
+#include "tune/io/run_checkpoints.h"
+#include "tune/recipes/run_directory.h"
+
+namespace tune::recipes {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void write_memory_report(const std::filesystem::path& output_dir, const nlohmann::json& report) {
+  const auto path = output_dir / "memory.json";
+  const auto temporary = output_dir / "memory.json.tmp";
+  std::ofstream(temporary) << report.dump(2) << "\n";
+  std::filesystem::rename(temporary, path);
+}
+
+}  // namespace
+
+int run_step_loop(const StepLoopSettings& settings, const StepLoopHooks& hooks, LoopStart start,
+                  nlohmann::json memory_plan) {
+  const auto& output_dir = settings.output_dir;
+  MetricsWriter metrics(output_dir);
+  metrics.truncate_after(start.step);
+  LossCurves curves = loss_curves_from_metrics(read_metrics(metrics.path()));
+  write_memory_report(output_dir, memory_plan);
+
+  int64_t step = start.step;
+  auto save = [&](double elapsed_s) {
+    const auto temporary = io::begin_checkpoint(output_dir, step);
+    hooks.save(temporary, step, elapsed_s);
+    const auto committed = io::commit_checkpoint(temporary, step);
+    io::prune_checkpoints(output_dir, static_cast<int>(settings.keep_last));
+    return committed;
+  };
+
+  install_interrupt_handler();
+  ProgressOptions progress_options;
+  progress_options.total_steps = settings.total_steps;
+  progress_options.start_step = start.step;
+  progress_options.log_every = settings.log_every;
+  progress_options.throughput_unit = settings.throughput_unit == "tokens" ? "tok/s" : settings.throughput_unit + "/s";
+  Progress progress(progress_options);
+  const auto run_start = Clock::now();
+  auto window_start = Clock::now();
+  double window_items = 0.0;
+  int64_t window_peak = 0;
+  int64_t run_peak = 0;
+  double elapsed_s = start.elapsed_s;
+
+  while (step < settings.total_steps) {
+    memory_tracker::reset_peak(settings.cuda);
+    const StepResult result = hooks.step(step);
+    window_peak = std::max(window_peak, memory_tracker::peak_bytes(settings.cuda));
+    run_peak = std::max(run_peak, window_peak);
+    window_items += result.items;
+
+    if (!result.applied && result.loss_scale && std::isfinite(result.loss)) {
+      progress.print(fmt::format("step {}: inf/NaN gradients at loss scale {}: update skipped, scale now {}", step + 1,
+                                 *result.loss_scale, result.next_loss_scale.value_or(0.0)));
+    } else if (!result.applied && settings.on_nan == "stop") {
+      const auto last = io::newest_complete_checkpoint(output_dir);
+      throw Error(fmt::format("step {}: loss is {} (gradient norm {}); stopping. The last complete checkpoint is {}. "
+                              "HINT: lower optimizer.lr, or set training.on_nan: skip",
+                              step + 1, result.loss, result.grad_norm, last ? last->string() : "none"));
+    } else if (!result.applied) {
+      log::warn("step {}: non-finite loss {} or gradient norm {}: update skipped", step + 1, result.loss,
+                result.grad_norm);
+    }
+    ++step;
+
+    const double window_seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
+    const double throughput = window_seconds > 0 ? window_items / window_seconds : 0.0;
+    elapsed_s = start.elapsed_s + std::chrono::duration<double>(Clock::now() - run_start).count();
+    progress.update(step, result.loss, throughput);
+
+    const bool last_step = step == settings.total_steps;
+    const bool log_now = step % settings.log_every == 0 || last_step;
+    const bool eval_now = (settings.eval_every > 0 && step % settings.eval_every == 0) || last_step;
+    if (log_now || eval_now) {
+      nlohmann::json record = {{"step", step},
+                               {"loss", result.loss},
+                               {"lr", result.lr},
+                               {"grad_norm", result.grad_norm},
+                               {settings.throughput_unit + "_per_s", throughput},
+                               {"peak_mem_bytes", window_peak},
+                               {"elapsed_s", elapsed_s}};
+      if (result.loss_scale) record["loss_scale"] = *result.loss_scale;
+      curves.train.push_back({step, result.loss});
+      if (eval_now && hooks.evaluate) {
+        if (const auto eval_loss = hooks.evaluate()) {
+          record["eval_loss"] = *eval_loss;
+          curves.eval.push_back({step, *eval_loss});
+          progress.print(fmt::format("step {}: eval loss {:.4f}", step, *eval_loss));
+        }
+      }
+      metrics.write(record);
+      write_loss_svg(output_dir / "loss.svg", curves.train, curves.eval);
+      window_items = 0.0;
+      window_peak = 0;
+      window_start = Clock::now();
+    }
+    const bool save_now = (settings.save_every > 0 && step % settings.save_every == 0) || last_step;
+    if (save_now || interrupt_requested()) {
+      const auto path = save(elapsed_s);
+      progress.print(fmt::format("step {}: checkpoint saved to {}", step, path.string()));
+    }
+    if (interrupt_requested()) {
+      progress.finish();
+      log::warn("interrupted at step {}: checkpoint saved; continue with `tune train {} --resume`", step,
+                (output_dir / "config.yaml").string());
+      return kExitInterrupted;
+    }
+  }
+  progress.finish();
+  memory_plan["peak_bytes"] = run_peak;
+  memory_plan["peak_source"] = settings.cuda ? "CUDA caching allocator" : "CPU tensor storage (tracking allocator)";
+  write_memory_report(output_dir, memory_plan);
+  log::info("done: {} steps in {}, peak memory {} ({})", step, format_duration(elapsed_s),
+            format_bytes(static_cast<double>(run_peak)), memory_plan["peak_source"].get<std::string>());
+  log::info("outputs: {}", output_dir.string());
+  return 0;
+}
+
+}  // namespace tune::recipes

@@ -1,0 +1,53 @@
+// The step loop every recipe runs: progress, metrics.jsonl, loss.svg, evaluation and checkpoint cadence, Ctrl-C,
+// the non-finite-loss policy and the measured memory report. A recipe supplies what one optimizer step, one
+// evaluation and one checkpoint mean; the loop owns when they happen.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace tune::recipes {
+
+struct StepLoopSettings {
+  std::filesystem::path output_dir;
+  int64_t total_steps = 1;
+  int64_t log_every = 10;
+  int64_t eval_every = 0;   // 0: only at the end
+  int64_t save_every = 0;   // 0: only at the end
+  int64_t keep_last = 2;
+  std::string on_nan = "stop";               // "stop" | "skip"
+  std::string throughput_unit = "tokens";    // metrics key <unit>_per_s; "tokens" or "samples"
+  bool cuda = false;                         // which allocator's peak to read
+};
+
+struct StepResult {
+  double loss = 0.0;
+  double items = 0.0;                  // tokens or samples processed by the step
+  bool applied = true;                 // false: the update was skipped
+  double grad_norm = 0.0;
+  double lr = 0.0;
+  std::optional<double> loss_scale;    // fp16: the scale this step used
+  std::optional<double> next_loss_scale;
+};
+
+struct StepLoopHooks {
+  std::function<StepResult(int64_t step)> step;                      // optimizer step `step` (0-based)
+  std::function<std::optional<double>()> evaluate;                   // mean eval loss, nullopt: no eval set
+  std::function<void(const std::filesystem::path& dir, int64_t step, double elapsed_s)> save;
+};
+
+struct LoopStart {
+  int64_t step = 0;           // steps already done (resume)
+  double elapsed_s = 0.0;     // training time before this process
+};
+
+// `memory_plan`: the recipe's announced figures (bytes); written to output_dir/memory.json at start and again at
+// the end with the measured peak ("peak_bytes"). Returns the process exit code (0, or 130 after Ctrl-C).
+int run_step_loop(const StepLoopSettings& settings, const StepLoopHooks& hooks, LoopStart start,
+                  nlohmann::json memory_plan);
+
+}  // namespace tune::recipes
