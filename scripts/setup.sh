@@ -10,6 +10,7 @@ packages=(
   libyaml-cpp-dev libfmt-dev libcli11-dev nlohmann-json3-dev catch2
   libsentencepiece-dev sentencepiece # tokenizer library + spm_train for the tiny tokenizer
   libavformat-dev libavcodec-dev libswscale-dev libavutil-dev  # video I/O (Latte)
+  ffmpeg                             # ffmpeg/ffprobe CLI: test videos made by an independent tool
   python3 python3-numpy              # fixture and data generation scripts
 )
 

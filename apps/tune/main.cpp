@@ -43,6 +43,12 @@ int main(int argc, char** argv) {
   infer_command->add_option("--prompts-file", infer.prompts_file, "one prompt per line (plain text or a JSON string)")
       ->excludes(prompt_option)
       ->check(CLI::ExistingFile);
+  infer_command->add_option("--class", infer.class_label, "video recipes: class to sample (class-conditional models)");
+  infer_command->add_option("--sampler", infer.sampler, "video recipes: ddim | ddpm")->check(CLI::IsMember({"ddim", "ddpm"}));
+  infer_command->add_option("--steps", infer.steps, "video recipes: sampling steps")->check(CLI::PositiveNumber);
+  infer_command->add_option("--cfg-scale", infer.cfg_scale, "video recipes: classifier-free guidance scale")->check(CLI::NonNegativeNumber);
+  infer_command->add_option("--num-samples", infer.num_samples, "video recipes: videos to sample")->check(CLI::PositiveNumber);
+  infer_command->add_option("--out", infer.out, "video recipes: output file (.mp4, .gif, or .safetensors for the raw tensor)");
   auto* grad_flag = infer_command->add_flag("--grad", grad, "keep autograd on: per-token attribution (default: grad_inference)");
   infer_command->add_flag("--no-grad", no_grad, "plain generation without gradients")->excludes(grad_flag);
   infer_command->add_flag("--json", infer.json, "print one JSON object: prompt_ids, output_ids, text, attribution");
@@ -83,10 +89,6 @@ int main(int argc, char** argv) {
       return run_train(train);
     }
     if (*infer_command) {
-      if (prompt_option->count() == 0 && !infer.prompts_file) {
-        std::fprintf(stderr, "error: tune infer needs --prompt TEXT or --prompts-file FILE\n");
-        return 2;
-      }
       if (grad) infer.grad = true;
       if (no_grad) infer.grad = false;
       return run_infer(infer);

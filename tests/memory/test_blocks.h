@@ -5,6 +5,8 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "tune/memory/checkpoint.h"
@@ -56,6 +58,16 @@ struct TestStack {
     return x;
   }
 
+  // The same stack through run_stack (where a runner may group blocks into segments).
+  torch::Tensor forward_stack(nn::BlockRunner& runner, const torch::Tensor& x) {
+    std::vector<std::shared_ptr<TestBlockImpl>> all;
+    for (const auto& block : blocks) all.push_back(block.ptr());
+    return runner.run_stack(
+        static_cast<int64_t>(all.size()),
+        [all](int64_t i, const torch::Tensor& in) { return all[static_cast<size_t>(i)]->forward(in); }, x,
+        [&all](int64_t i) { return all[static_cast<size_t>(i)]->parameters(); });
+  }
+
   void zero_grad() {
     for (auto& p : params()) p.mutable_grad() = torch::Tensor();
   }
@@ -77,6 +89,21 @@ inline bool all_equal(const std::vector<torch::Tensor>& a, const std::vector<tor
     if (a[i].defined() && !torch::equal(a[i], b[i])) return false;
   }
   return true;
+}
+
+// How many nodes of output's autograd graph have `name_part` in their name (e.g. "CheckpointFunction").
+inline int64_t count_graph_nodes(const torch::Tensor& output, const std::string& name_part) {
+  std::unordered_set<torch::autograd::Node*> seen;
+  std::vector<torch::autograd::Node*> pending{output.grad_fn().get()};
+  int64_t count = 0;
+  while (!pending.empty()) {
+    torch::autograd::Node* node = pending.back();
+    pending.pop_back();
+    if (node == nullptr || !seen.insert(node).second) continue;
+    if (node->name().find(name_part) != std::string::npos) ++count;
+    for (const auto& edge : node->next_edges()) pending.push_back(edge.function.get());
+  }
+  return count;
 }
 
 inline memory::CheckpointRunner full_runner(int64_t num_blocks) {

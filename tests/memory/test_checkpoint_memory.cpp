@@ -59,3 +59,29 @@ TEST_CASE("no memory growth over 50 checkpointed training steps", "[checkpoint][
   INFO("live bytes after step 5: " << live_after_5 << ", after step 50: " << live_after_50);
   CHECK(live_after_50 <= live_after_5 + 4096);
 }
+
+TEST_CASE("sqrt on 16 blocks peaks between full and off, well under off", "[checkpoint][memory]") {
+  tune::memory_tracker::install();
+  constexpr int64_t kDeep = 16;
+  TestStack stack(kDeep, kDim, kHidden);
+  torch::manual_seed(5);
+  const torch::Tensor input = torch::randn({kBatch, kDim});
+  auto peak = [&](tune::nn::BlockRunner& runner) {
+    stack.zero_grad();
+    const int64_t before = tune::memory_tracker::cpu_live_bytes();
+    tune::memory_tracker::reset_cpu_peak();
+    stack.forward_stack(runner, input).pow(2).mean().backward();
+    return tune::memory_tracker::cpu_peak_bytes() - before;
+  };
+  tune::nn::PlainBlockRunner plain;
+  auto full = tune::test::full_runner(kDeep);
+  tune::memory::CheckpointRunner sqrt_runner(tune::memory::CheckpointOptions{tune::memory::Policy::sqrt, 2}, kDeep);
+  peak(full);  // warm-up
+  const int64_t off_peak = peak(plain);
+  const int64_t full_peak = peak(full);
+  const int64_t sqrt_peak = peak(sqrt_runner);
+  INFO("peaks: off " << off_peak << ", full " << full_peak << ", sqrt " << sqrt_peak << " bytes");
+  // sqrt keeps 4 segment inputs and recomputes 4 blocks at a time: about 4/16 of off plus the kept inputs.
+  CHECK(sqrt_peak < 0.6 * static_cast<double>(off_peak));
+  CHECK(sqrt_peak > full_peak);
+}

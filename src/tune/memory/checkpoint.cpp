@@ -7,6 +7,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <cmath>
@@ -22,11 +23,11 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// saved_data holds IValues only; a capsule ties the block's lifetime to the autograd node, so a graph that is
+// saved_data holds IValues only; a capsule ties the function's lifetime to the autograd node, so a graph that is
 // dropped without backward frees it too. (Capsules are an internal IValue kind, but stable from 1.13 to 2.x.)
-struct BlockHolder : torch::CustomClassHolder {
-  explicit BlockHolder(nn::BlockFunction function) : block(std::move(function)) {}
-  nn::BlockFunction block;
+struct FunctionHolder : torch::CustomClassHolder {
+  explicit FunctionHolder(nn::RegionFunction f) : function(std::move(f)) {}
+  nn::RegionFunction function;
 };
 
 torch::Tensor get_rng_state(const at::Generator& generator) {
@@ -92,18 +93,35 @@ std::string describe_tensor(at::IntArrayRef sizes, at::ScalarType dtype) {
   return fmt::format("shape [{}] dtype {}", fmt::join(sizes, ", "), c10::toString(dtype));
 }
 
-// Autograd sees the block as one node whose inputs are (block, input, params...): `params` travels as a
-// TensorList because Function::apply unpacks a TensorList into one input edge per tensor (a std::vector<Tensor>
-// would be taken as an opaque non-tensor argument), and that is what makes parameter gradients flow back.
+// Pinned CPU copy of a device tensor, written asynchronously: the copy is queued on the current stream, so it
+// finishes before anything later on that stream could reuse the device memory, and the host does not wait.
+torch::Tensor offload_to_pinned_cpu(const torch::Tensor& tensor) {
+  torch::Tensor host = torch::empty(tensor.sizes(), tensor.options().device(torch::kCPU).pinned_memory(true));
+  host.copy_(tensor, /*non_blocking=*/true);
+  return host;
+}
+
+// Autograd sees the function as one node whose inputs are (function, inputs..., params..., saved): `inputs` and
+// `params` travel as TensorLists because Function::apply unpacks a TensorList into one input edge per tensor (a
+// std::vector<Tensor> would be taken as an opaque non-tensor argument), and that is what makes gradients flow
+// back. Edges count tensors only: input i is edge i, param j is edge num_inputs + j.
 class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
  public:
-  static torch::Tensor forward(AutogradContext* ctx, const nn::BlockFunction& block, const torch::Tensor& input,
-                               at::TensorList params) {
-    ctx->saved_data["block"] = c10::IValue::make_capsule(c10::make_intrusive<BlockHolder>(block));
+  static torch::Tensor forward(AutogradContext* ctx, const nn::RegionFunction& function, at::TensorList inputs,
+                               at::TensorList params, SavedInputs saved) {
+    ctx->saved_data["function"] = c10::IValue::make_capsule(c10::make_intrusive<FunctionHolder>(function));
+    ctx->saved_data["num_inputs"] = static_cast<int64_t>(inputs.size());
     ctx->saved_data["cpu_rng"] = get_rng_state(at::detail::getDefaultCPUGenerator());
-    if (input.is_cuda()) {
-      ctx->saved_data["cuda_rng"] = get_rng_state(at::globalContext().defaultGenerator(input.device()));
-      ctx->saved_data["cuda_device"] = static_cast<int64_t>(input.device().index());
+    c10::optional<torch::Device> cuda_device;
+    for (const auto& input : inputs) {
+      if (input.is_cuda()) {
+        cuda_device = input.device();
+        break;
+      }
+    }
+    if (cuda_device) {
+      ctx->saved_data["cuda_rng"] = get_rng_state(at::globalContext().defaultGenerator(*cuda_device));
+      ctx->saved_data["cuda_device"] = static_cast<int64_t>(cuda_device->index());
     }
     const auto autocast = precision::AutocastState::current();
     ctx->saved_data["autocast_cpu"] = autocast.cpu_enabled;
@@ -111,9 +129,28 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     ctx->saved_data["autocast_cuda"] = autocast.cuda_enabled;
     ctx->saved_data["autocast_cuda_dtype"] = static_cast<int64_t>(autocast.cuda_dtype);
 
-    // Params are saved too, not only the input: their version counters then catch an optimizer step taken
+    // Params are saved too, not only the inputs: their version counters then catch an optimizer step taken
     // between forward and backward, which would make the recompute silently use different weights.
-    variable_list to_save{input};
+    variable_list to_save;
+    if (saved == SavedInputs::offloaded_cpu) {
+      // Offloaded inputs live in saved_data (as plain CPU tensors, outside autograd's version checks); each
+      // remembers its device so backward can bring it back.
+      std::vector<torch::Tensor> host;
+      std::vector<int64_t> device_indices;
+      for (const auto& input : inputs) {
+        if (!input.is_cuda()) {
+          throw UsageError(fmt::format(
+              "checkpointing.policy offload needs a CUDA device; use full on CPU (a saved block input is on {})",
+              input.device().str()));
+        }
+        host.push_back(offload_to_pinned_cpu(input.detach()));
+        device_indices.push_back(input.device().index());
+      }
+      ctx->saved_data["offloaded"] = host;
+      ctx->saved_data["offloaded_devices"] = device_indices;
+    } else {
+      to_save.insert(to_save.end(), inputs.begin(), inputs.end());
+    }
     to_save.insert(to_save.end(), params.begin(), params.end());
     ctx->save_for_backward(to_save);
 
@@ -121,11 +158,12 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     {
       torch::NoGradGuard no_grad;
       AutocastCacheDisabled no_cache;
-      output = block(input);
+      output = function(inputs.vec());
     }
-    // A block that returns its input or a view of it would make the output alias a saved tensor: an in-place
+    // A function that returns an input or a view of it would make the output alias a saved tensor: an in-place
     // op downstream would then bump the saved input's version and break backward. A copy keeps them apart.
-    bool aliases = output.is_alias_of(input);
+    bool aliases = false;
+    for (const auto& input : inputs) aliases = aliases || output.is_alias_of(input);
     for (const auto& param : params) aliases = aliases || output.is_alias_of(param);
     if (aliases) output = output.clone();
 
@@ -136,28 +174,43 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const variable_list saved = ctx->get_saved_variables();
-    const torch::Tensor& input = saved[0];
-    const size_t num_params = saved.size() - 1;
-    auto holder = ctx->saved_data["block"].toCapsule();
-    const auto& block = static_cast<BlockHolder*>(holder.get())->block;
+    const auto num_inputs = static_cast<size_t>(ctx->saved_data["num_inputs"].toInt());
+    const bool offloaded = ctx->saved_data.count("offloaded") != 0;
+    std::vector<torch::Tensor> inputs;
+    if (offloaded) {
+      const auto host = ctx->saved_data["offloaded"].toTensorVector();
+      const auto devices = ctx->saved_data["offloaded_devices"].toIntVector();
+      for (size_t i = 0; i < host.size(); ++i) {
+        // Queued on the current stream ahead of the recompute that reads it; the host does not wait.
+        const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(devices[i]));
+        inputs.push_back(host[i].to(device, host[i].scalar_type(), /*non_blocking=*/true));
+      }
+    } else {
+      inputs.assign(saved.begin(), saved.begin() + static_cast<std::ptrdiff_t>(num_inputs));
+    }
+    const size_t params_begin = offloaded ? 0 : num_inputs;
+    const size_t num_params = saved.size() - params_begin;
+    auto holder = ctx->saved_data["function"].toCapsule();
+    const auto& function = static_cast<FunctionHolder*>(holder.get())->function;
 
-    // Edge 0 is the input, edges 1.. the params; only what this backward pass asks for is computed, so an
-    // outer autograd::grad w.r.t. the input alone does no parameter work.
+    // Only what this backward pass asks for is computed, so an outer autograd::grad w.r.t. the input alone
+    // does no parameter work, and inputs that need no gradient (a mask) are not differentiated.
     std::vector<torch::Tensor> wrt;
     std::vector<size_t> wrt_edge;
-
-    torch::Tensor detached = input.detach();
-    // requires_grad on the copy regardless of the original: the recompute must build a graph back to it
-    // whenever the input gradient is requested.
-    if (detached.is_floating_point() || detached.is_complex()) detached.requires_grad_(true);
-    if (ctx->needs_input_grad(0) && detached.requires_grad()) {
-      wrt.push_back(detached);
-      wrt_edge.push_back(0);
+    std::vector<torch::Tensor> detached(num_inputs);
+    for (size_t i = 0; i < num_inputs; ++i) {
+      detached[i] = inputs[i].detach();
+      if (ctx->needs_input_grad(i) && (detached[i].is_floating_point() || detached[i].is_complex())) {
+        detached[i].requires_grad_(true);
+        wrt.push_back(detached[i]);
+        wrt_edge.push_back(i);
+      }
     }
-    for (size_t i = 0; i < num_params; ++i) {
-      if (ctx->needs_input_grad(i + 1) && saved[i + 1].requires_grad()) {
-        wrt.push_back(saved[i + 1]);
-        wrt_edge.push_back(i + 1);
+    for (size_t j = 0; j < num_params; ++j) {
+      const torch::Tensor& param = saved[params_begin + j];
+      if (ctx->needs_input_grad(num_inputs + j) && param.requires_grad()) {
+        wrt.push_back(param);
+        wrt_edge.push_back(num_inputs + j);
       }
     }
 
@@ -179,7 +232,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
       precision::AutocastScope autocast_scope(autocast);
       AutocastCacheDisabled no_cache;
       torch::AutoGradMode grad_mode(true);
-      output = block(detached);
+      output = function(detached);
     }
 
     const auto forward_sizes = ctx->saved_data["output_sizes"].toIntVector();
@@ -192,8 +245,9 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
           describe_tensor(output.sizes(), output.scalar_type()), describe_tensor(forward_sizes, forward_dtype)));
     }
 
-    // Slot 0 answers the (non-tensor) block argument, then input, then params, as apply() laid them out.
-    variable_list grads(num_params + 2);
+    // Slot 0 answers the (non-tensor) function argument, then inputs, then params, then the (non-tensor)
+    // `saved` argument, as apply() laid them out.
+    variable_list grads(1 + num_inputs + num_params + 1);
     if (!wrt.empty() && output.requires_grad()) {
       const variable_list computed = torch::autograd::grad({output}, wrt, {grad_outputs[0]},
                                                            /*retain_graph=*/false, /*create_graph=*/false,
@@ -206,17 +260,22 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
 
 }  // namespace
 
-torch::Tensor checkpoint(const nn::BlockFunction& block, const torch::Tensor& input,
-                         const std::vector<torch::Tensor>& params) {
-  if (!torch::GradMode::is_enabled()) return block(input);
-  bool any_requires_grad = input.requires_grad();
+torch::Tensor checkpoint(const nn::RegionFunction& function, const std::vector<torch::Tensor>& inputs,
+                         const std::vector<torch::Tensor>& params, SavedInputs saved) {
+  if (!torch::GradMode::is_enabled()) return function(inputs);
+  bool any_requires_grad = false;
+  for (const auto& input : inputs) any_requires_grad = any_requires_grad || input.requires_grad();
   for (const auto& param : params) any_requires_grad = any_requires_grad || param.requires_grad();
   // Nothing to differentiate: checkpointing would only add the recompute bookkeeping.
-  if (!any_requires_grad) return block(input);
-  return CheckpointFunction::apply(block, input, at::TensorList(params));
+  if (!any_requires_grad) return function(inputs);
+  return CheckpointFunction::apply(function, at::TensorList(inputs), at::TensorList(params), saved);
 }
 
-namespace {
+torch::Tensor checkpoint(const nn::BlockFunction& block, const torch::Tensor& input,
+                         const std::vector<torch::Tensor>& params) {
+  // `block` copied into the closure: the autograd node keeps it until backward.
+  return checkpoint([block](const std::vector<torch::Tensor>& inputs) { return block(inputs[0]); }, {input}, params);
+}
 
 const char* policy_name(Policy policy) {
   switch (policy) {
@@ -228,20 +287,38 @@ const char* policy_name(Policy policy) {
       return "every_k";
     case Policy::sqrt:
       return "sqrt";
+    case Policy::selective:
+      return "selective";
+    case Policy::offload:
+      return "offload";
   }
   return "off";
+}
+
+namespace {
+
+constexpr Policy kPolicies[] = {Policy::off, Policy::full, Policy::every_k, Policy::sqrt, Policy::selective,
+                                Policy::offload};
+
+void check_offload_possible() {
+  if (!torch::cuda::is_available()) {
+    throw UsageError(
+        "checkpointing.policy offload needs a CUDA device; use full on CPU (no CUDA device is available to this "
+        "LibTorch build)");
+  }
 }
 
 }  // namespace
 
 Policy parse_policy(const std::string& name) {
-  for (Policy policy : {Policy::off, Policy::full, Policy::every_k, Policy::sqrt}) {
-    if (name == policy_name(policy)) return policy;
+  for (Policy policy : kPolicies) {
+    if (name == policy_name(policy)) {
+      if (policy == Policy::offload) check_offload_possible();
+      return policy;
+    }
   }
   throw UsageError(fmt::format(
-      "checkpointing.policy: unknown policy '{}'; valid policies: off, full, every_k, sqrt "
-      "(selective and offload are not implemented yet)",
-      name));
+      "checkpointing.policy: unknown policy '{}'; valid policies: off, full, every_k, sqrt, selective, offload", name));
 }
 
 CheckpointRunner::CheckpointRunner(CheckpointOptions options, int64_t num_blocks)
@@ -252,6 +329,11 @@ CheckpointRunner::CheckpointRunner(CheckpointOptions options, int64_t num_blocks
   }
   switch (options_.policy) {
     case Policy::off:
+    case Policy::selective:  // blocks run plainly; only their regions are recomputed
+      break;
+    case Policy::offload:
+      check_offload_possible();
+      checkpointed_.assign(checkpointed_.size(), true);
       break;
     case Policy::full:
       checkpointed_.assign(checkpointed_.size(), true);
@@ -259,21 +341,56 @@ CheckpointRunner::CheckpointRunner(CheckpointOptions options, int64_t num_blocks
     case Policy::every_k:
       for (int64_t i = 0; i < num_blocks_; i += options_.k) checkpointed_[i] = true;
       break;
-    case Policy::sqrt: {
-      // ceil(sqrt(L)) blocks spaced L/n apart. Each checkpointed block is its own segment for now; true
-      // segments (one checkpoint spanning L/n consecutive blocks, saving only each segment's input) are future
-      // work, and would cut memory further.
-      if (num_blocks_ == 0) break;
-      const auto count = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(num_blocks_))));
-      for (int64_t j = 0; j < count; ++j) checkpointed_[j * num_blocks_ / count] = true;
+    case Policy::sqrt:
+      // Every block is recomputed; only the input of each ceil(sqrt(L))-block segment is kept, so forward keeps
+      // about sqrt(L) block inputs and backward holds one segment's activations at a time.
+      segment_size_ = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(num_blocks_)))));
+      checkpointed_.assign(checkpointed_.size(), true);
       break;
-    }
   }
 }
 
 torch::Tensor CheckpointRunner::run(int64_t block_index, const nn::BlockFunction& block, const torch::Tensor& input,
                                     const std::vector<torch::Tensor>& params) {
-  return is_checkpointed(block_index) ? checkpoint(block, input, params) : block(input);
+  if (!is_checkpointed(block_index)) return block(input);
+  if (options_.policy == Policy::offload) {
+    return checkpoint([block](const std::vector<torch::Tensor>& inputs) { return block(inputs[0]); }, {input}, params,
+                      SavedInputs::offloaded_cpu);
+  }
+  return checkpoint(block, input, params);
+}
+
+torch::Tensor CheckpointRunner::run_stack(int64_t count, const nn::StackFunction& block, const torch::Tensor& input,
+                                          const nn::StackParamsFunction& params_of) {
+  if (count != num_blocks_) {
+    throw Error(fmt::format("checkpoint: run_stack over {} blocks, but the runner was built for {} blocks", count,
+                            num_blocks_));
+  }
+  if (options_.policy != Policy::sqrt) return BlockRunner::run_stack(count, block, input, params_of);
+  torch::Tensor hidden = input;
+  for (int64_t begin = 0; begin < count; begin += segment_size_) {
+    const int64_t end = std::min(count, begin + segment_size_);
+    std::vector<torch::Tensor> params;
+    for (int64_t i = begin; i < end; ++i) {
+      auto block_params = params_of(i);
+      params.insert(params.end(), block_params.begin(), block_params.end());
+    }
+    // `block` copied into the closure: the autograd node keeps it until backward.
+    auto segment = [block, begin, end](const std::vector<torch::Tensor>& inputs) {
+      torch::Tensor h = inputs[0];
+      for (int64_t i = begin; i < end; ++i) h = block(i, h);
+      return h;
+    };
+    hidden = checkpoint(segment, {hidden}, params);
+  }
+  return hidden;
+}
+
+torch::Tensor CheckpointRunner::run_region(nn::RegionKind, const nn::RegionFunction& region,
+                                           const std::vector<torch::Tensor>& inputs,
+                                           const std::vector<torch::Tensor>& params) {
+  if (options_.policy != Policy::selective) return region(inputs);
+  return checkpoint(region, inputs, params);
 }
 
 bool CheckpointRunner::is_checkpointed(int64_t block_index) const {
@@ -289,10 +406,25 @@ int64_t CheckpointRunner::checkpointed_blocks() const {
 }
 
 std::string CheckpointRunner::describe() const {
-  if (options_.policy == Policy::off) return "off";
-  const std::string policy = options_.policy == Policy::every_k ? fmt::format("every_k (k={})", options_.k)
-                                                                : std::string(policy_name(options_.policy));
-  return fmt::format("on, policy {}, {}/{} blocks", policy, checkpointed_blocks(), num_blocks_);
+  switch (options_.policy) {
+    case Policy::off:
+      return "off";
+    case Policy::selective:
+      return fmt::format("on, policy selective (norms, attention core, activations recomputed), {} blocks", num_blocks_);
+    case Policy::every_k:
+      return fmt::format("on, policy every_k (k={}), {}/{} blocks", options_.k, checkpointed_blocks(), num_blocks_);
+    case Policy::sqrt: {
+      const int64_t segments = (num_blocks_ + segment_size_ - 1) / segment_size_;
+      return fmt::format("on, policy sqrt ({} segments of up to {} blocks, segment inputs kept), {}/{} blocks",
+                         segments, segment_size_, checkpointed_blocks(), num_blocks_);
+    }
+    case Policy::offload:
+      return fmt::format("on, policy offload (block inputs kept in pinned CPU memory), {}/{} blocks",
+                         checkpointed_blocks(), num_blocks_);
+    case Policy::full:
+      break;
+  }
+  return fmt::format("on, policy {}, {}/{} blocks", policy_name(options_.policy), checkpointed_blocks(), num_blocks_);
 }
 
 }  // namespace tune::memory

@@ -92,20 +92,24 @@ torch::Tensor LlamaForCausalLMImpl::forward_embeddings(const torch::Tensor& inpu
   layer_inputs.mask = nn::make_causal_mask(length, past, inputs.segment_ids, device);
 
   torch::Tensor hidden = input_embeddings;
-  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
-    auto layer = model_->layers->ptr<LlamaDecoderLayerImpl>(i);
-    if (cache != nullptr) {
-      // Decoding mutates the cache, so the block must run exactly once: never through a recomputing runner.
+  if (cache != nullptr) {
+    // Decoding mutates the cache, so each block must run exactly once: never through a recomputing runner.
+    for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
       LayerInputs with_cache = layer_inputs;
       with_cache.cached_keys = &cache->keys[static_cast<size_t>(i)];
       with_cache.cached_values = &cache->values[static_cast<size_t>(i)];
-      hidden = layer->forward(hidden, with_cache);
-    } else {
-      // Captured by value: a checkpointing runner calls the block again in backward, after this frame is gone.
-      hidden = runner_->run(
-          i, [layer, layer_inputs](const torch::Tensor& h) { return layer->forward(h, layer_inputs); }, hidden,
-          trainable_parameters(*layer));
+      hidden = model_->layers->ptr<LlamaDecoderLayerImpl>(i)->forward(hidden, with_cache);
     }
+  } else {
+    layer_inputs.runner = runner_;
+    std::vector<std::shared_ptr<LlamaDecoderLayerImpl>> layers;
+    for (int64_t i = 0; i < config_.num_hidden_layers; ++i) layers.push_back(model_->layers->ptr<LlamaDecoderLayerImpl>(i));
+    // Captured by value: a checkpointing runner calls the blocks again in backward, after this frame is gone.
+    auto block = [layers, layer_inputs](int64_t i, const torch::Tensor& h) {
+      return layers[static_cast<size_t>(i)]->forward(h, layer_inputs);
+    };
+    auto params_of = [&layers](int64_t i) { return trainable_parameters(*layers[static_cast<size_t>(i)]); };
+    hidden = runner_->run_stack(config_.num_hidden_layers, block, hidden, params_of);
   }
   hidden = model_->norm(hidden);
   const torch::Tensor logits =

@@ -44,6 +44,35 @@ torch::Tensor repeat_kv(const torch::Tensor& x, int64_t groups) {
   return x.unsqueeze(2).expand({sizes[0], sizes[1], groups, sizes[2], sizes[3]}).reshape({sizes[0], sizes[1] * groups, sizes[2], sizes[3]});
 }
 
+// Attention after RoPE: query [B, H, T, D], key/value [B, kv_heads, S, D] -> context [B, T, H * D].
+torch::Tensor attention_core(const torch::Tensor& query, const torch::Tensor& key_in, const torch::Tensor& value_in,
+                             const torch::Tensor& mask, int64_t groups, int64_t num_heads, int64_t head_dim) {
+  const int64_t batch = query.size(0);
+  const int64_t length = query.size(2);
+  const torch::Tensor key = repeat_kv(key_in, groups);
+  const torch::Tensor value = repeat_kv(value_in, groups);
+  // Under autocast the matmuls run in bf16/fp16; the mask addition and softmax are done in fp32 (or wider:
+  // a float64 model stays float64) because exp() of low-precision scores loses the small probabilities, then
+  // cast back for the value product.
+  const torch::Tensor scores = torch::matmul(query, key.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
+  const auto softmax_dtype = torch::promote_types(scores.scalar_type(), torch::kFloat32);
+  const torch::Tensor probabilities = torch::softmax(scores.to(softmax_dtype) + mask, -1).to(query.scalar_type());
+  const torch::Tensor context = torch::matmul(probabilities, value.to(query.scalar_type()));
+  return context.transpose(1, 2).reshape({batch, length, num_heads * head_dim});
+}
+
+// A region's trainable parameters: `weight` if it requires grad (a frozen norm has none).
+std::vector<torch::Tensor> trainable(const torch::Tensor& weight) {
+  return weight.requires_grad() ? std::vector<torch::Tensor>{weight} : std::vector<torch::Tensor>{};
+}
+
+// `norm(hidden)` as a norm region of `runner`.
+torch::Tensor run_norm(const nn::RMSNorm& norm, const torch::Tensor& hidden, nn::BlockRunner* runner) {
+  std::shared_ptr<nn::RMSNormImpl> module = norm.ptr();  // owned by the region: it may run again in backward
+  auto region = [module](const std::vector<torch::Tensor>& inputs) { return module->forward(inputs[0]); };
+  return nn::run_region(runner, nn::RegionKind::norm, region, {hidden}, trainable(module->weight));
+}
+
 }  // namespace
 
 LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& config, const LlamaLoraOptions& lora)
@@ -81,17 +110,16 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& hidden, const Lay
     cached_values = value;
   }
 
+  // The region owns what it uses (scalars by value): a selective-checkpointing runner calls it again in backward.
   const int64_t groups = num_heads / num_key_value_heads;
-  key = repeat_kv(key, groups);
-  value = repeat_kv(value, groups);
-  // Under autocast the matmuls run in bf16/fp16; the mask addition and softmax are done in fp32 (or wider:
-  // a float64 model stays float64) because exp() of low-precision scores loses the small probabilities, then
-  // cast back for the value product.
-  const torch::Tensor scores = torch::matmul(query, key.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
-  const auto softmax_dtype = torch::promote_types(scores.scalar_type(), torch::kFloat32);
-  const torch::Tensor probabilities = torch::softmax(scores.to(softmax_dtype) + inputs.mask, -1).to(query.scalar_type());
-  const torch::Tensor context = torch::matmul(probabilities, value.to(query.scalar_type()));
-  return o_proj(context.transpose(1, 2).reshape({batch, length, num_heads * head_dim}));
+  const int64_t heads = num_heads;
+  const int64_t dim = head_dim;
+  auto core = [groups, heads, dim](const std::vector<torch::Tensor>& region_inputs) {
+    return attention_core(region_inputs[0], region_inputs[1], region_inputs[2], region_inputs[3], groups, heads, dim);
+  };
+  const torch::Tensor context =
+      nn::run_region(inputs.runner.get(), nn::RegionKind::attention_core, core, {query, key, value, inputs.mask});
+  return o_proj(context);
 }
 
 LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& config, const LlamaLoraOptions& lora) {
@@ -102,8 +130,9 @@ LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& config, const LlamaLoraOptions& lo
   down_proj = register_module("down_proj", make_projection(inner, hidden, config.mlp_bias, "down_proj", lora));
 }
 
-torch::Tensor LlamaMLPImpl::forward(const torch::Tensor& hidden) {
-  return down_proj(torch::silu(gate_proj(hidden)) * up_proj(hidden));
+torch::Tensor LlamaMLPImpl::forward(const torch::Tensor& hidden, nn::BlockRunner* runner) {
+  auto swiglu = [](const std::vector<torch::Tensor>& inputs) { return torch::silu(inputs[0]) * inputs[1]; };
+  return down_proj(nn::run_region(runner, nn::RegionKind::activation, swiglu, {gate_proj(hidden), up_proj(hidden)}));
 }
 
 LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& config, const LlamaLoraOptions& lora) {
@@ -116,8 +145,9 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& config, const Ll
 }
 
 torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& hidden, const LayerInputs& inputs) {
-  const torch::Tensor attended = hidden + self_attn(input_layernorm(hidden), inputs);
-  return attended + mlp(post_attention_layernorm(attended));
+  nn::BlockRunner* runner = inputs.runner.get();
+  const torch::Tensor attended = hidden + self_attn(run_norm(input_layernorm, hidden, runner), inputs);
+  return attended + mlp(run_norm(post_attention_layernorm, attended, runner), runner);
 }
 
 LlamaModelImpl::LlamaModelImpl(const LlamaConfig& config, const LlamaLoraOptions& lora) {

@@ -7,9 +7,11 @@
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/pimpl.h>
 
+#include <memory>
 #include <string>
 
 #include "tune/models/llama_config.h"
+#include "tune/nn/block_runner.h"
 #include "tune/nn/lora_linear.h"
 #include "tune/nn/rms_norm.h"
 #include "tune/nn/rotary_embedding.h"
@@ -25,6 +27,9 @@ struct LayerInputs {
   torch::Tensor mask;           // [B or 1, 1, T, past + T] additive float32
   torch::Tensor* cached_keys = nullptr;    // decoding: this layer's cache slots (grown in place), else null
   torch::Tensor* cached_values = nullptr;
+  // Runs the layer's norm, attention-core and activation regions (selective checkpointing); null: plain calls.
+  // Shared, not raw: a recompute in backward may use it after the model's forward has returned.
+  std::shared_ptr<nn::BlockRunner> runner;
 };
 
 // A projection that carries a LoRA adapter iff `name` (e.g. "q_proj") is among the LoRA target modules.
@@ -32,7 +37,8 @@ nn::LoraLinear make_projection(int64_t in_features, int64_t out_features, bool b
                                const LlamaLoraOptions& lora);
 
 // Self-attention: q/k/v projections, RoPE on q and k, kv heads repeated to the query heads (GQA), scores scaled
-// by 1/sqrt(head_dim), additive mask, softmax in fp32, o projection.
+// by 1/sqrt(head_dim), additive mask, softmax in fp32, o projection. Everything between RoPE and o_proj runs as
+// the attention-core region of `inputs.runner`.
 class LlamaAttentionImpl : public torch::nn::Module {
  public:
   LlamaAttentionImpl(const LlamaConfig& config, const LlamaLoraOptions& lora);
@@ -43,17 +49,18 @@ class LlamaAttentionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(LlamaAttention);
 
-// SwiGLU: down(silu(gate(x)) * up(x)).
+// SwiGLU: down(silu(gate(x)) * up(x)); silu(gate) * up runs as an activation region of `runner` (null: plain).
 class LlamaMLPImpl : public torch::nn::Module {
  public:
   LlamaMLPImpl(const LlamaConfig& config, const LlamaLoraOptions& lora);
-  torch::Tensor forward(const torch::Tensor& hidden);
+  torch::Tensor forward(const torch::Tensor& hidden, nn::BlockRunner* runner = nullptr);
 
   nn::LoraLinear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(LlamaMLP);
 
-// Pre-norm residual block: h + attn(norm(h)), then h + mlp(norm(h)). The unit the block runner executes.
+// Pre-norm residual block: h + attn(norm(h)), then h + mlp(norm(h)). The unit the block runner executes; the two
+// norms run as norm regions of `inputs.runner`.
 class LlamaDecoderLayerImpl : public torch::nn::Module {
  public:
   LlamaDecoderLayerImpl(const LlamaConfig& config, const LlamaLoraOptions& lora);

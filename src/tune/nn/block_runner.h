@@ -1,5 +1,7 @@
-// How a model's repeated blocks are executed. A model calls its runner for each block and never knows whether
-// the block is checkpointed, offloaded or run plainly: memory/ provides runners, recipes install them.
+// How a model's repeated blocks are executed. A model calls its runner for each block (or for the whole stack)
+// and never knows whether the block is checkpointed, offloaded or run plainly: memory/ provides runners,
+// recipes install them. Inside a block, the model marks regions (norms, attention core, activations) that a
+// runner may checkpoint on their own (selective checkpointing).
 #pragma once
 
 #include <torch/types.h>
@@ -12,6 +14,20 @@ namespace tune::nn {
 // A block as a function of its input. It must own what it uses (capture by value): a checkpointing runner calls it
 // again during backward, after the model's forward has returned.
 using BlockFunction = std::function<torch::Tensor(const torch::Tensor& input)>;
+// Block `block_index` of a stack as a function of its input; the same ownership rule applies.
+using StackFunction = std::function<torch::Tensor(int64_t block_index, const torch::Tensor& input)>;
+// The trainable parameters (requires_grad) of block `block_index`.
+using StackParamsFunction = std::function<std::vector<torch::Tensor>(int64_t block_index)>;
+// A region inside a block as a function of its tensor inputs; the same ownership rule applies.
+using RegionFunction = std::function<torch::Tensor(const std::vector<torch::Tensor>& inputs)>;
+
+// What a region computes. Selective checkpointing recomputes these and keeps the matmul outputs between them:
+// they are cheap to recompute but save large tensors (softmax probabilities, fp32 norm intermediates).
+enum class RegionKind {
+  norm,            // a normalisation layer (its weight is a region parameter)
+  attention_core,  // scores, mask, softmax and the value product: after the q/k/v projections and RoPE
+  activation,      // an elementwise activation between matmuls, e.g. silu(gate) * up
+};
 
 class BlockRunner {
  public:
@@ -20,7 +36,34 @@ class BlockRunner {
   // recomputes the block can return their gradients even when `input` does not require grad.
   virtual torch::Tensor run(int64_t block_index, const BlockFunction& block, const torch::Tensor& input,
                             const std::vector<torch::Tensor>& params) = 0;
+
+  // Runs blocks 0 .. count-1 in sequence, each on the previous one's output. A runner may group consecutive
+  // blocks into one recomputed segment (policy sqrt); the default runs each block through run().
+  virtual torch::Tensor run_stack(int64_t count, const StackFunction& block, const torch::Tensor& input,
+                                  const StackParamsFunction& params_of) {
+    torch::Tensor hidden = input;
+    for (int64_t i = 0; i < count; ++i) {
+      // `block` copied into the closure: run() may keep the closure past this call.
+      hidden = run(i, [block, i](const torch::Tensor& h) { return block(i, h); }, hidden, params_of(i));
+    }
+    return hidden;
+  }
+
+  // Runs one region of a block. `params`: the region's trainable parameters (as for run()). The default is a
+  // plain call; a selective-checkpointing runner recomputes the region in backward.
+  virtual torch::Tensor run_region(RegionKind kind, const RegionFunction& region, const std::vector<torch::Tensor>& inputs,
+                                   const std::vector<torch::Tensor>& params) {
+    (void)kind;
+    (void)params;
+    return region(inputs);
+  }
 };
+
+// What a block calls to run a region: through `runner` when the block has one, else a plain call.
+inline torch::Tensor run_region(BlockRunner* runner, RegionKind kind, const RegionFunction& region,
+                                const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& params = {}) {
+  return runner != nullptr ? runner->run_region(kind, region, inputs, params) : region(inputs);
+}
 
 // Runs each block as a plain call.
 class PlainBlockRunner : public BlockRunner {

@@ -97,7 +97,13 @@ int run_train(const TrainArguments& arguments) {
 
 int run_infer(const InferArguments& arguments) {
   InferRequest request;
-  request.prompts = read_prompts(arguments);
+  if (!arguments.prompt.empty() || arguments.prompts_file) request.prompts = read_prompts(arguments);
+  request.class_label = arguments.class_label;
+  request.sampler = arguments.sampler;
+  request.steps = arguments.steps;
+  request.cfg_scale = arguments.cfg_scale;
+  request.num_samples = arguments.num_samples;
+  request.out = arguments.out;
   request.json = arguments.json;
   request.max_new_tokens = arguments.max_new_tokens;
   request.temperature = arguments.temperature;

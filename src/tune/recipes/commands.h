@@ -26,6 +26,12 @@ struct InferArguments {
   int64_t max_new_tokens = -1;
   double temperature = -1.0;
   double top_p = -1.0;
+  std::optional<int64_t> class_label;
+  std::optional<std::string> sampler;
+  std::optional<int64_t> steps;
+  std::optional<double> cfg_scale;
+  std::optional<int64_t> num_samples;
+  std::optional<std::filesystem::path> out;
 };
 
 struct ExportArguments {

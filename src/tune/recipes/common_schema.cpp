@@ -16,8 +16,9 @@ config::Schema common_schema(const std::string& recipe_name) {
   schema.choice("device", {"auto", "cpu", "cuda"}, "auto", "auto = cuda when available, else cpu");
 
   schema.boolean("gradient_checkpointing", true, "recompute block activations in backward instead of storing them");
-  schema.choice("checkpointing.policy", {"full", "every_k", "sqrt"}, "full",
-                "which blocks are checkpointed when gradient_checkpointing is true");
+  schema.choice("checkpointing.policy", {"full", "every_k", "sqrt", "selective", "offload"}, "full",
+                "full: every block; every_k: blocks 0, k, 2k...; sqrt: ~sqrt(L) segments; selective: recompute norms, "
+                "attention core and activations only; offload (CUDA): full, with block inputs in pinned CPU memory");
   schema.integer("checkpointing.k", 2, "every_k: checkpoint blocks 0, k, 2k, ...");
   schema.choice("mixed_precision", {"bf16", "fp16", "no"}, "bf16",
                 "autocast compute dtype; weights and optimizer state stay fp32");
@@ -44,7 +45,6 @@ config::Schema common_schema(const std::string& recipe_name) {
   schema.real("scheduler.min_lr_ratio", 0.0, "final learning rate as a fraction of the peak (cosine, linear)");
 
   schema.integer("logging.every", 10, "log (and write metrics.jsonl) every N optimizer steps");
-  schema.integer("eval.every", 0, "evaluate every N steps; 0 = only at the end");
   schema.integer("checkpoint.every", 0, "save every N steps; 0 = only at the end");
   schema.integer("checkpoint.keep_last", 2, "complete checkpoints kept; 0 = all");
   return schema;
@@ -68,6 +68,10 @@ RunSettings read_run_settings(const config::Config& config) {
   settings.device = device == "auto" ? (cuda_available ? "cuda" : "cpu") : device;
 
   settings.gradient_checkpointing = config.get_bool("gradient_checkpointing");
+  if (config.get_string("checkpointing.policy") == "offload" && settings.device != "cuda") {
+    config.fail("checkpointing.policy", "is 'offload', which moves saved block inputs from the GPU to pinned CPU "
+                                        "memory and needs device cuda; use 'full' on CPU");
+  }
   settings.checkpointing.policy = settings.gradient_checkpointing
                                       ? memory::parse_policy(config.get_string("checkpointing.policy"))
                                       : memory::Policy::off;
@@ -114,7 +118,8 @@ TrainingSettings read_training_settings(const config::Config& config) {
     config.fail("scheduler.min_lr_ratio", "must be in [0, 1]");
   }
   settings.log_every = positive("logging.every");
-  settings.eval_every = non_negative("eval.every");
+  // Only recipes that evaluate declare eval.every (a key must never be accepted and then ignored).
+  if (config.schema.find("eval.every") != nullptr) settings.eval_every = non_negative("eval.every");
   settings.save_every = non_negative("checkpoint.every");
   settings.keep_last = non_negative("checkpoint.keep_last");
   return settings;

@@ -28,6 +28,13 @@ struct InferRequest {
   int64_t max_new_tokens = -1;            // -1: from the config
   double temperature = -1.0;              // < 0: from the config
   double top_p = -1.0;
+  // Video recipes (unset: the config's sampling.* keys); a recipe that has no use for one rejects it.
+  std::optional<int64_t> class_label;
+  std::optional<std::string> sampler;
+  std::optional<int64_t> steps;
+  std::optional<double> cfg_scale;
+  std::optional<int64_t> num_samples;
+  std::optional<std::filesystem::path> out;
 };
 
 struct ExportRequest {

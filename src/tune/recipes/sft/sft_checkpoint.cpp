@@ -1,48 +1,13 @@
 // Writing and reading SFT checkpoint directories.
 #include "tune/recipes/sft/sft_checkpoint.h"
 
-#include <ATen/CPUGeneratorImpl.h>
-
-#include <fstream>
-#include <mutex>
-
 #include "tune/core/error.h"
 #include "tune/io/safetensors.h"
 #include "tune/io/weights.h"
+#include "tune/recipes/checkpoint_files.h"
 #include "tune/recipes/sft/sft_model.h"
 
 namespace tune::recipes::sft {
-namespace {
-
-void write_json(const std::filesystem::path& path, const nlohmann::json& json) {
-  std::ofstream out(path);
-  out << json.dump(2) << "\n";
-  if (!out) throw Error(fmt::format("{}: write failed", path.string()));
-}
-
-nlohmann::json read_json(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(fmt::format("{}: missing from the checkpoint", path.string()));
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& error) {
-    throw InputError(fmt::format("{}: invalid JSON: {}", path.string(), error.what()));
-  }
-}
-
-torch::Tensor cpu_rng_state() {
-  auto generator = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  return generator.get_state();
-}
-
-void set_cpu_rng_state(const torch::Tensor& state) {
-  auto generator = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  generator.set_state(state);
-}
-
-}  // namespace
 
 bool is_lora_checkpoint(const std::filesystem::path& dir) {
   return std::filesystem::exists(dir / "adapter_config.json");
@@ -55,10 +20,10 @@ void write_checkpoint(const std::filesystem::path& dir, const models::LlamaForCa
   const auto weights = weights_to_save(model);
   if (model->has_lora()) {
     io::save_safetensors(dir / "adapter_model.safetensors", weights, {{"format", "pt"}});
-    write_json(dir / "adapter_config.json", peft_adapter_config(model->lora_options(), base_model_path));
+    write_json_file(dir / "adapter_config.json", peft_adapter_config(model->lora_options(), base_model_path));
   } else {
     io::save_safetensors(dir / "model.safetensors", weights, {{"format", "pt"}});
-    write_json(dir / "config.json", model->config().to_json());
+    write_json_file(dir / "config.json", model->config().to_json());
   }
   // The tokenizer travels with every checkpoint so the directory is self-contained for inference and export.
   std::filesystem::copy_file(tokenizer.model_path(), dir / "tokenizer.model",
@@ -66,7 +31,7 @@ void write_checkpoint(const std::filesystem::path& dir, const models::LlamaForCa
   if (optimizer == nullptr) return;
   io::save_safetensors(dir / "optimizer.safetensors", optimizer->state_tensors());
   io::save_safetensors(dir / "rng_state.safetensors", {{"cpu", cpu_rng_state()}});
-  write_json(dir / "trainer_state.json", {{"step", state.step},
+  write_json_file(dir / "trainer_state.json", {{"step", state.step},
                                           {"epoch", state.loader.epoch},
                                           {"batch_in_epoch", state.loader.batch_in_epoch},
                                           {"elapsed_s", state.elapsed_s},
@@ -96,13 +61,10 @@ void load_checkpoint_weights(const std::filesystem::path& dir, models::LlamaForC
 
 TrainerState read_checkpoint(const std::filesystem::path& dir, models::LlamaForCausalLM& model, train::AdamW& optimizer) {
   load_checkpoint_weights(dir, model);
-  const auto optimizer_file = io::SafetensorsFile::open(dir / "optimizer.safetensors");
-  std::vector<std::pair<std::string, torch::Tensor>> optimizer_state;
-  for (const auto& entry : optimizer_file.entries()) optimizer_state.emplace_back(entry.first, optimizer_file.load(entry.first));
-  optimizer.load_state_tensors(optimizer_state);
+  optimizer.load_state_tensors(read_named_tensors(dir / "optimizer.safetensors"));
   set_cpu_rng_state(io::SafetensorsFile::open(dir / "rng_state.safetensors").load("cpu"));
 
-  const auto json = read_json(dir / "trainer_state.json");
+  const auto json = read_json_file(dir / "trainer_state.json");
   TrainerState state;
   try {
     state.step = json.at("step").get<int64_t>();

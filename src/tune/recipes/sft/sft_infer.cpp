@@ -80,6 +80,15 @@ void print_attribution(const data::Tokenizer& tokenizer, const AttributionResult
 }  // namespace
 
 int infer(const InferRequest& request) {
+  if (request.prompts.empty()) throw UsageError("tune infer for an LLM needs --prompt TEXT or --prompts-file FILE");
+  for (const auto& [given, flag] : {std::pair{request.class_label.has_value(), "--class"},
+                                    std::pair{request.sampler.has_value(), "--sampler"},
+                                    std::pair{request.steps.has_value(), "--steps"},
+                                    std::pair{request.cfg_scale.has_value(), "--cfg-scale"},
+                                    std::pair{request.num_samples.has_value(), "--num-samples"},
+                                    std::pair{request.out.has_value(), "--out"}}) {
+    if (given) throw UsageError(fmt::format("{} applies to video recipes (latte); this is an LLM (sft) model", flag));
+  }
   RunSettings run;
   SftSettings sft;
   if (request.config) {

@@ -82,6 +82,7 @@ config::Schema sft_schema() {
   schema.boolean("data.shuffle", true, "seeded shuffle each epoch");
   schema.choice("data.on_bad_line", {"fail", "skip"}, "fail", "a malformed row stops the run, or is skipped and counted");
 
+  schema.integer("eval.every", 0, "evaluate every N steps; 0 = only at the end");
   schema.integer("generation.max_new_tokens", 64, "tune infer: tokens to generate at most");
   schema.real("generation.temperature", 0.0, "tune infer: 0 = greedy");
   schema.real("generation.top_p", 1.0, "tune infer: nucleus sampling threshold");

@@ -1,0 +1,193 @@
+// Latte presets and tune's JSON config for Latte checkpoints.
+#include "tune/models/latte_config.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <fstream>
+#include <set>
+
+#include "tune/core/error.h"
+
+namespace tune::models {
+namespace {
+
+using nlohmann::json;
+
+struct SizePreset {
+  const char* size;
+  int64_t depth, hidden_size, num_heads;
+};
+constexpr SizePreset kSizes[] = {{"S", 12, 384, 6}, {"B", 12, 768, 12}, {"L", 24, 1024, 16}, {"XL", 28, 1152, 16}};
+constexpr int64_t kPatchSizes[] = {2, 4, 8};
+
+const std::vector<std::string> kKeys = {"model_type", "variant", "input_size", "patch_size", "in_channels",
+                                        "hidden_size", "depth", "num_heads", "mlp_ratio", "num_frames",
+                                        "class_dropout_prob", "num_classes", "learn_sigma", "extras"};
+
+[[noreturn]] void fail(const std::string& source, const std::string& key, const std::string& message) {
+  throw UsageError(fmt::format("{}: field '{}' {}", source, key, message));
+}
+
+int64_t read_integer(const json& object, const std::string& key, int64_t fallback, const std::string& source) {
+  if (!object.contains(key)) return fallback;
+  const json& value = object.at(key);
+  if (!value.is_number_integer()) fail(source, key, fmt::format("must be an integer, got {}", value.dump()));
+  return value.get<int64_t>();
+}
+
+double read_number(const json& object, const std::string& key, double fallback, const std::string& source) {
+  if (!object.contains(key)) return fallback;
+  const json& value = object.at(key);
+  if (!value.is_number()) fail(source, key, fmt::format("must be a number, got {}", value.dump()));
+  return value.get<double>();
+}
+
+bool read_boolean(const json& object, const std::string& key, bool fallback, const std::string& source) {
+  if (!object.contains(key)) return fallback;
+  const json& value = object.at(key);
+  if (!value.is_boolean()) fail(source, key, fmt::format("must be true or false, got {}", value.dump()));
+  return value.get<bool>();
+}
+
+std::string read_string(const json& object, const std::string& key, const std::string& fallback, const std::string& source) {
+  if (!object.contains(key)) return fallback;
+  const json& value = object.at(key);
+  if (!value.is_string()) fail(source, key, fmt::format("must be a string, got {}", value.dump()));
+  return value.get<std::string>();
+}
+
+}  // namespace
+
+void LatteConfig::validate(const std::string& source) const {
+  auto positive = [&](const char* key, int64_t value) {
+    if (value <= 0) fail(source, key, fmt::format("must be positive, got {}", value));
+  };
+  positive("input_size", input_size);
+  positive("patch_size", patch_size);
+  positive("in_channels", in_channels);
+  positive("hidden_size", hidden_size);
+  positive("depth", depth);
+  positive("num_heads", num_heads);
+  positive("num_frames", num_frames);
+  if (extras == 78) {
+    fail(source, "extras",
+         "is 78 (text-to-video: timestep + CLIP text embedding), which tune does not support. ---> HINT: use "
+         "extras 1 (unconditional) or 2 (class-conditional); text-to-video Latte (LatteT2V) is a different model");
+  }
+  if (extras != 1 && extras != 2) {
+    fail(source, "extras", fmt::format("must be 1 (unconditional) or 2 (class-conditional), got {}", extras));
+  }
+  if (input_size % patch_size != 0) {
+    fail(source, "patch_size", fmt::format("{} must divide input_size {}", patch_size, input_size));
+  }
+  if (hidden_size % num_heads != 0) {
+    fail(source, "num_heads", fmt::format("{} must divide hidden_size {}", num_heads, hidden_size));
+  }
+  if (hidden_size % 4 != 0) {
+    fail(source, "hidden_size",
+         fmt::format("must be divisible by 4 (the 2D sin-cos position table splits it in even halves), got {}", hidden_size));
+  }
+  if (depth % 2 != 0) {
+    fail(source, "depth", fmt::format("must be even (blocks come in spatial + temporal pairs), got {}", depth));
+  }
+  if (!(mlp_ratio > 0)) fail(source, "mlp_ratio", fmt::format("must be positive, got {}", mlp_ratio));
+  if (!(class_dropout_prob >= 0 && class_dropout_prob < 1)) {
+    fail(source, "class_dropout_prob", fmt::format("must be in [0, 1), got {}", class_dropout_prob));
+  }
+  if (extras == 2 && num_classes <= 0) {
+    fail(source, "num_classes", fmt::format("must be positive for a class-conditional model (extras 2), got {}", num_classes));
+  }
+}
+
+LatteConfig LatteConfig::from_json(const json& object, const std::string& source) {
+  if (!object.is_object()) throw UsageError(fmt::format("{}: a Latte config must be a JSON object, got {}", source, object.dump()));
+  const std::set<std::string> known(kKeys.begin(), kKeys.end());
+  for (const auto& item : object.items()) {
+    if (known.count(item.key()) == 0) {
+      fail(source, item.key(), fmt::format("is not a Latte config key; known keys: {}", fmt::join(kKeys, ", ")));
+    }
+  }
+  const std::string model_type = read_string(object, "model_type", "", source);
+  if (model_type != "latte") fail(source, "model_type", fmt::format("must be \"latte\", got \"{}\"", model_type));
+  LatteConfig config;
+  config.variant = read_string(object, "variant", config.variant, source);
+  config.input_size = read_integer(object, "input_size", config.input_size, source);
+  config.patch_size = read_integer(object, "patch_size", config.patch_size, source);
+  config.in_channels = read_integer(object, "in_channels", config.in_channels, source);
+  config.hidden_size = read_integer(object, "hidden_size", config.hidden_size, source);
+  config.depth = read_integer(object, "depth", config.depth, source);
+  config.num_heads = read_integer(object, "num_heads", config.num_heads, source);
+  config.mlp_ratio = read_number(object, "mlp_ratio", config.mlp_ratio, source);
+  config.num_frames = read_integer(object, "num_frames", config.num_frames, source);
+  config.class_dropout_prob = read_number(object, "class_dropout_prob", config.class_dropout_prob, source);
+  config.num_classes = read_integer(object, "num_classes", config.num_classes, source);
+  config.learn_sigma = read_boolean(object, "learn_sigma", config.learn_sigma, source);
+  config.extras = read_integer(object, "extras", config.extras, source);
+  config.validate(source);
+  return config;
+}
+
+LatteConfig LatteConfig::from_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("cannot open Latte config '{}'", path));
+  json object;
+  try {
+    object = json::parse(in);
+  } catch (const json::parse_error& error) {
+    throw InputError(fmt::format("{}: not valid JSON: {}", path, error.what()));
+  }
+  return from_json(object, path);
+}
+
+json LatteConfig::to_json() const {
+  json object;
+  object["model_type"] = "latte";
+  if (!variant.empty()) object["variant"] = variant;
+  object["input_size"] = input_size;
+  object["patch_size"] = patch_size;
+  object["in_channels"] = in_channels;
+  object["hidden_size"] = hidden_size;
+  object["depth"] = depth;
+  object["num_heads"] = num_heads;
+  object["mlp_ratio"] = mlp_ratio;
+  object["num_frames"] = num_frames;
+  object["class_dropout_prob"] = class_dropout_prob;
+  object["num_classes"] = num_classes;
+  object["learn_sigma"] = learn_sigma;
+  object["extras"] = extras;
+  return object;
+}
+
+void LatteConfig::save(const std::string& path) const {
+  std::ofstream out(path);
+  if (!out) throw InputError(fmt::format("cannot write Latte config '{}'", path));
+  out << to_json().dump(2) << "\n";
+  if (!out) throw InputError(fmt::format("failed writing Latte config '{}'", path));
+}
+
+std::vector<std::string> latte_preset_names() {
+  std::vector<std::string> names;
+  for (const auto& size : kSizes) {
+    for (const int64_t patch : kPatchSizes) names.push_back(fmt::format("Latte-{}/{}", size.size, patch));
+  }
+  return names;
+}
+
+LatteConfig latte_preset(const std::string& name) {
+  for (const auto& size : kSizes) {
+    for (const int64_t patch : kPatchSizes) {
+      if (name != fmt::format("Latte-{}/{}", size.size, patch)) continue;
+      LatteConfig config;
+      config.variant = name;
+      config.depth = size.depth;
+      config.hidden_size = size.hidden_size;
+      config.num_heads = size.num_heads;
+      config.patch_size = patch;
+      return config;
+    }
+  }
+  throw UsageError(fmt::format("unknown Latte variant '{}'; choose among {}", name, fmt::join(latte_preset_names(), ", ")));
+}
+
+}  // namespace tune::models

@@ -1,0 +1,123 @@
+// Latte layers, written from the official models/latte.py semantics (timm Attention/Mlp, DiT adaLN-Zero).
+#include "tune/models/latte_layers.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+
+#include "tune/core/error.h"
+#include "tune/nn/adaln.h"
+
+namespace tune::models {
+
+namespace {
+
+constexpr double kNormEps = 1e-6;
+
+// The parameter-free LayerNorm as a norm region of `runner`.
+torch::Tensor run_norm(const torch::Tensor& x, nn::BlockRunner* runner) {
+  auto region = [](const std::vector<torch::Tensor>& inputs) { return nn::layer_norm_fp32(inputs[0], kNormEps); };
+  return nn::run_region(runner, nn::RegionKind::norm, region, {x});
+}
+
+}  // namespace
+
+LatteAttentionImpl::LatteAttentionImpl(int64_t hidden_size, int64_t num_heads_)
+    : num_heads(num_heads_), head_dim(hidden_size / num_heads_) {
+  qkv = register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(hidden_size, 3 * hidden_size).bias(true)));
+  proj = register_module("proj", torch::nn::Linear(torch::nn::LinearOptions(hidden_size, hidden_size).bias(true)));
+}
+
+torch::Tensor LatteAttentionImpl::forward(const torch::Tensor& x, nn::BlockRunner* runner) {
+  const int64_t batch = x.size(0);
+  const int64_t length = x.size(1);
+  // [N, T, 3, H, hd] -> [3, N, H, T, hd]
+  const torch::Tensor packed = qkv(x).reshape({batch, length, 3, num_heads, head_dim}).permute({2, 0, 3, 1, 4});
+  // The region owns what it uses (scalars by value): a selective-checkpointing runner calls it again in backward.
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  auto core = [scale](const std::vector<torch::Tensor>& inputs) {
+    const torch::Tensor &query = inputs[0], &key = inputs[1], &value = inputs[2];
+    const torch::Tensor scores = torch::matmul(query, key.transpose(-2, -1)) * scale;
+    // Softmax in fp32 (or wider) under autocast: exp() of bf16 scores loses the small probabilities.
+    const auto softmax_dtype = torch::promote_types(scores.scalar_type(), torch::kFloat32);
+    const torch::Tensor probabilities = torch::softmax(scores.to(softmax_dtype), -1).to(query.scalar_type());
+    return torch::matmul(probabilities, value);
+  };
+  const torch::Tensor context = nn::run_region(runner, nn::RegionKind::attention_core, core, {packed[0], packed[1], packed[2]});
+  return proj(context.transpose(1, 2).reshape({batch, length, num_heads * head_dim}));
+}
+
+LatteMlpImpl::LatteMlpImpl(int64_t hidden_size, int64_t inner_size) {
+  fc1 = register_module("fc1", torch::nn::Linear(torch::nn::LinearOptions(hidden_size, inner_size).bias(true)));
+  fc2 = register_module("fc2", torch::nn::Linear(torch::nn::LinearOptions(inner_size, hidden_size).bias(true)));
+}
+
+torch::Tensor LatteMlpImpl::forward(const torch::Tensor& x, nn::BlockRunner* runner) {
+  auto gelu = [](const std::vector<torch::Tensor>& inputs) { return torch::gelu(inputs[0], "tanh"); };
+  return fc2(nn::run_region(runner, nn::RegionKind::activation, gelu, {fc1(x)}));
+}
+
+LatteBlockImpl::LatteBlockImpl(const LatteConfig& config) {
+  attn = register_module("attn", LatteAttention(config.hidden_size, config.num_heads));
+  mlp = register_module("mlp", LatteMlp(config.hidden_size, config.mlp_hidden_size()));
+  adaLN_modulation = register_module("adaLN_modulation", nn::adaln_modulation(config.hidden_size, 6));
+}
+
+torch::Tensor LatteBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& c, nn::BlockRunner* runner) {
+  const auto chunks = adaLN_modulation->forward(c).chunk(6, 1);
+  const auto &shift_msa = chunks[0], &scale_msa = chunks[1], &gate_msa = chunks[2];
+  const auto &shift_mlp = chunks[3], &scale_mlp = chunks[4], &gate_mlp = chunks[5];
+  const torch::Tensor attended =
+      x + gate_msa.unsqueeze(1) * attn->forward(nn::modulate(run_norm(x, runner), shift_msa, scale_msa), runner);
+  return attended +
+         gate_mlp.unsqueeze(1) * mlp->forward(nn::modulate(run_norm(attended, runner), shift_mlp, scale_mlp), runner);
+}
+
+LatteFinalLayerImpl::LatteFinalLayerImpl(const LatteConfig& config) {
+  linear = register_module("linear", torch::nn::Linear(torch::nn::LinearOptions(
+                                         config.hidden_size, config.patch_size * config.patch_size * config.out_channels())
+                                                                .bias(true)));
+  adaLN_modulation = register_module("adaLN_modulation", nn::adaln_modulation(config.hidden_size, 2));
+}
+
+torch::Tensor LatteFinalLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& c) {
+  const auto chunks = adaLN_modulation->forward(c).chunk(2, 1);
+  return linear(nn::modulate(nn::layer_norm_fp32(x, kNormEps), chunks[0], chunks[1]));
+}
+
+LabelEmbedderImpl::LabelEmbedderImpl(int64_t num_classes_, int64_t hidden_size, double dropout_prob_)
+    : num_classes(num_classes_), dropout_prob(dropout_prob_) {
+  const int64_t rows = num_classes + (dropout_prob > 0 ? 1 : 0);
+  embedding_table = register_module("embedding_table", torch::nn::Embedding(rows, hidden_size));
+}
+
+torch::Tensor LabelEmbedderImpl::drop_labels(const torch::Tensor& labels, const torch::Tensor& force_drop_ids) const {
+  if (dropout_prob <= 0) {
+    throw UsageError(fmt::format(
+        "class labels cannot be dropped: class_dropout_prob is {}, so the embedding table has no null class. "
+        "---> HINT: build the model with class_dropout_prob > 0 to use classifier-free guidance", dropout_prob));
+  }
+  torch::Tensor drop;
+  if (force_drop_ids.defined()) {
+    if (force_drop_ids.sizes() != labels.sizes()) {
+      throw std::invalid_argument(fmt::format("force_drop_ids must have the labels' shape [{}], got [{}]",
+                                              fmt::join(labels.sizes(), ", "), fmt::join(force_drop_ids.sizes(), ", ")));
+    }
+    drop = force_drop_ids.to(labels.device()) == 1;
+  } else {
+    drop = torch::rand({labels.size(0)}, torch::TensorOptions().device(labels.device())) < dropout_prob;
+  }
+  return torch::where(drop, torch::full_like(labels, num_classes), labels);
+}
+
+torch::Tensor LabelEmbedderImpl::forward(const torch::Tensor& labels, bool train, const torch::Tensor& force_drop_ids) {
+  if (labels.dim() != 1) {
+    throw std::invalid_argument(fmt::format("class labels must be [batch], got [{}]", fmt::join(labels.sizes(), ", ")));
+  }
+  torch::Tensor ids = labels.to(torch::kInt64);
+  if ((train && dropout_prob > 0) || force_drop_ids.defined()) ids = drop_labels(ids, force_drop_ids);
+  return embedding_table(ids);
+}
+
+}  // namespace tune::models

@@ -1,0 +1,23 @@
+// Adaptive layer norm (adaLN / adaLN-Zero, DiT): a parameter-free LayerNorm whose output is shifted and scaled
+// by vectors regressed from the conditioning, and the SiLU + Linear head that regresses them.
+#pragma once
+
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/types.h>
+
+#include <cstdint>
+
+namespace tune::nn {
+
+// LayerNorm without affine parameters over the last dimension, computed in at least fp32 whatever the input
+// dtype (bf16 statistics lose too much); returns the compute dtype (fp32, or fp64 for an fp64 input).
+torch::Tensor layer_norm_fp32(const torch::Tensor& input, double eps = 1e-6);
+
+// DiT's modulate: x [N, T, D], shift and scale [N, D] -> x * (1 + scale) + shift, broadcast over T.
+torch::Tensor modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale);
+
+// Sequential(SiLU, Linear(hidden, chunks * hidden)): parameters "1.weight" and "1.bias", as DiT's
+// adaLN_modulation. Its output is split with .chunk(chunks, 1).
+torch::nn::Sequential adaln_modulation(int64_t hidden_size, int64_t chunks);
+
+}  // namespace tune::nn

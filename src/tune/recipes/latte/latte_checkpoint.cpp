@@ -1,0 +1,71 @@
+// Writing and reading Latte checkpoints.
+#include "tune/recipes/latte/latte_checkpoint.h"
+
+#include "tune/core/error.h"
+#include "tune/core/log.h"
+#include "tune/io/safetensors.h"
+#include "tune/recipes/checkpoint_files.h"
+#include "tune/recipes/latte/latte_model.h"
+
+namespace tune::recipes::latte {
+void write_latte_checkpoint(const std::filesystem::path& dir, const LatteTrainingObjects& objects,
+                            const LatteTrainerState& state) {
+  std::filesystem::create_directories(dir);
+  auto& model = *objects.model;
+  std::vector<std::pair<std::string, torch::Tensor>> weights;
+  for (const auto& item : model->named_parameters()) weights.emplace_back(item.key(), item.value().detach());
+  io::save_safetensors(dir / "model.safetensors", weights, {{"format", "pt"}});
+  // The EMA file is a whole model state (fixed tables included), loadable like official Latte weights.
+  std::map<std::string, torch::Tensor> averaged(objects.ema->state().begin(), objects.ema->state().end());
+  std::vector<std::pair<std::string, torch::Tensor>> ema_weights;
+  for (const auto& [name, tensor] : weights) {
+    const auto found = averaged.find(name);
+    ema_weights.emplace_back(name, found != averaged.end() ? found->second : tensor);
+  }
+  io::save_safetensors(dir / "ema.safetensors", ema_weights, {{"format", "pt"}, {"ema_decay", std::to_string(objects.ema->decay())}});
+  model->config().save((dir / "latte_config.json").string());
+  io::save_safetensors(dir / "optimizer.safetensors", objects.optimizer->state_tensors());
+  io::save_safetensors(dir / "rng_state.safetensors",
+                       {{"cpu", cpu_rng_state()}, {"diffusion", objects.noise_generator->get_state()}});
+  write_json_file(dir / "trainer_state.json", {{"step", state.step},
+                                               {"epoch", state.loader.epoch},
+                                               {"batch_in_epoch", state.loader.batch_in_epoch},
+                                               {"elapsed_s", state.elapsed_s},
+                                               {"loss_scale", state.loss_scale},
+                                               {"loss_scale_clean_steps", state.loss_scale_clean_steps},
+                                               {"skipped_steps", state.skipped_steps}});
+}
+
+LatteTrainerState read_latte_checkpoint(const std::filesystem::path& dir, const LatteTrainingObjects& objects) {
+  load_latte_weights(*objects.model, dir / "model.safetensors");
+  objects.optimizer->load_state_tensors(read_named_tensors(dir / "optimizer.safetensors"));
+  std::vector<std::pair<std::string, torch::Tensor>> ema_state;
+  for (auto& [name, tensor] : read_named_tensors(dir / "ema.safetensors")) {
+    if ((*objects.model)->named_parameters()[name].requires_grad()) ema_state.emplace_back(name, tensor);
+  }
+  objects.ema->load_state(ema_state);
+  const auto rng = io::SafetensorsFile::open(dir / "rng_state.safetensors");
+  set_cpu_rng_state(rng.load("cpu"));
+  objects.noise_generator->set_state(rng.load("diffusion"));
+  const auto json = read_json_file(dir / "trainer_state.json");
+  LatteTrainerState state;
+  try {
+    state.step = json.at("step").get<int64_t>();
+    state.loader.epoch = json.at("epoch").get<int64_t>();
+    state.loader.batch_in_epoch = json.at("batch_in_epoch").get<int64_t>();
+    state.elapsed_s = json.at("elapsed_s").get<double>();
+    state.loss_scale = json.value("loss_scale", 0.0);
+    state.loss_scale_clean_steps = json.value("loss_scale_clean_steps", int64_t{0});
+    state.skipped_steps = json.value("skipped_steps", int64_t{0});
+  } catch (const nlohmann::json::exception& error) {
+    throw InputError(fmt::format("{}: trainer_state.json is incomplete: {}", dir.string(), error.what()));
+  }
+  return state;
+}
+
+void load_sampling_weights(const std::filesystem::path& dir, models::Latte& model) {
+  const auto ema = dir / "ema.safetensors";
+  load_latte_weights(model, std::filesystem::exists(ema) ? ema : dir / "model.safetensors");
+}
+
+}  // namespace tune::recipes::latte

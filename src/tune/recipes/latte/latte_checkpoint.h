@@ -1,0 +1,40 @@
+// A Latte checkpoint directory: model.safetensors and ema.safetensors (official parameter names; EMA is a full
+// model state, what sampling loads), latte_config.json, and the training state: optimizer.safetensors,
+// rng_state.safetensors (CPU and diffusion-noise generators), trainer_state.json (step, data position).
+#pragma once
+
+#include <ATen/core/Generator.h>
+
+#include <filesystem>
+
+#include "tune/data/sft_loader.h"
+#include "tune/models/latte.h"
+#include "tune/train/adamw.h"
+#include "tune/train/ema.h"
+
+namespace tune::recipes::latte {
+
+struct LatteTrainerState {
+  int64_t step = 0;
+  data::LoaderPosition loader;
+  double elapsed_s = 0.0;
+  double loss_scale = 0.0;  // fp16 scaler (0: none)
+  int64_t loss_scale_clean_steps = 0;
+  int64_t skipped_steps = 0;
+};
+
+struct LatteTrainingObjects {
+  models::Latte* model;
+  train::AdamW* optimizer;
+  train::ExponentialMovingAverage* ema;
+  at::Generator* noise_generator;  // timesteps and noise of the diffusion loss
+};
+
+void write_latte_checkpoint(const std::filesystem::path& dir, const LatteTrainingObjects& objects,
+                            const LatteTrainerState& state);
+LatteTrainerState read_latte_checkpoint(const std::filesystem::path& dir, const LatteTrainingObjects& objects);
+
+// The EMA weights of a checkpoint into `model` (what sampling uses); model.safetensors when there is no EMA file.
+void load_sampling_weights(const std::filesystem::path& dir, models::Latte& model);
+
+}  // namespace tune::recipes::latte

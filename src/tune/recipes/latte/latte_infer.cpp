@@ -1,0 +1,219 @@
+// `tune infer` for the Latte recipe: sample videos with the EMA weights (DDIM or DDPM over a respaced process,
+// optional classifier-free guidance) and, with --grad (default from grad_inference), gradient-guided sampling: at
+// every step the gradient of an objective on the predicted clean video steers the sample. The objective is computed
+// in the model's space (VAE latents or pixels): matching a reference frame, and temporal smoothness.
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "tune/core/error.h"
+#include "tune/core/log.h"
+#include "tune/core/memory_tracker.h"
+#include "tune/core/progress.h"
+#include "tune/core/threads.h"
+#include "tune/data/clip_sampling.h"
+#include "tune/data/video_reader.h"
+#include "tune/data/video_writer.h"
+#include "tune/diffusion/guidance.h"
+#include "tune/diffusion/sampler.h"
+#include "tune/io/run_checkpoints.h"
+#include "tune/io/safetensors.h"
+#include "tune/memory/checkpoint.h"
+#include "tune/recipes/common_schema.h"
+#include "tune/recipes/latte/latte_checkpoint.h"
+#include "tune/recipes/latte/latte_model.h"
+#include "tune/recipes/latte/latte_recipe.h"
+
+namespace tune::recipes::latte {
+namespace {
+
+// The reference frame as the model sees it: [C, h, w] in model space.
+torch::Tensor load_reference(const GuidanceSettings& guidance, const LatteSettings& settings, LatteParts& parts,
+                             const torch::Device& device) {
+  const std::filesystem::path path = *guidance.reference;
+  torch::Tensor frame;  // uint8 [1, H, W, 3]
+  if (data::FrameFolderReader::is_frame_file(path)) {
+    frame = data::read_image(path).unsqueeze(0);
+  } else {
+    frame = data::open_video(path)->read_frames({0});
+  }
+  const auto pixels = data::transform_clip(frame, settings.data.image_size, /*flip=*/false);  // [1, 3, S, S]
+  return to_model_space(parts, pixels.unsqueeze(0).to(device), 1)[0][0];
+}
+
+std::filesystem::path numbered(const std::filesystem::path& out, int64_t index, int64_t count) {
+  if (count == 1) return out;
+  auto name = out.stem().string() + "-" + std::to_string(index) + out.extension().string();
+  return out.parent_path() / name;
+}
+
+void write_sample(const std::filesystem::path& path, const torch::Tensor& video, int64_t label, int64_t fps) {
+  if (!path.parent_path().empty()) std::filesystem::create_directories(path.parent_path());
+  if (path.extension() == ".safetensors") {
+    io::save_safetensors(path, {{"video", video.to(torch::kFloat32).contiguous()}, {"label", torch::tensor({label})}});
+  } else {
+    data::write_video(path, video, static_cast<double>(fps));
+  }
+}
+
+}  // namespace
+
+int infer(const InferRequest& request) {
+  // ---- checks
+  if (!request.config) {
+    throw UsageError("Latte samples from a recipe or a run directory (a bare model directory holds no sampling settings)");
+  }
+  if (!request.prompts.empty()) throw UsageError("--prompt applies to LLM recipes; Latte samples a class (--class N)");
+  const RunSettings run = read_run_settings(*request.config);
+  LatteSettings latte = read_latte_settings(*request.config);
+  auto& sampling = latte.sampling;
+  if (request.sampler) sampling.sampler = *request.sampler;
+  if (request.steps) sampling.steps = *request.steps;
+  if (request.cfg_scale) sampling.cfg_scale = *request.cfg_scale;
+  if (request.num_samples) sampling.num_samples = *request.num_samples;
+  if (request.max_new_tokens >= 0 || request.temperature >= 0 || request.top_p >= 0) {
+    throw UsageError("--max-new-tokens, --temperature and --top-p apply to LLM recipes, not to Latte");
+  }
+  if (sampling.steps > latte.diffusion.num_timesteps) {
+    throw UsageError(fmt::format("--steps {} exceeds diffusion.num_timesteps ({})", sampling.steps,
+                                 latte.diffusion.num_timesteps));
+  }
+
+  // ---- weights: the newest checkpoint's EMA, else model.path
+  configure_threads(run.threads);
+  memory_tracker::install();
+  const torch::Device device(run.device);
+  std::optional<std::filesystem::path> checkpoint;
+  if (request.run_dir) checkpoint = io::newest_complete_checkpoint(*request.run_dir);
+  if (checkpoint) latte.model.path = checkpoint->string();
+  if (!latte.model.path) {
+    throw UsageError(fmt::format("no trained checkpoint in {} and no model.path: train first (tune train) or set "
+                                 "model.path to converted Latte weights",
+                                 request.run_dir ? request.run_dir->string() : "the run directory"));
+  }
+  LatteParts parts = build_latte(latte, 0, run.seed);
+  load_sampling_weights(*latte.model.path, parts.model);
+  auto& model = parts.model;
+  model->to(device);
+  model->eval();
+  if (parts.vae) (*parts.vae)->to(device);
+  auto checkpointing = std::make_shared<memory::CheckpointRunner>(run.checkpointing, model->num_blocks());
+  model->set_block_runner(checkpointing);
+  const auto& config = model->config();
+
+  torch::Tensor labels;
+  int64_t label = -1;
+  if (config.class_conditional()) {
+    if (!request.class_label) {
+      throw UsageError(fmt::format("this model is class-conditional: pass --class N with N in 0..{}", config.num_classes - 1));
+    }
+    label = *request.class_label;
+    if (label < 0 || label >= config.num_classes) {
+      throw UsageError(fmt::format("--class {} is out of range: the model has classes 0..{}", label, config.num_classes - 1));
+    }
+    labels = torch::full({sampling.num_samples}, label, torch::dtype(torch::kLong).device(device));
+  } else if (request.class_label) {
+    throw UsageError("--class applies to class-conditional models (model.extras: 2); this one is unconditional");
+  }
+  if (sampling.cfg_scale != 1.0 && !config.class_conditional()) {
+    throw UsageError("--cfg-scale needs a class-conditional model (model.extras: 2)");
+  }
+  if (sampling.cfg_scale != 1.0 && config.class_dropout_prob <= 0) {
+    throw UsageError("--cfg-scale needs a model trained with class dropout (it has no null class)");
+  }
+
+  // ---- the sampling process
+  diffusion::DiffusionOptions diffusion_options;
+  diffusion_options.noise_schedule = latte.diffusion.beta_schedule;
+  diffusion_options.diffusion_steps = latte.diffusion.num_timesteps;
+  diffusion_options.timestep_respacing =
+      sampling.sampler == "ddim" ? "ddim" + std::to_string(sampling.steps) : std::to_string(sampling.steps);
+  diffusion_options.process.var_type =
+      config.learn_sigma ? diffusion::ModelVarType::LearnedRange : diffusion::ModelVarType::FixedLarge;
+  const auto diffusion = diffusion::create_diffusion(diffusion_options);
+
+  const diffusion::ConditionalModelFn conditional = [&](const torch::Tensor& x, const torch::Tensor& t,
+                                                        const torch::Tensor& y) {
+    precision::AutocastScope autocast(run.mixed_precision, device);
+    return model->forward(x, t, y);
+  };
+  diffusion::ModelFn model_fn = [&](const torch::Tensor& x, const torch::Tensor& t) { return conditional(x, t, labels); };
+  if (sampling.cfg_scale != 1.0) {
+    model_fn = diffusion::classifier_free_guidance(conditional, labels, torch::full({1}, config.num_classes, labels.options()),
+                                                   sampling.cfg_scale, /*channel_dim=*/2);
+  }
+
+  diffusion::SamplerOptions sampler_options;
+  sampler_options.eta = sampling.eta;
+  std::string guidance_description = "off";
+  if (request.grad) {
+    const auto& guidance = latte.guidance;
+    torch::Tensor reference;
+    if (guidance.reference) reference = load_reference(guidance, latte, parts, device);
+    // log p(y | x_t) up to a constant: minus the weighted objective on the predicted clean video [B, F, C, h, w].
+    sampler_options.guidance = [=](const torch::Tensor& x, const torch::Tensor&, const torch::Tensor& pred_xstart) {
+      torch::Tensor objective = torch::zeros({}, pred_xstart.options().dtype(torch::kFloat32));
+      if (reference.defined() && guidance.reference_weight != 0) {
+        const auto frame = pred_xstart.select(1, guidance.reference_frame).to(torch::kFloat32);
+        objective = objective + guidance.reference_weight * (frame - reference).pow(2).sum();
+      }
+      if (guidance.smoothness_weight != 0) {
+        const auto steps = (pred_xstart.slice(1, 1) - pred_xstart.slice(1, 0, -1)).to(torch::kFloat32);
+        objective = objective + guidance.smoothness_weight * steps.pow(2).sum();
+      }
+      if (!objective.requires_grad()) return torch::zeros_like(x);
+      return -torch::autograd::grad({objective}, {x})[0];
+    };
+    guidance_description = fmt::format("reference frame {} (weight {}), temporal smoothness (weight {})",
+                                       reference.defined() ? std::to_string(guidance.reference_frame) : "none",
+                                       reference.defined() ? guidance.reference_weight : 0.0, guidance.smoothness_weight);
+  }
+  ProgressOptions progress_options;
+  progress_options.total_steps = sampling.steps;
+  progress_options.log_every = std::max<int64_t>(1, sampling.steps / 5);
+  progress_options.throughput_unit = "steps";
+  Progress progress(progress_options);
+  sampler_options.on_step = [&](int64_t done, int64_t) { progress.update(done, std::nan(""), 0.0); };
+
+  at::Generator generator = at::detail::createCPUGenerator(run.seed);
+  const auto noise = torch::randn({sampling.num_samples, config.num_frames, config.in_channels, config.input_size,
+                                   config.input_size}, generator, torch::kFloat32).to(device);
+  memory_tracker::reset_peak(device.is_cuda());
+  const auto samples = sampling.sampler == "ddim"
+                           ? diffusion::ddim_sample_loop(diffusion, model_fn, noise, generator, sampler_options)
+                           : diffusion::p_sample_loop(diffusion, model_fn, noise, generator, sampler_options);
+  progress.finish();
+  const int64_t peak = memory_tracker::peak_bytes(device.is_cuda());
+  torch::NoGradGuard no_grad;
+  const auto videos = to_pixel_space(parts, samples, latte.model.vae_chunk_frames).cpu();
+
+  // ---- outputs
+  const std::filesystem::path out = request.out ? *request.out
+                                                : std::filesystem::path(request.config->get_string("output_dir")) /
+                                                      "samples" / fmt::format("sample-class{}.mp4", label);
+  for (int64_t i = 0; i < sampling.num_samples; ++i) {
+    const auto path = numbered(out, i, sampling.num_samples);
+    write_sample(path, videos[i], label, sampling.fps);
+    log::info("wrote {}", path.string());
+  }
+  log::info("sampled {} video(s){} with {} {} steps, cfg scale {}, weights {}", sampling.num_samples,
+            label >= 0 ? fmt::format(" of class {}", label) : "", sampling.sampler, sampling.steps, sampling.cfg_scale,
+            *latte.model.path);
+  log::info("gradient guidance: {}; gradient checkpointing {}; mixed precision {}; peak memory {}", guidance_description,
+            checkpointing->describe(), precision::to_string(run.mixed_precision), format_bytes(static_cast<double>(peak)));
+  return 0;
+}
+
+Recipe make_recipe() {
+  Recipe recipe;
+  recipe.name = "latte";
+  recipe.description = "Latte video generation: a spatio-temporal diffusion transformer";
+  recipe.schema = latte_schema;
+  recipe.train = train;
+  recipe.infer = infer;
+  recipe.export_model = [](const ExportRequest& request) -> int {
+    throw UsageError(fmt::format("{}: a Latte checkpoint is already in the exported format (model.safetensors, "
+                                 "ema.safetensors, latte_config.json); copy the directory", request.checkpoint.string()));
+  };
+  return recipe;
+}
+
+}  // namespace tune::recipes::latte

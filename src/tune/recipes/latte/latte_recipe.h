@@ -1,0 +1,12 @@
+// Latte video generation (a spatio-temporal diffusion transformer): the recipe's entry points.
+#pragma once
+
+#include "tune/recipes/recipe.h"
+
+namespace tune::recipes::latte {
+
+Recipe make_recipe();
+int train(const TrainRequest& request);
+int infer(const InferRequest& request);
+
+}  // namespace tune::recipes::latte

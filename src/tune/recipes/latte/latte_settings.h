@@ -1,0 +1,71 @@
+// The Latte recipe's own settings: model, VAE, video data, diffusion, sampling and gradient guidance. Keys follow
+// Latte's train/sample YAML where one exists (model: Latte-S/2 -> model.variant, num_frames -> data.num_frames,
+// frame_interval, image_size, learn_sigma, extras, num_classes, clip_max_norm -> training.clip_grad_norm,
+// start_clip_iter -> training.clip_start_step, ckpt_every -> checkpoint.every, num_sampling_steps -> sampling.steps).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "tune/config/config.h"
+
+namespace tune::recipes::latte {
+
+struct LatteModelSettings {
+  std::optional<std::string> path;   // a run checkpoint or converted official weights (model.safetensors + latte_config.json)
+  std::string variant;               // "Latte-S/2" ... "Latte-XL/8"; empty: explicit sizes below
+  int64_t hidden_size = 0, depth = 0, num_heads = 0, patch_size = 0;  // 0: from the variant
+  bool learn_sigma = true;
+  int64_t extras = 2;                // 1 unconditional, 2 class-conditional
+  int64_t num_classes = 0;           // extras 2: 0 = the number of class folders in data.path
+  double class_dropout_prob = 0.1;
+  std::optional<std::string> vae;    // diffusers AutoencoderKL directory; unset: diffusion in pixel space
+  int64_t vae_chunk_frames = 8;      // frames encoded/decoded at a time
+};
+
+struct VideoDataSettings {
+  std::string path;                  // class sub-folders of videos or frame folders (UCF-101 layout)
+  int64_t num_frames = 16;
+  int64_t frame_interval = 3;
+  int64_t image_size = 256;
+  bool flip = true;
+  bool skip_bad_videos = false;      // on_bad_video: skip (logged and counted) or fail
+  bool cache_frames = false;         // decode each video once and keep its frames in memory
+};
+
+struct DiffusionSettings {
+  int64_t num_timesteps = 1000;
+  std::string beta_schedule = "linear";
+};
+
+struct SamplingSettings {
+  std::string sampler = "ddim";      // "ddim" | "ddpm"
+  int64_t steps = 50;
+  double eta = 0.0;
+  double cfg_scale = 1.0;            // > 1: classifier-free guidance (extras 2)
+  int64_t fps = 8;
+  int64_t num_samples = 1;
+};
+
+struct GuidanceSettings {
+  std::optional<std::string> reference;   // image or video whose frame the sample should match (--grad)
+  int64_t reference_frame = 0;            // which frame of `reference` to use, and which sampled frame to match
+  double reference_weight = 1.0;
+  double smoothness_weight = 0.1;         // temporal smoothness of the predicted clean video
+};
+
+struct LatteSettings {
+  LatteModelSettings model;
+  VideoDataSettings data;
+  DiffusionSettings diffusion;
+  SamplingSettings sampling;
+  GuidanceSettings guidance;
+  double ema_decay = 0.9999;
+  int64_t clip_start_step = 0;            // gradient clipping applies from this step on (Latte's start_clip_iter)
+};
+
+config::Schema latte_schema();
+LatteSettings read_latte_settings(const config::Config& config);
+
+}  // namespace tune::recipes::latte

@@ -1,0 +1,179 @@
+// `tune train` for the Latte recipe, top to bottom: checks -> setup -> what one step is -> the step loop.
+// One step as Latte's train.py: clips -> (VAE latents) -> uniform timesteps -> hybrid diffusion loss -> backward ->
+// clip (from training.clip_start_step) -> AdamW -> EMA update.
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+
+#include "tune/core/log.h"
+#include "tune/core/memory_tracker.h"
+#include "tune/core/progress.h"
+#include "tune/core/threads.h"
+#include "tune/diffusion/gaussian_diffusion.h"
+#include "tune/diffusion/timestep_sampler.h"
+#include "tune/memory/checkpoint.h"
+#include "tune/recipes/common_schema.h"
+#include "tune/recipes/latte/latte_checkpoint.h"
+#include "tune/recipes/latte/latte_data.h"
+#include "tune/recipes/latte/latte_model.h"
+#include "tune/recipes/latte/latte_recipe.h"
+#include "tune/recipes/run_directory.h"
+#include "tune/recipes/step_loop.h"
+#include "tune/train/optimizer_step.h"
+
+namespace tune::recipes::latte {
+
+int train(const TrainRequest& request) {
+  // ---- checks
+  const config::Config& config = request.config;
+  const RunSettings run = read_run_settings(config);
+  TrainingSettings training = read_training_settings(config);
+  const LatteSettings latte = read_latte_settings(config);
+  if (run.frozen_weights_bf16) config.fail("param_dtype", "is 'bf16', but Latte trains every weight; use fp32");
+  const std::filesystem::path output_dir = request.output_dir;
+
+  // ---- setup
+  const int threads = configure_threads(run.threads);
+  memory_tracker::install();
+  const torch::Device device(run.device);
+  data::VideoDatasetOptions dataset_options;
+  dataset_options.clip = {latte.data.num_frames, latte.data.frame_interval, latte.data.image_size, latte.data.flip};
+  dataset_options.on_bad_video = latte.data.skip_bad_videos ? data::OnBadVideo::skip : data::OnBadVideo::fail;
+  dataset_options.cache_frames = latte.data.cache_frames;
+  auto dataset = std::make_shared<const data::VideoDataset>(latte.data.path, dataset_options);
+  prepare_run_directory(output_dir, config, request.resume_from);
+
+  LatteParts parts = build_latte(latte, static_cast<int64_t>(dataset->classes().size()), run.seed);
+  auto& model = parts.model;
+  model->to(device);
+  if (parts.vae) (*parts.vae)->to(device);
+  auto checkpointing = std::make_shared<memory::CheckpointRunner>(run.checkpointing, model->num_blocks());
+  model->set_block_runner(checkpointing);
+  model->train();
+  if (model->config().class_conditional() && model->config().num_classes < static_cast<int64_t>(dataset->classes().size())) {
+    config.fail("model.num_classes", fmt::format("({}) is smaller than the {} class folders in {}",
+                                                 model->config().num_classes, dataset->classes().size(), latte.data.path));
+  }
+
+  VideoBatcher batcher(dataset, training.batch_size, run.seed);
+  diffusion::DiffusionOptions diffusion_options;
+  diffusion_options.noise_schedule = latte.diffusion.beta_schedule;
+  diffusion_options.diffusion_steps = latte.diffusion.num_timesteps;
+  diffusion_options.process.var_type =
+      model->config().learn_sigma ? diffusion::ModelVarType::LearnedRange : diffusion::ModelVarType::FixedLarge;
+  const auto diffusion = diffusion::create_diffusion(diffusion_options);
+  const diffusion::UniformTimestepSampler timesteps(latte.diffusion.num_timesteps);
+  at::Generator noise_generator = at::detail::createCPUGenerator(run.seed + 1);
+
+  std::vector<train::NamedParameter> params;
+  std::vector<torch::Tensor> param_tensors;
+  for (const auto& item : model->named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    params.push_back({item.key(), item.value()});
+    param_tensors.push_back(item.value());
+  }
+  train::AdamW optimizer(train::make_param_groups(params, training.weight_decay), training.adamw);
+  train::ExponentialMovingAverage ema(params, latte.ema_decay);
+  std::unique_ptr<precision::DynamicLossScaler> scaler;
+  if (run.mixed_precision == precision::MixedPrecision::fp16) scaler = std::make_unique<precision::DynamicLossScaler>();
+  const int64_t steps_per_epoch = std::max<int64_t>(1, batcher.batches_per_epoch() / training.gradient_accumulation_steps);
+  training.schedule.total_steps = training.max_steps > 0 ? training.max_steps : training.epochs * steps_per_epoch;
+
+  LatteTrainerState state;
+  const LatteTrainingObjects objects{&model, &optimizer, &ema, &noise_generator};
+  if (request.resume_from) {
+    state = read_latte_checkpoint(*request.resume_from, objects);
+    batcher.restore(state.loader);
+    if (scaler && state.loss_scale > 0) scaler->restore(state.loss_scale, state.loss_scale_clean_steps, state.skipped_steps);
+    log::info("resumed from {} at step {}", request.resume_from->string(), state.step);
+  }
+
+  // ---- say what is active
+  int64_t param_bytes = 0, trainable_bytes = 0;
+  double parameter_count = 0;
+  for (const auto& item : model->parameters()) {
+    param_bytes += item.numel() * static_cast<int64_t>(item.element_size());
+    parameter_count += static_cast<double>(item.numel());
+    if (item.requires_grad()) trainable_bytes += item.numel() * static_cast<int64_t>(item.element_size());
+  }
+  const auto& model_config = model->config();
+  log::info("model: Latte {} blocks (spatial/temporal alternating), hidden {}, patch {}, {} parameters; input {} x {}x{}x{} "
+            "({}); {} videos in {} classes; device {}, {} threads",
+            model_config.depth, model_config.hidden_size, model_config.patch_size, format_count(parameter_count),
+            model_config.num_frames, model_config.in_channels, model_config.input_size, model_config.input_size,
+            parts.vae ? "VAE latents" : "pixels", dataset->size(), dataset->classes().size(), run.device, threads);
+  log::info("gradient checkpointing: {}", checkpointing->describe());
+  log::info("mixed precision: {}", run.mixed_precision == precision::MixedPrecision::no
+                                       ? std::string("off (fp32)")
+                                       : precision::to_string(run.mixed_precision) + " autocast, fp32 master weights");
+  log::info("memory plan: parameters {}, gradients {}, optimizer state {}, EMA {}", format_bytes(param_bytes),
+            format_bytes(trainable_bytes), format_bytes(optimizer.state_bytes()), format_bytes(trainable_bytes));
+  const nlohmann::json memory_plan = {{"parameters_bytes", param_bytes},
+                                      {"gradients_bytes", trainable_bytes},
+                                      {"optimizer_state_bytes", optimizer.state_bytes()},
+                                      {"ema_bytes", trainable_bytes},
+                                      {"gradient_checkpointing", checkpointing->describe()},
+                                      {"mixed_precision", precision::to_string(run.mixed_precision)}};
+
+  // ---- one optimizer step
+  StepLoopHooks hooks;
+  hooks.step = [&](int64_t step) {
+    StepResult result;
+    for (int64_t i = 0; i < training.gradient_accumulation_steps; ++i) {
+      const VideoBatch batch = batcher.next();
+      const auto x_start = to_model_space(parts, batch.videos.to(device), latte.model.vae_chunk_frames);
+      const auto draw = timesteps.sample(x_start.size(0), noise_generator, device);
+      const auto noise = torch::randn(x_start.sizes(), noise_generator, x_start.options());
+      const auto labels = model_config.class_conditional() ? batch.labels.to(device) : torch::Tensor();
+      torch::Tensor loss;
+      {
+        precision::AutocastScope autocast(run.mixed_precision, device);
+        const diffusion::ModelFn model_fn = [&](const torch::Tensor& x, const torch::Tensor& t) {
+          return model->forward(x, t, labels);
+        };
+        loss = diffusion.training_losses(model_fn, x_start, draw.timesteps, noise).loss.mean() /
+               static_cast<double>(training.gradient_accumulation_steps);
+      }
+      (scaler ? scaler->scale(loss) : loss).backward();
+      result.loss += loss.item<double>();
+      result.items += static_cast<double>(x_start.size(0));
+    }
+    result.lr = training.schedule.at(step);
+    const double clip = step >= latte.clip_start_step ? training.clip_grad_norm : 0.0;
+    const auto outcome = train::finish_step(param_tensors, optimizer, scaler.get(), clip, result.lr,
+                                            std::isfinite(result.loss));
+    if (outcome.applied) ema.update(params);
+    result.applied = outcome.applied;
+    result.grad_norm = outcome.grad_norm;
+    if (scaler) {
+      result.loss_scale = outcome.loss_scale;
+      result.next_loss_scale = scaler->current_scale();
+    }
+    return result;
+  };
+  hooks.save = [&](const std::filesystem::path& dir, int64_t step, double elapsed_s) {
+    state.step = step;
+    state.elapsed_s = elapsed_s;
+    state.loader = batcher.position();
+    if (scaler) {
+      state.loss_scale = scaler->current_scale();
+      state.loss_scale_clean_steps = scaler->clean_steps();
+      state.skipped_steps = scaler->skipped_steps();
+    }
+    write_latte_checkpoint(dir, objects, state);
+  };
+
+  StepLoopSettings loop;
+  loop.output_dir = output_dir;
+  loop.total_steps = training.schedule.total_steps;
+  loop.log_every = training.log_every;
+  loop.eval_every = training.eval_every;
+  loop.save_every = training.save_every;
+  loop.keep_last = training.keep_last;
+  loop.on_nan = training.on_nan;
+  loop.throughput_unit = "samples";
+  loop.cuda = device.is_cuda();
+  return run_step_loop(loop, hooks, {state.step, state.elapsed_s}, memory_plan);
+}
+
+}  // namespace tune::recipes::latte
