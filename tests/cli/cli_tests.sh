@@ -280,6 +280,160 @@ assert off["peak_bytes"] > 1.5 * on["peak_bytes"]
 PY
 }
 
+# ---- Latte (video diffusion)
+SHAPES="$WORK/shapes"
+
+write_latte_recipe() {  # write_latte_recipe FILE OUTPUT_DIR [extra yaml lines...]
+  local file=$1 out=$2; shift 2
+  cat > "$file" <<YAML
+recipe: latte
+output_dir: $out
+seed: 5
+threads: 2
+mixed_precision: "no"
+model:
+  variant: Latte-S/4
+  hidden_size: 32
+  depth: 2
+  num_heads: 2
+  patch_size: 4
+data:
+  path: $SHAPES
+  num_frames: 4
+  frame_interval: 1
+  image_size: 8
+  flip: false
+training:
+  batch_size: 4
+  max_steps: 6
+logging:
+  every: 1
+checkpoint:
+  every: 3
+  keep_last: 0
+sampling:
+  steps: 4
+YAML
+  for line in "$@"; do echo "$line" >> "$file"; done
+}
+
+make_shapes() {
+  [ -d "$SHAPES" ] || /usr/bin/python3 "$TUNE_SOURCE/scripts/make_moving_shapes.py" --out "$SHAPES" \
+    --videos-per-class 4 --num-frames 4 --size 8 --shape-size 2 >/dev/null || fail "shapes generation"
+}
+
+case_latte_train_resume_sample() {
+  make_shapes
+  local run="$WORK/runs/latte"
+  rm -rf "$run" "$run-resume"
+  write_latte_recipe "$WORK/latte.yaml" "$run"
+  expect_exit 0 "$TUNE" train "$WORK/latte.yaml"
+  contains "$ERR" "gradient checkpointing: on, policy full, 2/2 blocks"; contains "$ERR" "16 videos in 4 classes"
+  for f in model.safetensors ema.safetensors latte_config.json optimizer.safetensors rng_state.safetensors trainer_state.json; do
+    [ -s "$run/checkpoints/step-6/$f" ] || fail "missing $f"
+  done
+  grep -q samples_per_s "$run/metrics.jsonl" || fail "metrics without samples_per_s"
+  # crash after step 3: resuming must reproduce steps 4..6 exactly (fp32, CPU)
+  cp -r "$run" "$run-resume"; rm -rf "$run-resume/checkpoints/step-6"
+  sed -i "s|output_dir: .*|output_dir: $run-resume|" "$run-resume/config.yaml"
+  expect_exit 0 "$TUNE" train "$run-resume/config.yaml" --resume
+  [ "$(losses "$run/metrics.jsonl")" = "$(losses "$run-resume/metrics.jsonl")" ] || fail "Latte resume losses differ"
+  cmp -s "$run/checkpoints/step-6/ema.safetensors" "$run-resume/checkpoints/step-6/ema.safetensors" || fail "EMA differs after resume"
+  # sampling: every output format, with the EMA weights
+  for ext in safetensors mp4 gif; do
+    expect_exit 0 "$TUNE" infer "$run" --class 1 --out "$WORK/sample.$ext" --no-grad
+    [ -s "$WORK/sample.$ext" ] || fail "no sample.$ext"
+  done
+  /usr/bin/python3 -c "
+import sys; sys.path.insert(0, '$TUNE_SOURCE/scripts'); import safetensors_io as s
+d = s.load('$WORK/sample.safetensors'); v = d['video']
+assert list(v.shape) == [4, 3, 8, 8], v.shape
+assert float(v.min()) >= -1 and float(v.max()) <= 1 and int(d['label'][0]) == 1" || fail "sample content"
+  expect_exit 0 "$TUNE" infer "$run" --class 2 --num-samples 2 --sampler ddpm --cfg-scale 2 --out "$WORK/pair.safetensors" --no-grad
+  [ -s "$WORK/pair-0.safetensors" ] && [ -s "$WORK/pair-1.safetensors" ] || fail "--num-samples 2"
+  # errors
+  expect_exit 2 "$TUNE" infer "$run" --out "$WORK/x.mp4"; contains "$ERR" "--class"
+  expect_exit 2 "$TUNE" infer "$run" --class 9 --out "$WORK/x.mp4"; contains "$ERR" "0..3"
+  expect_exit 2 "$TUNE" infer "$run" --class 1 --prompt hello; contains "$ERR" "--prompt"
+  expect_exit 2 "$TUNE" infer "$WORK/runs/full" --prompt hi --class 1; contains "$ERR" "--class"
+}
+
+case_latte_guided_sampling_memory() {
+  # Gradient-guided sampling (reference frame + smoothness) through a model whose activations dominate:
+  # checkpointing must lower the measured peak of the same sampling run.
+  make_shapes
+  local run="$WORK/runs/latte-guided"
+  rm -rf "$run"
+  write_latte_recipe "$WORK/guided.yaml" "$run" "guidance:" "  reference: $SHAPES/0_right/v0000/frame_00000.png"
+  sed -i 's/mixed_precision: "no"/mixed_precision: bf16/; s/image_size: 8/image_size: 16/; s/patch_size: 4/patch_size: 2/; s/max_steps: 6/max_steps: 1/' "$WORK/guided.yaml"
+  rm -rf "$WORK/shapes16"; /usr/bin/python3 "$TUNE_SOURCE/scripts/make_moving_shapes.py" --out "$WORK/shapes16" \
+    --videos-per-class 1 --num-frames 4 --size 16 >/dev/null || fail "shapes16"
+  sed -i "s|path: $SHAPES|path: $WORK/shapes16|; s|reference: .*|reference: $WORK/shapes16/0_right/v0000/frame_00000.png|" "$WORK/guided.yaml"
+  expect_exit 0 "$TUNE" train "$WORK/guided.yaml"
+  local peaks=()
+  for toggle in true false; do
+    expect_exit 0 "$TUNE" infer "$run" --class 0 --num-samples 8 --out "$WORK/guided-$toggle.safetensors" --grad \
+      gradient_checkpointing=$toggle
+    contains "$ERR" "gradient guidance: reference frame 0"
+    peaks+=("$(grep -o 'peak memory [0-9.]* [KMG]iB' <<<"$ERR" | tail -1)")
+  done
+  /usr/bin/python3 - "${peaks[0]}" "${peaks[1]}" <<'PY' || fail "checkpointing did not lower the guided-sampling peak: ${peaks[*]}"
+import sys
+units = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+def parse(text):
+    _, _, value, unit = text.split()
+    return float(value) * units[unit]
+on, off = parse(sys.argv[1]), parse(sys.argv[2])
+print(f"guided sampling peak: checkpointing on {on/2**20:.1f} MiB, off {off/2**20:.1f} MiB")
+assert on < 0.8 * off, (on, off)
+PY
+}
+
+case_latte_bad_videos() {
+  make_shapes
+  rm -rf "$WORK/badshapes"; cp -r "$SHAPES" "$WORK/badshapes"
+  head -c 2000 /dev/urandom > "$WORK/badshapes/1_left/broken.mp4"
+  write_latte_recipe "$WORK/bad.yaml" "$WORK/runs/latte-bad"
+  sed -i "s|path: $SHAPES|path: $WORK/badshapes|" "$WORK/bad.yaml"
+  rm -rf "$WORK/runs/latte-bad"
+  expect_exit 1 "$TUNE" train "$WORK/bad.yaml" training.max_steps=8; contains "$ERR" "broken.mp4"
+  rm -rf "$WORK/runs/latte-bad"
+  expect_exit 0 "$TUNE" train "$WORK/bad.yaml" training.max_steps=8 data.on_bad_video=skip; contains "$ERR" "broken.mp4"
+}
+
+case_latte_motion_measurement() {
+  # The motion metric of scripts/eval_latte_motion.py on generated clips, whose direction is known, must be exact.
+  rm -rf "$WORK/shapes-metric"
+  /usr/bin/python3 "$TUNE_SOURCE/scripts/make_moving_shapes.py" --out "$WORK/shapes-metric" --videos-per-class 3 \
+    --num-frames 8 --size 16 --shape-size 4 >/dev/null || fail "shapes"
+  /usr/bin/python3 - "$WORK/shapes-metric" "$TUNE_SOURCE/scripts" <<'PY' || fail "motion measurement"
+import os, struct, sys, zlib
+import torch
+sys.path.insert(0, sys.argv[2])
+from eval_latte_motion import direction
+def read_png(path):  # 8-bit RGB, no interlace, filter 0 rows (what make_moving_shapes.py writes)
+    data = open(path, "rb").read()
+    width, height = struct.unpack(">II", data[16:24])
+    chunks, pos = b"", 8
+    while pos < len(data):
+        length = struct.unpack(">I", data[pos:pos + 4])[0]
+        if data[pos + 4:pos + 8] == b"IDAT":
+            chunks += data[pos + 8:pos + 8 + length]
+        pos += 12 + length
+    raw = zlib.decompress(chunks)
+    rows = [raw[r * (3 * width + 1) + 1:(r + 1) * (3 * width + 1)] for r in range(height)]
+    assert all(raw[r * (3 * width + 1)] == 0 for r in range(height)), "unexpected PNG filter"
+    return torch.tensor(list(b"".join(rows)), dtype=torch.float32).reshape(height, width, 3).permute(2, 0, 1) / 127.5 - 1
+root = sys.argv[1]
+for label, name in enumerate(sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))):
+    for video in sorted(os.listdir(os.path.join(root, name))):
+        folder = os.path.join(root, name, video)
+        frames = torch.stack([read_png(os.path.join(folder, f)) for f in sorted(os.listdir(folder))])
+        assert direction(frames) == label, (name, video, direction(frames))
+print("motion measurement correct on every generated clip")
+PY
+}
+
 case="${1:?case name}"
 mkdir -p "$WORK"
 "case_$case"

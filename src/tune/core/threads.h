@@ -3,7 +3,8 @@
 
 namespace tune {
 
-// requested <= 0 means every core of the machine. Returns the number now in use.
+// requested <= 0 means every core of the machine. Returns the number now in use. Also flushes denormal floats
+// to zero (see threads.cpp).
 int configure_threads(int requested);
 
 }  // namespace tune
