@@ -143,6 +143,9 @@ int infer(const InferRequest& request) {
 
   diffusion::SamplerOptions sampler_options;
   sampler_options.eta = sampling.eta;
+  // In pixel space the clean video lies in [-1, 1]: clamp the x0 prediction there. VAE latents have no such range
+  // (Latte samples them unclamped).
+  sampler_options.clip_denoised = !parts.vae;
   std::string guidance_description = "off";
   if (request.grad) {
     const auto& guidance = latte.guidance;

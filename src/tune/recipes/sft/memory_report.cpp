@@ -123,6 +123,23 @@ int64_t estimate_activation_bytes(const models::LlamaConfig& config, const Activ
   return std::max(forward_peak, backward_peak);
 }
 
+int64_t estimate_segmented_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape,
+                                            int64_t segment_size) {
+  const Sizes s = sizes_of(config, shape);
+  const int64_t layer = estimate_layer_activation_bytes(config, shape);
+  const int64_t block_input = s.tokens * s.hidden * kFloat32;
+  const int64_t layers = config.num_hidden_layers;
+  const int64_t segments = (layers + segment_size - 1) / segment_size;
+  // Forward keeps one fp32 input per segment. Backward of a segment recomputes all of its layers at once, so the
+  // peak is the earlier segments' inputs, this segment's full saved set and one layer's working set.
+  int64_t backward_peak = 0;
+  for (int64_t j = 0; j < segments; ++j) {
+    const int64_t layers_in_segment = std::min(segment_size, layers - j * segment_size);
+    backward_peak = std::max(backward_peak, j * block_input + layers_in_segment * layer + layer_backward_working_set(s));
+  }
+  return std::max(segments * block_input + head_peak(config, s), backward_peak);
+}
+
 int64_t estimate_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape,
                                   int64_t checkpointed_layers) {
   const int64_t layers = config.num_hidden_layers;

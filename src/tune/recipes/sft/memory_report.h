@@ -37,4 +37,8 @@ int64_t estimate_activation_bytes(const models::LlamaConfig& config, const Activ
 int64_t estimate_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape,
                                   int64_t checkpointed_layers);
 
+// sqrt policy: segments of `segment_size` layers checkpointed as one (only segment inputs kept in forward).
+int64_t estimate_segmented_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape,
+                                            int64_t segment_size);
+
 }  // namespace tune::recipes::sft

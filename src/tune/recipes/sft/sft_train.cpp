@@ -124,11 +124,19 @@ int train(const TrainRequest& request) {
                               run.mixed_precision == precision::MixedPrecision::no ? 4 : 2};
   std::vector<bool> checkpointed_layers;
   for (int64_t i = 0; i < model->num_blocks(); ++i) checkpointed_layers.push_back(checkpointing->is_checkpointed(i));
+  // sqrt recomputes whole segments; selective runs blocks plainly and recomputes only parts of them, so the
+  // no-checkpointing figure is its upper bound.
+  const int64_t activation_estimate =
+      checkpointing->policy() == memory::Policy::sqrt
+          ? estimate_segmented_activation_bytes(model->config(), shape, checkpointing->segment_size())
+          : estimate_activation_bytes(model->config(), shape, checkpointed_layers);
+  const bool estimate_is_bound = checkpointing->policy() == memory::Policy::selective;
   const nlohmann::json memory_plan = {
       {"parameters_bytes", all_param_bytes},
       {"gradients_bytes", total_bytes(param_tensors)},
       {"optimizer_state_bytes", optimizer.state_bytes()},
-      {"activations_estimate_bytes", estimate_activation_bytes(model->config(), shape, checkpointed_layers)},
+      {"activations_estimate_bytes", activation_estimate},
+      {"activations_estimate_is_upper_bound", estimate_is_bound},
       {"gradient_checkpointing", checkpointing->describe()},
       {"mixed_precision", precision::to_string(run.mixed_precision)}};
   log::info("model: {} layers, hidden {}, {} parameters ({} trainable{}), device {}, {} threads",
@@ -138,10 +146,10 @@ int train(const TrainRequest& request) {
   log::info("mixed precision: {}", run.mixed_precision == precision::MixedPrecision::no
                                        ? std::string("off (fp32)")
                                        : precision::to_string(run.mixed_precision) + " autocast, fp32 master weights");
-  log::info("memory plan: parameters {}, gradients {}, optimizer state {}, activations ~{} (estimate for batch {} x {} "
+  log::info("memory plan: parameters {}, gradients {}, optimizer state {}, activations {}{} (estimate for batch {} x {} "
             "tokens)", format_bytes(all_param_bytes), format_bytes(total_bytes(param_tensors)),
-            format_bytes(optimizer.state_bytes()),
-            format_bytes(memory_plan["activations_estimate_bytes"].get<int64_t>()), shape.batch, shape.sequence);
+            format_bytes(optimizer.state_bytes()), estimate_is_bound ? "at most " : "~",
+            format_bytes(activation_estimate), shape.batch, shape.sequence);
   log::info("training: {} steps ({} per epoch), {} micro-batch(es) of {} rows x {} tokens per step",
             training.schedule.total_steps, steps_per_epoch, training.gradient_accumulation_steps, training.batch_size,
             sft.data.max_length);
