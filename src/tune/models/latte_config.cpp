@@ -8,6 +8,7 @@
 #include <set>
 
 #include "tune/core/error.h"
+#include "tune/io/json_file.h"
 
 namespace tune::models {
 namespace {
@@ -129,15 +130,7 @@ LatteConfig LatteConfig::from_json(const json& object, const std::string& source
 }
 
 LatteConfig LatteConfig::from_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(fmt::format("cannot open Latte config '{}'", path));
-  json object;
-  try {
-    object = json::parse(in);
-  } catch (const json::parse_error& error) {
-    throw InputError(fmt::format("{}: not valid JSON: {}", path, error.what()));
-  }
-  return from_json(object, path);
+  return from_json(io::read_json_file(path, "the Latte config"), path);
 }
 
 json LatteConfig::to_json() const {

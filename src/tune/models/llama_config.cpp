@@ -7,6 +7,7 @@
 #include <map>
 
 #include "tune/core/error.h"
+#include "tune/io/json_file.h"
 
 namespace tune::models {
 namespace {
@@ -209,15 +210,7 @@ LlamaConfig LlamaConfig::from_json(const json& config_json, const std::string& s
 }
 
 LlamaConfig LlamaConfig::from_file(const std::string& config_json_path) {
-  std::ifstream in(config_json_path);
-  if (!in) throw InputError(fmt::format("{}: cannot open the model's config.json", config_json_path));
-  json parsed;
-  try {
-    parsed = json::parse(in);
-  } catch (const json::parse_error& error) {
-    throw InputError(fmt::format("{}: invalid JSON: {}", config_json_path, error.what()));
-  }
-  return from_json(parsed, config_json_path);
+  return from_json(io::read_json_file(config_json_path, "the model's config.json"), config_json_path);
 }
 
 json LlamaConfig::to_json() const {

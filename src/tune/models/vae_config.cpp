@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "tune/core/error.h"
+#include "tune/io/json_file.h"
 
 namespace tune::models {
 namespace {
@@ -151,15 +152,7 @@ AutoencoderKLConfig AutoencoderKLConfig::from_json(const json& config_json, cons
 }
 
 AutoencoderKLConfig AutoencoderKLConfig::from_file(const std::string& config_json_path) {
-  std::ifstream in(config_json_path);
-  if (!in) throw InputError(fmt::format("{}: cannot open the VAE's config.json", config_json_path));
-  json parsed;
-  try {
-    parsed = json::parse(in);
-  } catch (const json::parse_error& error) {
-    throw InputError(fmt::format("{}: invalid JSON: {}", config_json_path, error.what()));
-  }
-  return from_json(parsed, config_json_path);
+  return from_json(io::read_json_file(config_json_path, "the VAE's config.json"), config_json_path);
 }
 
 json AutoencoderKLConfig::to_json() const {

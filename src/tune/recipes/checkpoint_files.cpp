@@ -3,29 +3,12 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include <fstream>
 #include <mutex>
 
 #include "tune/core/error.h"
 #include "tune/io/safetensors.h"
 
 namespace tune::recipes {
-
-void write_json_file(const std::filesystem::path& path, const nlohmann::json& json) {
-  std::ofstream out(path);
-  out << json.dump(2) << "\n";
-  if (!out) throw Error(fmt::format("{}: write failed", path.string()));
-}
-
-nlohmann::json read_json_file(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(fmt::format("{}: missing", path.string()));
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& error) {
-    throw InputError(fmt::format("{}: invalid JSON: {}", path.string(), error.what()));
-  }
-}
 
 std::vector<std::pair<std::string, torch::Tensor>> read_named_tensors(const std::filesystem::path& path) {
   const auto file = io::SafetensorsFile::open(path);

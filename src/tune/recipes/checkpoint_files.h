@@ -9,11 +9,12 @@
 #include <utility>
 #include <vector>
 
+#include "tune/io/json_file.h"
+
 namespace tune::recipes {
 
-void write_json_file(const std::filesystem::path& path, const nlohmann::json& json);
-// Throws tune::InputError naming the file when it is missing or not JSON.
-nlohmann::json read_json_file(const std::filesystem::path& path);
+using io::read_json_file;
+using io::write_json_file;
 
 // Every tensor of a safetensors file, in the file's order.
 std::vector<std::pair<std::string, torch::Tensor>> read_named_tensors(const std::filesystem::path& path);

@@ -12,6 +12,7 @@
 #include "tune/core/metrics_writer.h"
 #include "tune/core/progress.h"
 #include "tune/io/run_checkpoints.h"
+#include "tune/recipes/common_schema.h"
 #include "tune/recipes/run_directory.h"
 
 namespace tune::recipes {
@@ -27,6 +28,21 @@ void write_memory_report(const std::filesystem::path& output_dir, const nlohmann
 }
 
 }  // namespace
+
+StepLoopSettings make_step_loop_settings(const TrainingSettings& training, const std::filesystem::path& output_dir,
+                                         const std::string& throughput_unit, bool cuda) {
+  StepLoopSettings loop;
+  loop.output_dir = output_dir;
+  loop.total_steps = training.schedule.total_steps;
+  loop.log_every = training.log_every;
+  loop.eval_every = training.eval_every;
+  loop.save_every = training.save_every;
+  loop.keep_last = training.keep_last;
+  loop.on_nan = training.on_nan;
+  loop.throughput_unit = throughput_unit;
+  loop.cuda = cuda;
+  return loop;
+}
 
 int run_step_loop(const StepLoopSettings& settings, const StepLoopHooks& hooks, LoopStart start,
                   nlohmann::json memory_plan) {

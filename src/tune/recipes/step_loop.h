@@ -24,6 +24,11 @@ struct StepLoopSettings {
   bool cuda = false;                         // which allocator's peak to read
 };
 
+struct TrainingSettings;
+// The loop's cadence and policies as the shared training keys set them.
+StepLoopSettings make_step_loop_settings(const TrainingSettings& training, const std::filesystem::path& output_dir,
+                                         const std::string& throughput_unit, bool cuda);
+
 struct StepResult {
   double loss = 0.0;
   double items = 0.0;                  // tokens or samples processed by the step

@@ -163,16 +163,7 @@ int train(const TrainRequest& request) {
     write_latte_checkpoint(dir, objects, state);
   };
 
-  StepLoopSettings loop;
-  loop.output_dir = output_dir;
-  loop.total_steps = training.schedule.total_steps;
-  loop.log_every = training.log_every;
-  loop.eval_every = training.eval_every;
-  loop.save_every = training.save_every;
-  loop.keep_last = training.keep_last;
-  loop.on_nan = training.on_nan;
-  loop.throughput_unit = "samples";
-  loop.cuda = device.is_cuda();
+  const StepLoopSettings loop = make_step_loop_settings(training, output_dir, "samples", device.is_cuda());
   return run_step_loop(loop, hooks, {state.step, state.elapsed_s}, memory_plan);
 }
 
