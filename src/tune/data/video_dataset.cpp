@@ -15,18 +15,14 @@
 #include "tune/data/video_reader.h"
 #include "tune/io/safetensors.h"
 
+#include "tune/data/file_extension.h"
+
 namespace tune::data {
 
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string lower_extension(const fs::path& file) {
-  std::string extension = file.extension().string();
-  std::transform(extension.begin(), extension.end(), extension.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return extension;
-}
 
 void check_index(int64_t index, int64_t size, const fs::path& root) {
   if (index < 0 || index >= size) {

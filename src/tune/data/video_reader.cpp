@@ -14,18 +14,14 @@
 #include "tune/data/video_libav.h"
 #endif
 
+#include "tune/data/file_extension.h"
+
 namespace tune::data {
 
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string lower_extension(const fs::path& file) {
-  std::string extension = file.extension().string();
-  std::transform(extension.begin(), extension.end(), extension.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return extension;
-}
 
 [[noreturn]] void throw_without_ffmpeg(const fs::path& path) {
   throw Error(fmt::format("{}: cannot decode video: tune was built without FFmpeg (configure with "

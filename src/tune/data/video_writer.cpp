@@ -13,18 +13,14 @@
 #include "tune/data/video_libav.h"
 #endif
 
+#include "tune/data/file_extension.h"
+
 namespace tune::data {
 
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string lower_extension(const fs::path& file) {
-  std::string extension = file.extension().string();
-  std::transform(extension.begin(), extension.end(), extension.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return extension;
-}
 
 #ifdef TUNE_HAVE_FFMPEG
 // GIF holds 256 colours per frame; a fixed 6x7x6 colour cube (green gets the extra level: the eye is most
