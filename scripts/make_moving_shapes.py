@@ -56,7 +56,7 @@ def render_frame(size, shape, side, x, y, colour, background):
     return rows
 
 
-def make_video(rng, label, num_frames, size, side, shape):
+def make_video(rng, label, num_frames, size, side, shape, colours, jitter):
     """Start position and colours for one video; the shape stays fully inside the frame for every frame."""
     dx, dy = DIRECTIONS[label]
     speed = max(1, (size - side) // max(1, num_frames - 1))
@@ -66,14 +66,21 @@ def make_video(rng, label, num_frames, size, side, shape):
                          f"{size}px frame; use a larger --size or smaller --shape-size")
 
     def start(d):
+        if jitter >= 0:  # the path centred in the frame, moved by up to `jitter` pixels along each axis
+            centred = (size - side - (travel if d else 0)) // 2 + (travel if d < 0 else 0)
+            low, high = (travel if d < 0 else 0), (size - side - (travel if d > 0 else 0))
+            return min(high, max(low, centred + rng.randint(-jitter, jitter)))
         if d > 0:
             return rng.randint(0, size - side - travel)
         if d < 0:
             return rng.randint(travel, size - side)
         return rng.randint(0, size - side)
 
-    colour = [rng.randint(160, 255) for _ in range(3)]
-    background = [rng.randint(0, 40) for _ in range(3)]
+    if colours == "fixed":
+        colour, background = [255, 255, 255], [0, 0, 0]
+    else:
+        colour = [rng.randint(160, 255) for _ in range(3)]
+        background = [rng.randint(0, 40) for _ in range(3)]
     return {"label": label, "x0": start(dx), "y0": start(dy), "dx": dx * speed, "dy": dy * speed,
             "colour": colour, "background": background}
 
@@ -106,6 +113,10 @@ def main(argv=None):
     parser.add_argument("--size", type=int, default=32, help="frame width and height in pixels")
     parser.add_argument("--shape-size", type=int, default=0, help="side of the shape in pixels (default size/4)")
     parser.add_argument("--shape", choices=["square", "disc"], default="square")
+    parser.add_argument("--colours", choices=["random", "fixed"], default="random",
+                        help="random light shape on a random dark background, or always white on black")
+    parser.add_argument("--jitter", type=int, default=-1,
+                        help="start positions within this many pixels of the centred path (default -1: anywhere)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--mp4-per-class", type=int, default=0,
                         help="also encode the first K videos of each class as .mp4 with the ffmpeg CLI")
@@ -121,7 +132,7 @@ def main(argv=None):
     for label, name in enumerate(CLASS_NAMES):
         for index in range(args.videos_per_class):
             video_id = f"v{index:04d}"
-            video = make_video(rng, label, args.num_frames, args.size, side, args.shape)
+            video = make_video(rng, label, args.num_frames, args.size, side, args.shape, args.colours, args.jitter)
             folder = os.path.join(args.out, name, video_id)
             write_frames(folder, video, args.num_frames, args.size, side, args.shape)
             video.update({"class": name, "path": os.path.join(name, video_id)})

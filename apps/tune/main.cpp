@@ -76,6 +76,16 @@ int main(int argc, char** argv) {
   export_command->add_flag("--merge-lora", export_arguments.merge_lora, "merge LoRA adapters into the base weights");
   export_command->add_option("--out", export_arguments.out, "output directory (must not exist)")->required();
 
+  PrepareArguments prepare;
+  auto* prepare_command =
+      app.add_subcommand("prepare", "precompute what training needs (video recipes: VAE latents of every video)");
+  prepare_command->add_option("recipe", prepare.recipe, "recipe YAML")->required();
+  prepare_command->add_option("overrides", prepare.overrides, "key=value overrides");
+  prepare_command->add_option("--out", prepare.out, "output folder (default: the recipe's data.latents)");
+  prepare_command->add_option("--clips-per-video", prepare.clips_per_video,
+                              "random clips (temporal crop, flip) encoded per video")
+      ->check(CLI::PositiveNumber);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -97,6 +107,7 @@ int main(int argc, char** argv) {
     if (*copy_command) return run_copy(copy_name, copy_destination);
     if (*validate_command) return run_validate(validate_recipe, validate_overrides);
     if (*export_command) return run_export(export_arguments);
+    if (*prepare_command) return run_prepare(prepare);
   } catch (const tune::Error& error) {
     return report("error", error.what(), error.exit_code());
   } catch (const c10::Error& error) {

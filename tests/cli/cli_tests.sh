@@ -359,6 +359,49 @@ assert float(v.min()) >= -1 and float(v.max()) <= 1 and int(d['label'][0]) == 1"
   expect_exit 2 "$TUNE" infer "$WORK/runs/full" --prompt hi --class 1; contains "$ERR" "--class"
 }
 
+case_latte_prepare_latents() {
+  # tune prepare encodes every video with the VAE; training from data.latents then loads no VAE weights, and
+  # tune infer decodes its samples with the VAE. Keys that disagree with the prepared latents are config errors.
+  make_shapes
+  local run="$WORK/runs/latte-latents" latents="$WORK/latents"
+  rm -rf "$run" "$latents" "$WORK/latents-other"
+  write_latte_recipe "$WORK/latents.yaml" "$run"
+  sed -i "s|  patch_size: 4|  patch_size: 2\n  vae: $TUNE_SOURCE/tests/fixtures/vae|; s|  flip: false|  flip: false\n  latents: $latents|" \
+    "$WORK/latents.yaml"
+  expect_exit 0 "$TUNE" prepare "$WORK/latents.yaml"
+  contains "$ERR" "16 videos in 4 classes"; contains "$ERR" "16 clip files written"
+  [ "$(find "$latents" -name '*.safetensors' | wc -l)" = 16 ] || fail "expected 16 latent files"
+  /usr/bin/python3 -c "
+import json, sys; sys.path.insert(0, '$TUNE_SOURCE/scripts'); import safetensors_io as s
+m = json.load(open('$latents/latents.json'))
+assert m['complete'] and m['latent_channels'] == 4 and m['latent_size'] == 4 and m['classes'][2] == '2_down', m
+d = s.load('$latents/2_down/v0001.safetensors')
+assert list(d['latent'].shape) == [4, 4, 4, 4] and int(d['label'][0]) == 2, d" || fail "latent files"
+  # an interrupted preparation continues: written files are kept, the missing one is made again
+  rm "$latents/1_left/v0002.safetensors"
+  sed -i 's/"complete": true/"complete": false/' "$latents/latents.json"
+  expect_exit 1 "$TUNE" train "$WORK/latents.yaml"; contains "$ERR" "did not finish"
+  expect_exit 0 "$TUNE" prepare "$WORK/latents.yaml"; contains "$ERR" "1 clip files written, 15 kept"
+  # train on the latents (no VAE weights loaded), then sample: the VAE decodes to pixels
+  expect_exit 0 "$TUNE" train "$WORK/latents.yaml"
+  contains "$ERR" "16 prepared latent clips"; contains "$ERR" "no VAE in memory"; contains "$ERR" "input 4 x 4x4x4"
+  expect_exit 0 "$TUNE" infer "$run" --class 3 --out "$WORK/latent-sample.safetensors" --no-grad
+  /usr/bin/python3 -c "
+import sys; sys.path.insert(0, '$TUNE_SOURCE/scripts'); import safetensors_io as s
+v = s.load('$WORK/latent-sample.safetensors')['video']
+assert list(v.shape) == [4, 3, 8, 8] and float(v.abs().max()) <= 1, v.shape" || fail "decoded sample"
+  # disagreements and misuse
+  expect_exit 2 "$TUNE" train "$WORK/latents.yaml" data.frame_interval=2 --output-dir "$WORK/runs/x1"
+  contains "$ERR" "data.frame_interval"; contains "$ERR" "prepared with 1"
+  expect_exit 2 "$TUNE" prepare "$WORK/latents.yaml" data.flip=true; contains "$ERR" "other settings"
+  mkdir -p "$WORK/latents-other"; touch "$WORK/latents-other/notes.txt"
+  expect_exit 2 "$TUNE" prepare "$WORK/latents.yaml" --out "$WORK/latents-other"; contains "$ERR" "not empty"
+  [ -f "$WORK/latents-other/notes.txt" ] || fail "prepare touched an unrelated folder"
+  write_latte_recipe "$WORK/pixels.yaml" "$WORK/runs/x2"
+  expect_exit 2 "$TUNE" prepare "$WORK/pixels.yaml" --out "$WORK/x3"; contains "$ERR" "model.vae"
+  expect_exit 2 "$TUNE" prepare "$TUNE_SOURCE/recipes/sft-tiny.yaml" --out "$WORK/x4"; contains "$ERR" "nothing to prepare"
+}
+
 case_latte_guided_sampling_memory() {
   # Gradient-guided sampling (reference frame + smoothness) through a model whose activations dominate:
   # checkpointing must lower the measured peak of the same sampling run.

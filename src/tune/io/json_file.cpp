@@ -20,9 +20,18 @@ nlohmann::json read_json_file(const std::filesystem::path& path, const std::stri
 }
 
 void write_json_file(const std::filesystem::path& path, const nlohmann::json& json) {
-  std::ofstream out(path);
-  out << json.dump(2) << "\n";
-  if (!out) throw Error(fmt::format("{}: write failed", path.string()));
+  // Written beside the target and renamed over it: a reader never sees half a file, an old one survives a crash.
+  auto temporary = path;
+  temporary += ".tmp";
+  {
+    std::ofstream out(temporary);
+    out << json.dump(2) << "\n";
+    out.flush();
+    if (!out) throw Error(fmt::format("{}: write failed", path.string()));
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  if (error) throw Error(fmt::format("{}: cannot replace: {}", path.string(), error.message()));
 }
 
 }  // namespace tune::io

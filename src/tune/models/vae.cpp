@@ -206,11 +206,23 @@ size_t load_autoencoder_kl_weights(AutoencoderKLImpl& model, const io::WeightSou
   return loaded + legacy.size();
 }
 
-AutoencoderKL load_autoencoder_kl(const std::filesystem::path& directory) {
-  std::filesystem::path vae_directory = directory;
+namespace {
+
+std::filesystem::path vae_directory_of(const std::filesystem::path& directory) {
   if (!std::filesystem::exists(directory / "config.json") && std::filesystem::exists(directory / "vae" / "config.json")) {
-    vae_directory = directory / "vae";  // a diffusers pipeline: the VAE is its vae/ component
+    return directory / "vae";  // a diffusers pipeline: the VAE is its vae/ component
   }
+  return directory;
+}
+
+}  // namespace
+
+AutoencoderKLConfig load_autoencoder_kl_config(const std::filesystem::path& directory) {
+  return AutoencoderKLConfig::from_file((vae_directory_of(directory) / "config.json").string());
+}
+
+AutoencoderKL load_autoencoder_kl(const std::filesystem::path& directory) {
+  const std::filesystem::path vae_directory = vae_directory_of(directory);
   const auto config = AutoencoderKLConfig::from_file((vae_directory / "config.json").string());
   AutoencoderKL model(config);
   const auto source = io::WeightSource::open_directory(vae_directory, "diffusion_pytorch_model.safetensors",

@@ -98,5 +98,7 @@ size_t load_autoencoder_kl_weights(AutoencoderKLImpl& model, const io::WeightSou
 // Builds an AutoencoderKL from a diffusers VAE directory: config.json and diffusion_pytorch_model.safetensors
 // (or its sharded index). A pipeline directory (model_index.json, no config.json) is read from its vae/ folder.
 AutoencoderKL load_autoencoder_kl(const std::filesystem::path& directory);
+// Only the config of such a directory (no weights read): the latent geometry, for training on prepared latents.
+AutoencoderKLConfig load_autoencoder_kl_config(const std::filesystem::path& directory);
 
 }  // namespace tune::models

@@ -181,4 +181,13 @@ int run_export(const ExportArguments& arguments) {
   return loaded.recipe->export_model({checkpoint, loaded.config, arguments.merge_lora, arguments.out});
 }
 
+int run_prepare(const PrepareArguments& arguments) {
+  LoadedConfig loaded = load_recipe_config(arguments.recipe, arguments.overrides);
+  if (!loaded.recipe->prepare) {
+    throw UsageError(fmt::format("recipe '{}' has nothing to prepare: tune prepare precomputes VAE latents for video "
+                                 "recipes (latte)", loaded.recipe->name));
+  }
+  return loaded.recipe->prepare({loaded.config, arguments.out, arguments.clips_per_video});
+}
+
 }  // namespace tune::recipes

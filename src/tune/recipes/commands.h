@@ -40,11 +40,19 @@ struct ExportArguments {
   std::filesystem::path out;
 };
 
+struct PrepareArguments {
+  std::filesystem::path recipe;
+  std::vector<std::string> overrides;
+  std::optional<std::filesystem::path> out;
+  int64_t clips_per_video = 1;
+};
+
 int run_train(const TrainArguments& arguments);
 int run_infer(const InferArguments& arguments);
 int run_validate(const std::filesystem::path& recipe, const std::vector<std::string>& overrides);
 int run_list();
 int run_copy(const std::string& name, const std::filesystem::path& destination);
 int run_export(const ExportArguments& arguments);
+int run_prepare(const PrepareArguments& arguments);
 
 }  // namespace tune::recipes

@@ -44,6 +44,12 @@ struct ExportRequest {
   std::filesystem::path out;
 };
 
+struct PrepareRequest {
+  config::Config config;
+  std::optional<std::filesystem::path> out;  // unset: the recipe's own default (Latte: data.latents)
+  int64_t clips_per_video = 1;
+};
+
 struct Recipe {
   std::string name;
   std::string description;
@@ -51,6 +57,7 @@ struct Recipe {
   std::function<int(const TrainRequest&)> train;
   std::function<int(const InferRequest&)> infer;
   std::function<int(const ExportRequest&)> export_model;
+  std::function<int(const PrepareRequest&)> prepare;  // empty: the recipe has nothing to precompute
 };
 
 // Every built-in recipe, registered explicitly (static registration is dropped by the linker in static libs).

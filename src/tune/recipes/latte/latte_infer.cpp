@@ -205,18 +205,4 @@ int infer(const InferRequest& request) {
   return 0;
 }
 
-Recipe make_recipe() {
-  Recipe recipe;
-  recipe.name = "latte";
-  recipe.description = "Latte video generation: a spatio-temporal diffusion transformer";
-  recipe.schema = latte_schema;
-  recipe.train = train;
-  recipe.infer = infer;
-  recipe.export_model = [](const ExportRequest& request) -> int {
-    throw UsageError(fmt::format("{}: a Latte checkpoint is already in the exported format (model.safetensors, "
-                                 "ema.safetensors, latte_config.json); copy the directory", request.checkpoint.string()));
-  };
-  return recipe;
-}
-
 }  // namespace tune::recipes::latte

@@ -25,7 +25,7 @@ models::LatteConfig make_latte_config(const LatteSettings& settings, int64_t num
     config.num_classes = model.extras == 2 ? (model.num_classes > 0 ? model.num_classes : num_classes_in_data) : 0;
     config.num_frames = settings.data.num_frames;
     if (vae) {
-      const int64_t factor = int64_t{1} << (vae->block_out_channels.size() - 1);
+      const int64_t factor = vae->downscale_factor();
       if (settings.data.image_size % factor != 0) {
         throw UsageError(fmt::format("data.image_size ({}) must be divisible by the VAE's downsampling factor ({})",
                                      settings.data.image_size, factor));
@@ -50,10 +50,12 @@ void load_latte_weights(models::Latte& model, const std::filesystem::path& file)
   log::info("loaded {} tensors from {}", loaded, file.string());
 }
 
-LatteParts build_latte(const LatteSettings& settings, int64_t num_classes_in_data, uint64_t seed) {
+LatteParts build_latte(const LatteSettings& settings, int64_t num_classes_in_data, uint64_t seed, VaeUse vae_use) {
   LatteParts parts;
   std::optional<models::AutoencoderKLConfig> vae_config;
-  if (settings.model.vae) {
+  if (settings.model.vae && vae_use == VaeUse::geometry_only) {
+    vae_config = models::load_autoencoder_kl_config(*settings.model.vae);
+  } else if (settings.model.vae) {
     parts.vae = models::load_autoencoder_kl(*settings.model.vae);
     (*parts.vae)->eval();
     for (auto& param : (*parts.vae)->parameters()) param.set_requires_grad(false);

@@ -13,7 +13,12 @@ namespace tune::recipes::latte {
 
 struct LatteParts {
   models::Latte model{nullptr};
-  std::optional<models::AutoencoderKL> vae;  // unset: diffusion runs in pixel space
+  std::optional<models::AutoencoderKL> vae;  // unset: pixel space, or VaeUse::geometry_only
+};
+
+enum class VaeUse {
+  load,           // the VAE's weights are loaded: training encodes videos, sampling decodes
+  geometry_only,  // only its config.json is read (latent channels and size): training on prepared latents
 };
 
 // num_classes_in_data: class folders found in data.path (used when model.num_classes is 0).
@@ -21,7 +26,8 @@ models::LatteConfig make_latte_config(const LatteSettings& settings, int64_t num
                                       const std::optional<models::AutoencoderKLConfig>& vae);
 
 // Builds the model (seeded official initialisation, or weights from model.path) and loads the VAE if configured.
-LatteParts build_latte(const LatteSettings& settings, int64_t num_classes_in_data, uint64_t seed);
+LatteParts build_latte(const LatteSettings& settings, int64_t num_classes_in_data, uint64_t seed,
+                       VaeUse vae_use = VaeUse::load);
 
 // Loads `file` (official parameter names) into the model.
 void load_latte_weights(models::Latte& model, const std::filesystem::path& file);

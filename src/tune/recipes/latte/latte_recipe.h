@@ -8,5 +8,6 @@ namespace tune::recipes::latte {
 Recipe make_recipe();
 int train(const TrainRequest& request);
 int infer(const InferRequest& request);
+int prepare(const PrepareRequest& request);  // VAE latents of every video, for training without the VAE
 
 }  // namespace tune::recipes::latte

@@ -20,7 +20,8 @@ config::Schema latte_schema() {
   schema.path("model.vae", "diffusers AutoencoderKL directory; unset = diffusion in pixel space");
   schema.integer("model.vae_chunk_frames", 8, "frames per VAE encode/decode call (bounds memory)");
 
-  schema.required_path("data.path", "folder of class sub-folders holding videos or frame folders (UCF-101 layout)");
+  schema.path("data.path", "folder of class sub-folders holding videos or frame folders (UCF-101 layout)");
+  schema.path("data.latents", "VAE latents written by `tune prepare`; when set, training reads them (no VAE in memory)");
   schema.integer("data.num_frames", 16, "frames per clip");
   schema.integer("data.frame_interval", 3, "stride between sampled frames");
   schema.integer("data.image_size", 256, "resize (short side) + center crop size");
@@ -65,7 +66,12 @@ LatteSettings read_latte_settings(const config::Config& config) {
   model.vae_chunk_frames = get_int_at_least(config, "model.vae_chunk_frames", 1);
 
   auto& data = settings.data;
-  data.path = config.get_string("data.path");
+  if (config.has("data.path")) data.path = config.get_string("data.path");
+  if (config.has("data.latents")) data.latents = config.get_string("data.latents");
+  if (!data.path && !data.latents) {
+    config.fail("data.path", "is required: a folder of class sub-folders of videos (or set data.latents to latents "
+                             "written by `tune prepare`)");
+  }
   data.num_frames = get_int_at_least(config, "data.num_frames", 1);
   data.frame_interval = get_int_at_least(config, "data.frame_interval", 1);
   data.image_size = get_int_at_least(config, "data.image_size", 8);

@@ -25,7 +25,8 @@ struct LatteModelSettings {
 };
 
 struct VideoDataSettings {
-  std::string path;                  // class sub-folders of videos or frame folders (UCF-101 layout)
+  std::optional<std::string> path;   // class sub-folders of videos or frame folders (UCF-101 layout)
+  std::optional<std::string> latents;  // `tune prepare`'s output: when set, training reads these, not the videos
   int64_t num_frames = 16;
   int64_t frame_interval = 3;
   int64_t image_size = 256;

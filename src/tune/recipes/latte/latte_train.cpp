@@ -15,6 +15,7 @@
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/latte/latte_checkpoint.h"
 #include "tune/recipes/latte/latte_data.h"
+#include "tune/recipes/latte/latte_latents.h"
 #include "tune/recipes/latte/latte_model.h"
 #include "tune/recipes/latte/latte_recipe.h"
 #include "tune/recipes/run_directory.h"
@@ -22,6 +23,49 @@
 #include "tune/train/optimizer_step.h"
 
 namespace tune::recipes::latte {
+namespace {
+
+struct TrainingData {
+  std::shared_ptr<const ClipSource> clips;
+  std::vector<std::string> classes;
+  bool from_latents = false;
+  std::string description;  // for the log
+};
+
+// The videos of data.path, or (data.latents) latents written by `tune prepare`, checked against the recipe.
+TrainingData open_training_data(const LatteSettings& latte, const config::Config& config) {
+  TrainingData result;
+  if (!latte.data.latents) {
+    auto videos = make_video_dataset(latte);
+    result.clips = video_clips(videos);
+    result.classes = videos->classes();
+    result.description = fmt::format("{} videos in {} classes from {}", videos->size(), result.classes.size(),
+                                     *latte.data.path);
+    return result;
+  }
+  const std::filesystem::path directory = *latte.data.latents;
+  if (!latte.model.vae) {
+    config.fail("model.vae", "is required with data.latents: the VAE the latents were made with gives their geometry "
+                             "and decodes samples in tune infer");
+  }
+  const LatentManifest manifest = read_latent_manifest(directory);
+  if (!manifest.complete) {
+    throw InputError(fmt::format("{}: the preparation of these latents did not finish; run `tune prepare` again to "
+                                 "complete it", (directory / kLatentManifestName).string()));
+  }
+  check_latents_match(manifest, directory, latte, models::load_autoencoder_kl_config(*latte.model.vae), config);
+  auto latents = std::make_shared<const data::LatentDataset>(
+      directory, latte.data.skip_bad_videos ? data::OnBadVideo::skip : data::OnBadVideo::fail);
+  result.clips = latent_clips(latents, {manifest.num_frames, manifest.latent_channels, manifest.latent_size,
+                                        manifest.latent_size});
+  result.classes = manifest.classes;
+  result.from_latents = true;
+  result.description = fmt::format("{} prepared latent clips ({} videos, {} classes) from {}; no VAE in memory",
+                                   latents->size(), manifest.videos, result.classes.size(), directory.string());
+  return result;
+}
+
+}  // namespace
 
 int train(const TrainRequest& request) {
   // ---- checks
@@ -36,26 +80,24 @@ int train(const TrainRequest& request) {
   const int threads = configure_threads(run.threads);
   memory_tracker::install();
   const torch::Device device(run.device);
-  data::VideoDatasetOptions dataset_options;
-  dataset_options.clip = {latte.data.num_frames, latte.data.frame_interval, latte.data.image_size, latte.data.flip};
-  dataset_options.on_bad_video = latte.data.skip_bad_videos ? data::OnBadVideo::skip : data::OnBadVideo::fail;
-  dataset_options.cache_frames = latte.data.cache_frames;
-  auto dataset = std::make_shared<const data::VideoDataset>(latte.data.path, dataset_options);
+  const TrainingData training_data = open_training_data(latte, config);
   prepare_run_directory(output_dir, config, request.resume_from);
 
-  LatteParts parts = build_latte(latte, static_cast<int64_t>(dataset->classes().size()), run.seed);
+  const int64_t class_count = static_cast<int64_t>(training_data.classes.size());
+  LatteParts parts = build_latte(latte, class_count, run.seed,
+                                 training_data.from_latents ? VaeUse::geometry_only : VaeUse::load);
   auto& model = parts.model;
   model->to(device);
   if (parts.vae) (*parts.vae)->to(device);
   auto checkpointing = std::make_shared<memory::CheckpointRunner>(run.checkpointing, model->num_blocks());
   model->set_block_runner(checkpointing);
   model->train();
-  if (model->config().class_conditional() && model->config().num_classes < static_cast<int64_t>(dataset->classes().size())) {
-    config.fail("model.num_classes", fmt::format("({}) is smaller than the {} class folders in {}",
-                                                 model->config().num_classes, dataset->classes().size(), latte.data.path));
+  if (model->config().class_conditional() && model->config().num_classes < class_count) {
+    config.fail("model.num_classes", fmt::format("({}) is smaller than the {} classes of the training data ({})",
+                                                 model->config().num_classes, class_count, training_data.description));
   }
 
-  VideoBatcher batcher(dataset, training.batch_size, run.seed);
+  ClipBatcher batcher(training_data.clips, training.batch_size, run.seed);
   diffusion::DiffusionOptions diffusion_options;
   diffusion_options.noise_schedule = latte.diffusion.beta_schedule;
   diffusion_options.diffusion_steps = latte.diffusion.num_timesteps;
@@ -98,10 +140,10 @@ int train(const TrainRequest& request) {
   }
   const auto& model_config = model->config();
   log::info("model: Latte {} blocks (spatial/temporal alternating), hidden {}, patch {}, {} parameters; input {} x {}x{}x{} "
-            "({}); {} videos in {} classes; device {}, {} threads",
+            "({}); training data: {}; device {}, {} threads",
             model_config.depth, model_config.hidden_size, model_config.patch_size, format_count(parameter_count),
             model_config.num_frames, model_config.in_channels, model_config.input_size, model_config.input_size,
-            parts.vae ? "VAE latents" : "pixels", dataset->size(), dataset->classes().size(), run.device, threads);
+            latte.model.vae ? "VAE latents" : "pixels", training_data.description, run.device, threads);
   log::info("gradient checkpointing: {}", checkpointing->describe());
   log::info("mixed precision: {}", run.mixed_precision == precision::MixedPrecision::no
                                        ? std::string("off (fp32)")
@@ -120,8 +162,10 @@ int train(const TrainRequest& request) {
   hooks.step = [&](int64_t step) {
     StepResult result;
     for (int64_t i = 0; i < training.gradient_accumulation_steps; ++i) {
-      const VideoBatch batch = batcher.next();
-      const auto x_start = to_model_space(parts, batch.videos.to(device), latte.model.vae_chunk_frames);
+      const ClipBatch batch = batcher.next();
+      const auto x_start = training_data.from_latents
+                               ? batch.clips.to(device)
+                               : to_model_space(parts, batch.clips.to(device), latte.model.vae_chunk_frames);
       const auto draw = timesteps.sample(x_start.size(0), noise_generator, device);
       const auto noise = torch::randn(x_start.sizes(), noise_generator, x_start.options());
       const auto labels = model_config.class_conditional() ? batch.labels.to(device) : torch::Tensor();
