@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   infer_command->add_option("--out", infer.out, "video recipes: output file (.mp4, .gif, or .safetensors for the raw tensor)");
   auto* grad_flag = infer_command->add_flag("--grad", grad, "keep autograd on: per-token attribution (default: grad_inference)");
   infer_command->add_flag("--no-grad", no_grad, "plain generation without gradients")->excludes(grad_flag);
-  infer_command->add_flag("--json", infer.json, "print one JSON object: prompt_ids, output_ids, text, attribution");
+  infer_command->add_flag("--json", infer.json, "print one JSON object (LLM: prompt_ids, output_ids, text, attribution; video: outputs, timing, peak memory)");
   infer_command->add_option("--max-new-tokens", infer.max_new_tokens, "tokens to generate at most")->check(CLI::NonNegativeNumber);
   infer_command->add_option("--temperature", infer.temperature, "sampling temperature; 0 = greedy")->check(CLI::NonNegativeNumber);
   infer_command->add_option("--top-p", infer.top_p, "nucleus sampling threshold in (0, 1]")->check(CLI::Range(0.0, 1.0));

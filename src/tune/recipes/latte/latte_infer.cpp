@@ -3,6 +3,10 @@
 // every step the gradient of an objective on the predicted clean video steers the sample. The objective is computed
 // in the model's space (VAE latents or pixels): matching a reference frame, and temporal smoothness.
 #include <ATen/CPUGeneratorImpl.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <iostream>
 
 #include "tune/core/error.h"
 #include "tune/core/log.h"
@@ -180,10 +184,13 @@ int infer(const InferRequest& request) {
   const auto noise = torch::randn({sampling.num_samples, config.num_frames, config.in_channels, config.input_size,
                                    config.input_size}, generator, torch::kFloat32).to(device);
   memory_tracker::reset_peak(device.is_cuda());
+  const auto sampling_start = std::chrono::steady_clock::now();
   const auto samples = sampling.sampler == "ddim"
                            ? diffusion::ddim_sample_loop(diffusion, model_fn, noise, generator, sampler_options)
                            : diffusion::p_sample_loop(diffusion, model_fn, noise, generator, sampler_options);
   progress.finish();
+  const double sampling_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - sampling_start).count();
   const int64_t peak = memory_tracker::peak_bytes(device.is_cuda());
   torch::NoGradGuard no_grad;
   const auto videos = to_pixel_space(parts, samples, latte.model.vae_chunk_frames).cpu();
@@ -192,16 +199,32 @@ int infer(const InferRequest& request) {
   const std::filesystem::path out = request.out ? *request.out
                                                 : std::filesystem::path(request.config->get_string("output_dir")) /
                                                       "samples" / fmt::format("sample-class{}.mp4", label);
+  std::vector<std::string> written;
   for (int64_t i = 0; i < sampling.num_samples; ++i) {
     const auto path = numbered(out, i, sampling.num_samples);
     write_sample(path, videos[i], label, sampling.fps);
     log::info("wrote {}", path.string());
+    written.push_back(path.string());
   }
   log::info("sampled {} video(s){} with {} {} steps, cfg scale {}, weights {}", sampling.num_samples,
             label >= 0 ? fmt::format(" of class {}", label) : "", sampling.sampler, sampling.steps, sampling.cfg_scale,
             *latte.model.path);
   log::info("gradient guidance: {}; gradient checkpointing {}; mixed precision {}; peak memory {}", guidance_description,
             checkpointing->describe(), precision::to_string(run.mixed_precision), format_bytes(static_cast<double>(peak)));
+  if (request.json) {  // for scripts (the benchmark): what ran and what it measured, one JSON object on stdout
+    const nlohmann::json summary = {{"outputs", written},
+                                    {"class", label},
+                                    {"sampler", sampling.sampler},
+                                    {"steps", sampling.steps},
+                                    {"cfg_scale", sampling.cfg_scale},
+                                    {"grad", request.grad},
+                                    {"guidance", guidance_description},
+                                    {"gradient_checkpointing", checkpointing->describe()},
+                                    {"mixed_precision", precision::to_string(run.mixed_precision)},
+                                    {"sampling_s", sampling_seconds},
+                                    {"peak_mem_bytes", peak}};
+    std::cout << summary.dump() << std::endl;
+  }
   return 0;
 }
 
