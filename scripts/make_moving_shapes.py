@@ -22,6 +22,7 @@ import zlib
 
 CLASS_NAMES = ["0_right", "1_left", "2_down", "3_up"]
 DIRECTIONS = [(1, 0), (-1, 0), (0, 1), (0, -1)]  # (dx, dy) per frame, y grows downward
+CLASS_COLOURS = [(255, 64, 64), (64, 255, 64), (64, 128, 255), (255, 255, 64)]  # --colours class: red green blue yellow
 
 
 def write_png(path, width, height, rgb_rows):
@@ -78,6 +79,8 @@ def make_video(rng, label, num_frames, size, side, shape, colours, jitter):
 
     if colours == "fixed":
         colour, background = [255, 255, 255], [0, 0, 0]
+    elif colours == "class":
+        colour, background = list(CLASS_COLOURS[label]), [0, 0, 0]
     else:
         colour = [rng.randint(160, 255) for _ in range(3)]
         background = [rng.randint(0, 40) for _ in range(3)]
@@ -113,8 +116,9 @@ def main(argv=None):
     parser.add_argument("--size", type=int, default=32, help="frame width and height in pixels")
     parser.add_argument("--shape-size", type=int, default=0, help="side of the shape in pixels (default size/4)")
     parser.add_argument("--shape", choices=["square", "disc"], default="square")
-    parser.add_argument("--colours", choices=["random", "fixed"], default="random",
-                        help="random light shape on a random dark background, or always white on black")
+    parser.add_argument("--colours", choices=["random", "fixed", "class"], default="random",
+                        help="random light shape on a random dark background, always white on black, or a colour "
+                             "per class (red right, green left, blue down, yellow up) on black")
     parser.add_argument("--jitter", type=int, default=-1,
                         help="start positions within this many pixels of the centred path (default -1: anywhere)")
     parser.add_argument("--seed", type=int, default=0)

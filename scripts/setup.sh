@@ -12,6 +12,7 @@ packages=(
   libavformat-dev libavcodec-dev libswscale-dev libavutil-dev  # video I/O (Latte)
   ffmpeg                             # ffmpeg/ffprobe CLI: test videos made by an independent tool
   python3 python3-numpy              # fixture and data generation scripts
+  python3-torch                      # tests read safetensors samples; eval, benchmark and fixture scripts
 )
 
 missing=()

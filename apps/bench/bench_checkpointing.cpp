@@ -4,6 +4,7 @@
 // tests/recipes/test_checkpointing_memory.cpp measures it, and set beside the analytic estimate of memory_report.h.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 
 #include <sys/resource.h>
@@ -44,6 +45,7 @@ struct BenchOptions {
   int threads = 2;
   std::string dtype = "bf16";
   uint64_t seed = 0;
+  std::string profile;    // non-empty: one more step under the autograd profiler, its trace written here
 };
 
 // Resident set size now, from /proc (ru_maxrss only gives the peak).
@@ -71,6 +73,7 @@ double median(std::vector<double> values) {
 
 struct StepResult {
   double seconds;
+  double forward_seconds;  // forward + loss; the rest of `seconds` is backward (with any recompute)
   int64_t activation_bytes;  // tracked peak during forward + backward minus live bytes before forward
   int64_t peak_live_bytes;   // tracked peak, absolute (parameters and their gradients included)
   double loss;
@@ -91,10 +94,12 @@ StepResult train_step(tune::models::LlamaForCausalLM& model, const torch::Tensor
     tune::precision::AutocastScope autocast(precision, torch::kCPU);
     loss = tune::train::causal_lm_loss_sum(model->forward(input_ids), labels);
   }
+  const auto forward_end = std::chrono::steady_clock::now();
   loss.backward();
   const auto end = std::chrono::steady_clock::now();
   const int64_t peak = tune::memory_tracker::cpu_peak_bytes();
-  return {std::chrono::duration<double>(end - start).count(), peak - before, peak, loss.item<double>()};
+  return {std::chrono::duration<double>(end - start).count(),
+          std::chrono::duration<double>(forward_end - start).count(), peak - before, peak, loss.item<double>()};
 }
 
 int run(const BenchOptions& options) {
@@ -168,15 +173,23 @@ int run(const BenchOptions& options) {
   const int64_t rss_before = current_rss_bytes();
 
   for (int i = 0; i < options.warmup; ++i) train_step(model, input_ids, labels, precision);
-  std::vector<double> seconds;
+  std::vector<double> seconds, forward_seconds;
   int64_t activation_bytes = 0, peak_live_bytes = 0;
   double loss = 0.0;
   for (int i = 0; i < options.steps; ++i) {
     const StepResult step = train_step(model, input_ids, labels, precision);
     seconds.push_back(step.seconds);
+    forward_seconds.push_back(step.forward_seconds);
     activation_bytes = std::max(activation_bytes, step.activation_bytes);
     peak_live_bytes = std::max(peak_live_bytes, step.peak_live_bytes);
     loss = step.loss;
+  }
+
+  if (!options.profile.empty()) {
+    // Legacy autograd profiler (present in 1.13 and 2.x): a Chrome-trace file of every op of one step;
+    // scripts/bench_profile_summary.py sums it per op.
+    torch::autograd::profiler::RecordProfile profile(options.profile);
+    train_step(model, input_ids, labels, precision);
   }
 
   // The analytic side: the estimate for this exact layout, and the floor policy full aims at (every block's fp32
@@ -192,6 +205,7 @@ int run(const BenchOptions& options) {
   // The minimum is the figure least disturbed by other processes on a shared machine; ratios use it.
   result["step_s_min"] = seconds.empty() ? 0.0 : *std::min_element(seconds.begin(), seconds.end());
   result["step_s_all"] = seconds;
+  result["forward_s"] = median(forward_seconds);  // backward (with the recompute) is step_s - forward_s
   result["tokens_per_s"] = seconds.empty() ? 0.0 : options.batch * options.sequence / median(seconds);
   result["loss_sum"] = loss;
   result["activation_bytes"] = activation_bytes;
@@ -230,6 +244,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", options.threads, "intra-op threads (0: all cores)")->capture_default_str();
   app.add_option("--dtype", options.dtype, "bf16 (autocast) | fp32")->capture_default_str();
   app.add_option("--seed", options.seed, "RNG seed for weights and tokens")->capture_default_str();
+  app.add_option("--profile", options.profile, "also profile one step: write its Chrome trace (JSON) here");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(options);
