@@ -6,6 +6,11 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/alignment.h>
 
+#if defined(TUNE_WITH_CUDA)
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -98,10 +103,24 @@ int64_t cpu_peak_bytes() { return g_peak_bytes.load(std::memory_order_relaxed); 
 
 void reset_cpu_peak() { g_peak_bytes.store(g_live_bytes.load(std::memory_order_relaxed), std::memory_order_relaxed); }
 
-// TODO(cuda): when tune_core is built with CUDA, return
-// c10::cuda::CUDACachingAllocator::getDeviceStats(device).peak_bytes[StatType::AGGREGATE].current for `cuda` (and
-// reset with resetPeakStats); the CUDA build is not wired up yet, so both fall back to the CPU numbers for now.
+#if defined(TUNE_WITH_CUDA)
+// The caching allocator's own counters (what torch.cuda.max_memory_allocated reports): bytes of live tensor
+// storage, not the reserved pool. Index 0 of the per-pool stat arrays is StatType::AGGREGATE in every version
+// (the enum moved namespaces in 2.x; its values did not). NOTE: this path has not been compiled or run yet - no
+// CUDA machine was available to this work; on a CPU-only LibTorch TUNE_WITH_CUDA is never defined.
+int64_t peak_bytes(bool cuda) {
+  if (!cuda) return cpu_peak_bytes();
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
+  return static_cast<int64_t>(stats.allocated_bytes[0].peak);
+}
+void reset_peak(bool cuda) {
+  if (!cuda) return reset_cpu_peak();
+  c10::cuda::CUDACachingAllocator::resetPeakStats(c10::cuda::current_device());
+}
+#else
+// A LibTorch without CUDA runs nothing on a GPU: the CPU counters are the device's.
 int64_t peak_bytes(bool /*cuda*/) { return cpu_peak_bytes(); }
 void reset_peak(bool /*cuda*/) { reset_cpu_peak(); }
+#endif
 
 }  // namespace tune::memory_tracker
