@@ -6,8 +6,9 @@
 
 namespace tune::memory_tracker {
 
-// Installs the tracking CPU allocator (idempotent). Must run before large tensors are allocated; storage
-// allocated earlier is freed through its original deleter and never counted negative.
+// Installs the tracking CPU allocator (idempotent) and tells glibc's malloc to keep freed memory for reuse (see
+// memory_tracker.cpp). Must run before large tensors are allocated; storage allocated earlier is freed through its
+// original deleter and never counted negative.
 void install();
 bool installed();
 
