@@ -15,6 +15,9 @@
 
 #include <atomic>
 #include <cstring>
+#include <deque>
+#include <iterator>
+#include <vector>
 #include <mutex>
 
 namespace tune::memory_tracker {
@@ -46,12 +49,75 @@ void add_live(int64_t bytes) {
   }
 }
 
+// Freed blocks of 32 MiB and more, kept for reuse by an allocation of exactly the same size. glibc maps every block
+// above its largest mmap threshold (32 MiB) afresh and unmaps it on free, so a step that frees and re-creates the
+// same large temporaries (attention scores at long sequences; checkpointing's recompute) would fault in and zero
+// new pages each time. Training repeats the same sizes every step, so exact-size reuse is enough. Bounded: past
+// kMaxCachedBytes the oldest blocks are really freed. Cached blocks are not tensor storage: the live and peak
+// counters exclude them (RSS does not).
+class LargeBlockCache {
+ public:
+  static constexpr int64_t kMinBytes = int64_t{32} << 20;
+  static constexpr int64_t kMaxCachedBytes = int64_t{1} << 30;
+
+  // Takes ownership of a freed block (data as handed out, its header intact); false: too small, not kept.
+  bool put(void* data, int64_t size) {
+    if (size < kMinBytes || size > kMaxCachedBytes) return false;
+    std::vector<void*> evicted;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      blocks_.push_back({data, size});
+      bytes_ += size;
+      while (bytes_ > kMaxCachedBytes) {
+        evicted.push_back(blocks_.front().data);
+        bytes_ -= blocks_.front().size;
+        blocks_.pop_front();
+      }
+    }
+    for (void* block : evicted) release(block);
+    return true;
+  }
+
+  // A cached block of exactly `size` bytes (most recently freed first), or null.
+  void* take(int64_t size) {
+    if (size < kMinBytes) return nullptr;
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
+      if (it->size != size) continue;
+      void* data = it->data;
+      bytes_ -= size;
+      blocks_.erase(std::next(it).base());
+      return data;
+    }
+    return nullptr;
+  }
+
+  static void release(void* data) {
+    auto* header = reinterpret_cast<Header*>(static_cast<char*>(data) - kHeaderBytes);
+    const Header record = *header;  // copy out: the original deleter frees the memory holding it
+    record.original_deleter(record.original_context);
+  }
+
+ private:
+  struct Block {
+    void* data;
+    int64_t size;
+  };
+  std::mutex mutex_;
+  std::deque<Block> blocks_;
+  int64_t bytes_ = 0;
+};
+
+LargeBlockCache& large_blocks() {
+  static auto* cache = new LargeBlockCache();  // leaked on purpose, like the allocator: used until exit
+  return *cache;
+}
+
 void tracked_delete(void* data) {
   if (data == nullptr) return;
-  auto* header = reinterpret_cast<Header*>(static_cast<char*>(data) - kHeaderBytes);
-  const Header record = *header;  // copy out: the original deleter frees the memory holding it
-  g_live_bytes.fetch_sub(record.size, std::memory_order_relaxed);
-  record.original_deleter(record.original_context);
+  const int64_t size = reinterpret_cast<Header*>(static_cast<char*>(data) - kHeaderBytes)->size;
+  g_live_bytes.fetch_sub(size, std::memory_order_relaxed);
+  if (!large_blocks().put(data, size)) LargeBlockCache::release(data);
 }
 
 class TrackingAllocator final : public c10::Allocator {
@@ -70,6 +136,10 @@ class TrackingAllocator final : public c10::Allocator {
 
  private:
   c10::DataPtr allocate_tracked(size_t n) const {
+    if (void* reused = large_blocks().take(static_cast<int64_t>(n))) {
+      add_live(static_cast<int64_t>(n));
+      return {reused, reused, &tracked_delete, c10::Device(c10::DeviceType::CPU)};
+    }
     c10::DataPtr original = original_->allocate(n + kHeaderBytes);
     auto* base = static_cast<char*>(original.get());
     auto* header = reinterpret_cast<Header*>(base);
@@ -94,8 +164,8 @@ namespace {
 // forward freed), so each one came back as fresh pages to fault in and zero: on an 8-layer, 1024-token bf16 Llama
 // this made full checkpointing cost +78% step time instead of +31% (scripts/bench_checkpointing.sh). Keeping freed
 // memory in the process for reuse, as PyTorch's CUDA caching allocator does on the GPU, removes that. RSS then stays
-// near the run's peak, which the tracked peak already is. Blocks above 32 MiB (glibc's maximum threshold) are
-// still mapped per allocation.
+// near the run's peak, which the tracked peak already is. Blocks above 32 MiB (glibc's maximum threshold) go through
+// LargeBlockCache instead.
 void keep_freed_memory_for_reuse() {
 #if defined(__GLIBC__)
   mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
