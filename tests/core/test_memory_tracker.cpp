@@ -125,3 +125,31 @@ TEST_CASE("memory tracker: two threads allocating and freeing leave the counters
   CHECK(mt::cpu_peak_bytes() - before >= kTenMegabytes);
   CHECK(mt::cpu_peak_bytes() - before <= kTenMegabytes + 2 * ((1 << 16) + (1 << 12) + 200));
 }
+
+TEST_CASE("memory tracker: large blocks freed and allocated again are counted exactly and hold their data") {
+  // Blocks of 32 MiB and more are kept for exact-size reuse after free (glibc would unmap them): the counters
+  // must still see only live tensor storage, and a reused block must behave as fresh storage.
+  mt::install();
+  constexpr int64_t kLarge = int64_t{40} << 20;
+  const int64_t before = mt::cpu_live_bytes();
+  const void* first_address = nullptr;
+  {
+    auto a = torch::full({kLarge}, 7, torch::kUInt8);
+    first_address = a.data_ptr();
+    CHECK(mt::cpu_live_bytes() - before == kLarge);
+  }
+  CHECK(mt::cpu_live_bytes() == before);
+  mt::reset_cpu_peak();
+  {
+    auto b = torch::zeros({kLarge}, torch::kUInt8);  // same size: served from the freed block
+    CHECK(b.data_ptr() == first_address);
+    CHECK(mt::cpu_live_bytes() - before == kLarge);
+    CHECK(mt::cpu_peak_bytes() - before == kLarge);
+    CHECK(b.sum().item<int64_t>() == 0);
+    auto c = torch::ones({kLarge}, torch::kUInt8);  // a second one while the first is live: a new block
+    CHECK(c.data_ptr() != b.data_ptr());
+    CHECK(mt::cpu_live_bytes() - before == 2 * kLarge);
+    CHECK(c.sum().item<int64_t>() == kLarge);
+  }
+  CHECK(mt::cpu_live_bytes() == before);
+}
