@@ -8,6 +8,7 @@
 #include <set>
 
 #include "tune/core/error.h"
+#include "tune/io/json_fields.h"
 #include "tune/io/json_file.h"
 
 namespace tune::models {
@@ -30,33 +31,6 @@ const std::vector<std::string> kKeys = {"model_type", "variant", "input_size", "
   throw UsageError(fmt::format("{}: field '{}' {}", source, key, message));
 }
 
-int64_t read_integer(const json& object, const std::string& key, int64_t fallback, const std::string& source) {
-  if (!object.contains(key)) return fallback;
-  const json& value = object.at(key);
-  if (!value.is_number_integer()) fail(source, key, fmt::format("must be an integer, got {}", value.dump()));
-  return value.get<int64_t>();
-}
-
-double read_number(const json& object, const std::string& key, double fallback, const std::string& source) {
-  if (!object.contains(key)) return fallback;
-  const json& value = object.at(key);
-  if (!value.is_number()) fail(source, key, fmt::format("must be a number, got {}", value.dump()));
-  return value.get<double>();
-}
-
-bool read_boolean(const json& object, const std::string& key, bool fallback, const std::string& source) {
-  if (!object.contains(key)) return fallback;
-  const json& value = object.at(key);
-  if (!value.is_boolean()) fail(source, key, fmt::format("must be true or false, got {}", value.dump()));
-  return value.get<bool>();
-}
-
-std::string read_string(const json& object, const std::string& key, const std::string& fallback, const std::string& source) {
-  if (!object.contains(key)) return fallback;
-  const json& value = object.at(key);
-  if (!value.is_string()) fail(source, key, fmt::format("must be a string, got {}", value.dump()));
-  return value.get<std::string>();
-}
 
 }  // namespace
 
@@ -109,22 +83,23 @@ LatteConfig LatteConfig::from_json(const json& object, const std::string& source
       fail(source, item.key(), fmt::format("is not a Latte config key; known keys: {}", fmt::join(kKeys, ", ")));
     }
   }
-  const std::string model_type = read_string(object, "model_type", "", source);
+  const io::JsonFields fields(object, source, "", io::JsonFields::Blame::config);
+  const std::string model_type = fields.string("model_type", "");
   if (model_type != "latte") fail(source, "model_type", fmt::format("must be \"latte\", got \"{}\"", model_type));
   LatteConfig config;
-  config.variant = read_string(object, "variant", config.variant, source);
-  config.input_size = read_integer(object, "input_size", config.input_size, source);
-  config.patch_size = read_integer(object, "patch_size", config.patch_size, source);
-  config.in_channels = read_integer(object, "in_channels", config.in_channels, source);
-  config.hidden_size = read_integer(object, "hidden_size", config.hidden_size, source);
-  config.depth = read_integer(object, "depth", config.depth, source);
-  config.num_heads = read_integer(object, "num_heads", config.num_heads, source);
-  config.mlp_ratio = read_number(object, "mlp_ratio", config.mlp_ratio, source);
-  config.num_frames = read_integer(object, "num_frames", config.num_frames, source);
-  config.class_dropout_prob = read_number(object, "class_dropout_prob", config.class_dropout_prob, source);
-  config.num_classes = read_integer(object, "num_classes", config.num_classes, source);
-  config.learn_sigma = read_boolean(object, "learn_sigma", config.learn_sigma, source);
-  config.extras = read_integer(object, "extras", config.extras, source);
+  config.variant = fields.string("variant", config.variant);
+  config.input_size = fields.integer("input_size", config.input_size);
+  config.patch_size = fields.integer("patch_size", config.patch_size);
+  config.in_channels = fields.integer("in_channels", config.in_channels);
+  config.hidden_size = fields.integer("hidden_size", config.hidden_size);
+  config.depth = fields.integer("depth", config.depth);
+  config.num_heads = fields.integer("num_heads", config.num_heads);
+  config.mlp_ratio = fields.real("mlp_ratio", config.mlp_ratio);
+  config.num_frames = fields.integer("num_frames", config.num_frames);
+  config.class_dropout_prob = fields.real("class_dropout_prob", config.class_dropout_prob);
+  config.num_classes = fields.integer("num_classes", config.num_classes);
+  config.learn_sigma = fields.boolean("learn_sigma", config.learn_sigma);
+  config.extras = fields.integer("extras", config.extras);
   config.validate(source);
   return config;
 }

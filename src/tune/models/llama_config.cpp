@@ -7,6 +7,7 @@
 #include <map>
 
 #include "tune/core/error.h"
+#include "tune/io/json_fields.h"
 #include "tune/io/json_file.h"
 
 namespace tune::models {
@@ -36,54 +37,7 @@ LlamaConfig defaults_for(const std::string& model_type) {
   return config;
 }
 
-const char* json_type_name(const json& value) { return value.type_name(); }
 
-class FieldReader {
- public:
-  FieldReader(const json& object, std::string source, std::string prefix = "")
-      : object_(object), source_(std::move(source)), prefix_(std::move(prefix)) {}
-
-  bool has(const std::string& key) const { return object_.contains(key) && !object_.at(key).is_null(); }
-
-  [[noreturn]] void fail(const std::string& key, const std::string& message) const {
-    throw InputError(fmt::format("{}: field '{}{}' {}", source_, prefix_, key, message));
-  }
-
-  int64_t integer(const std::string& key, int64_t fallback) const {
-    if (!has(key)) return fallback;
-    const json& value = object_.at(key);
-    if (!value.is_number_integer()) fail(key, fmt::format("must be an integer, got {} ({})", value.dump(), json_type_name(value)));
-    return value.get<int64_t>();
-  }
-  double real(const std::string& key, double fallback) const {
-    if (!has(key)) return fallback;
-    const json& value = object_.at(key);
-    if (!value.is_number()) fail(key, fmt::format("must be a number, got {} ({})", value.dump(), json_type_name(value)));
-    return value.get<double>();
-  }
-  bool boolean(const std::string& key, bool fallback) const {
-    if (!has(key)) return fallback;
-    const json& value = object_.at(key);
-    if (!value.is_boolean()) fail(key, fmt::format("must be true or false, got {}", value.dump()));
-    return value.get<bool>();
-  }
-  std::string string(const std::string& key, const std::string& fallback) const {
-    if (!has(key)) return fallback;
-    const json& value = object_.at(key);
-    if (!value.is_string()) fail(key, fmt::format("must be a string, got {}", value.dump()));
-    return value.get<std::string>();
-  }
-  int64_t positive(const std::string& key, int64_t fallback) const {
-    const int64_t value = integer(key, fallback);
-    if (value <= 0) fail(key, fmt::format("must be positive, got {}", value));
-    return value;
-  }
-
- private:
-  const json& object_;
-  std::string source_;
-  std::string prefix_;
-};
 
 RopeScaling read_rope_scaling(const json& value, const std::string& source, const std::string& field) {
   RopeScaling scaling;
@@ -91,7 +45,7 @@ RopeScaling read_rope_scaling(const json& value, const std::string& source, cons
   if (!value.is_object()) {
     throw InputError(fmt::format("{}: field '{}' must be null or an object, got {}", source, field, value.dump()));
   }
-  const FieldReader reader(value, source, field + ".");
+  const io::JsonFields reader(value, source, field + ".");
   // "type" is the pre-4.45 spelling of "rope_type".
   std::string type = reader.has("rope_type") ? reader.string("rope_type", "default") : reader.string("type", "default");
   if (type == "default") return scaling;
@@ -123,7 +77,7 @@ LlamaConfig LlamaConfig::from_json(const json& config_json, const std::string& s
   if (!config_json.is_object()) {
     throw InputError(fmt::format("{}: expected a JSON object, got {}", source, config_json.type_name()));
   }
-  const FieldReader reader(config_json, source);
+  const io::JsonFields reader(config_json, source);
   const std::string model_type = reader.string("model_type", "llama");
   if (model_type != "llama" && model_type != "mistral" && model_type != "qwen2") {
     reader.fail("model_type", fmt::format("is '{}'; supported: llama, mistral, qwen2", model_type));
@@ -157,7 +111,7 @@ LlamaConfig LlamaConfig::from_json(const json& config_json, const std::string& s
   if (reader.has("rope_parameters")) {
     const json& parameters = config_json.at("rope_parameters");
     config.rope_scaling = read_rope_scaling(parameters, source, "rope_parameters");
-    if (parameters.is_object()) config.rope_theta = FieldReader(parameters, source, "rope_parameters.").real("rope_theta", config.rope_theta);
+    if (parameters.is_object()) config.rope_theta = io::JsonFields(parameters, source, "rope_parameters.").real("rope_theta", config.rope_theta);
   }
   config.tie_word_embeddings = reader.boolean("tie_word_embeddings", config.tie_word_embeddings);
   if (model_type != "qwen2") {

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "tune/core/error.h"
+#include "tune/io/json_fields.h"
 #include "tune/io/json_file.h"
 
 namespace tune::models {
@@ -17,73 +18,8 @@ using nlohmann::json;
 const char* const kDownBlockType = "DownEncoderBlock2D";
 const char* const kUpBlockType = "UpDecoderBlock2D";
 
-class FieldReader {
- public:
-  FieldReader(const json& object, std::string source) : object_(object), source_(std::move(source)) {}
 
-  bool has(const std::string& key) const { return object_.contains(key) && !object_.at(key).is_null(); }
-
-  [[noreturn]] void fail(const std::string& key, const std::string& message) const {
-    throw InputError(fmt::format("{}: field '{}' {}", source_, key, message));
-  }
-
-  int64_t positive(const std::string& key, int64_t fallback) const {
-    if (!has(key)) return fallback;
-    const json& value = object_.at(key);
-    if (!value.is_number_integer()) fail(key, fmt::format("must be an integer, got {}", value.dump()));
-    const int64_t result = value.get<int64_t>();
-    if (result <= 0) fail(key, fmt::format("must be positive, got {}", result));
-    return result;
-  }
-  double real(const std::string& key, double fallback) const {
-    if (!has(key)) return fallback;
-    const json& value = object_.at(key);
-    if (!value.is_number()) fail(key, fmt::format("must be a number, got {}", value.dump()));
-    return value.get<double>();
-  }
-  bool boolean(const std::string& key, bool fallback) const {
-    if (!has(key)) return fallback;
-    const json& value = object_.at(key);
-    if (!value.is_boolean()) fail(key, fmt::format("must be true or false, got {}", value.dump()));
-    return value.get<bool>();
-  }
-  std::string string(const std::string& key, const std::string& fallback) const {
-    if (!has(key)) return fallback;
-    const json& value = object_.at(key);
-    if (!value.is_string()) fail(key, fmt::format("must be a string, got {}", value.dump()));
-    return value.get<std::string>();
-  }
-  std::vector<int64_t> positive_list(const std::string& key, std::vector<int64_t> fallback) const {
-    if (!has(key)) return fallback;
-    const json& value = object_.at(key);
-    if (!value.is_array() || value.empty()) fail(key, fmt::format("must be a non-empty list of integers, got {}", value.dump()));
-    std::vector<int64_t> result;
-    for (const json& item : value) {
-      if (!item.is_number_integer() || item.get<int64_t>() <= 0) {
-        fail(key, fmt::format("must be a list of positive integers, got {}", value.dump()));
-      }
-      result.push_back(item.get<int64_t>());
-    }
-    return result;
-  }
-  std::vector<std::string> string_list(const std::string& key, std::vector<std::string> fallback) const {
-    if (!has(key)) return fallback;
-    const json& value = object_.at(key);
-    if (!value.is_array() || value.empty()) fail(key, fmt::format("must be a non-empty list of strings, got {}", value.dump()));
-    std::vector<std::string> result;
-    for (const json& item : value) {
-      if (!item.is_string()) fail(key, fmt::format("must be a list of strings, got {}", value.dump()));
-      result.push_back(item.get<std::string>());
-    }
-    return result;
-  }
-
- private:
-  const json& object_;
-  std::string source_;
-};
-
-void check_block_types(const FieldReader& reader, const std::string& key, const std::vector<std::string>& types,
+void check_block_types(const io::JsonFields& reader, const std::string& key, const std::vector<std::string>& types,
                        const std::string& expected, size_t block_count) {
   for (size_t index = 0; index < types.size(); ++index) {
     if (types[index] != expected) {
@@ -104,7 +40,7 @@ AutoencoderKLConfig AutoencoderKLConfig::from_json(const json& config_json, cons
   if (!config_json.is_object()) {
     throw InputError(fmt::format("{}: expected a JSON object, got {}", source, config_json.type_name()));
   }
-  const FieldReader reader(config_json, source);
+  const io::JsonFields reader(config_json, source);
   const std::string class_name = reader.string("_class_name", "AutoencoderKL");
   if (class_name != "AutoencoderKL") {
     reader.fail("_class_name", fmt::format("is '{}'; this loader reads AutoencoderKL configs only", class_name));
