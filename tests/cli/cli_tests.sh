@@ -390,6 +390,9 @@ assert list(d['latent'].shape) == [4, 4, 4, 4] and int(d['label'][0]) == 2, d" |
 import sys; sys.path.insert(0, '$TUNE_SOURCE/scripts'); import safetensors_io as s
 v = s.load('$WORK/latent-sample.safetensors')['video']
 assert list(v.shape) == [4, 3, 8, 8] and float(v.abs().max()) <= 1, v.shape" || fail "decoded sample"
+  # without data.latents the same recipe encodes the videos with the VAE at every step
+  expect_exit 0 "$TUNE" train "$WORK/latents.yaml" data.latents=null --output-dir "$WORK/runs/latte-vae" training.max_steps=2
+  contains "$ERR" "16 videos in 4 classes"; contains "$ERR" "input 4 x 4x4x4 (VAE latents)"
   # disagreements and misuse
   expect_exit 2 "$TUNE" train "$WORK/latents.yaml" data.frame_interval=2 --output-dir "$WORK/runs/x1"
   contains "$ERR" "data.frame_interval"; contains "$ERR" "prepared with 1"
