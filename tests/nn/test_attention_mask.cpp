@@ -15,9 +15,10 @@ TEST_CASE("causal mask: query i sees keys j <= i", "[nn][mask]") {
   CHECK(torch::equal(allowed, expected));
   const auto mask = make_causal_mask(4, 0, {}, torch::kCPU);
   REQUIRE(mask.sizes() == torch::IntArrayRef({1, 1, 4, 4}));
-  REQUIRE(mask.scalar_type() == torch::kFloat32);
+  REQUIRE(mask.scalar_type() == torch::kBFloat16);
   CHECK(mask[0][0][0][0].item<float>() == 0.0f);
-  CHECK(mask[0][0][0][1].item<float>() == std::numeric_limits<float>::lowest());
+  CHECK(mask[0][0][0][1].item<float>() == static_cast<float>(std::numeric_limits<c10::BFloat16>::lowest()));
+  CHECK(mask[0][0][0][1].item<float>() < -3e38f);
 }
 
 TEST_CASE("segment mask: attention stays inside a segment; padding sees only itself", "[nn][mask]") {

@@ -35,9 +35,11 @@ torch::Tensor make_causal_allowed(int64_t query_length, int64_t past_length, con
 torch::Tensor make_causal_mask(int64_t query_length, int64_t past_length, const torch::Tensor& segment_ids,
                                torch::Device device) {
   const torch::Tensor allowed = make_causal_allowed(query_length, past_length, segment_ids, device);
-  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
-  const torch::Tensor blocked = torch::full({}, std::numeric_limits<float>::lowest(), f32);
-  return torch::where(allowed, torch::zeros({}, f32), blocked).unsqueeze(1);
+  // bf16 holds both values a mask needs (0 and a huge negative) in half the bytes of float32: the mask lives
+  // through the whole forward and backward, T x T per sequence. Adding it to float32 scores is exact.
+  const auto bf16 = torch::TensorOptions().dtype(torch::kBFloat16).device(device);
+  const torch::Tensor blocked = torch::full({}, std::numeric_limits<c10::BFloat16>::lowest(), bf16);
+  return torch::where(allowed, torch::zeros({}, bf16), blocked).unsqueeze(1);
 }
 
 }  // namespace tune::nn
