@@ -393,6 +393,8 @@ torch::Tensor CheckpointRunner::run_region(nn::RegionKind, const nn::RegionFunct
   return checkpoint(region, inputs, params);
 }
 
+bool CheckpointRunner::recomputes(nn::RegionKind) const { return options_.policy == Policy::selective; }
+
 bool CheckpointRunner::is_checkpointed(int64_t block_index) const {
   if (block_index < 0 || block_index >= num_blocks_) {
     throw Error(fmt::format("checkpoint: block index {} out of range; the runner was built for {} blocks",

@@ -58,6 +58,8 @@ class CheckpointRunner : public nn::BlockRunner {
   // block's own recompute covers it, and checkpoints are never nested).
   torch::Tensor run_region(nn::RegionKind kind, const nn::RegionFunction& region, const std::vector<torch::Tensor>& inputs,
                            const std::vector<torch::Tensor>& params) override;
+  // selective: every region kind; other policies: none.
+  bool recomputes(nn::RegionKind kind) const override;
 
   Policy policy() const { return options_.policy; }
   // Whether block `block_index`'s activations are dropped in forward and recomputed in backward as a whole

@@ -8,6 +8,7 @@
 
 #include "tune/core/error.h"
 #include "tune/nn/adaln.h"
+#include "tune/nn/attention_core.h"
 
 namespace tune::models {
 
@@ -34,17 +35,8 @@ torch::Tensor LatteAttentionImpl::forward(const torch::Tensor& x, nn::BlockRunne
   const int64_t length = x.size(1);
   // [N, T, 3, H, hd] -> [3, N, H, T, hd]
   const torch::Tensor packed = qkv(x).reshape({batch, length, 3, num_heads, head_dim}).permute({2, 0, 3, 1, 4});
-  // The region owns what it uses (scalars by value): a selective-checkpointing runner calls it again in backward.
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-  auto core = [scale](const std::vector<torch::Tensor>& inputs) {
-    const torch::Tensor &query = inputs[0], &key = inputs[1], &value = inputs[2];
-    const torch::Tensor scores = torch::matmul(query, key.transpose(-2, -1)) * scale;
-    // Softmax in fp32 (or wider) under autocast: exp() of bf16 scores loses the small probabilities.
-    const auto softmax_dtype = torch::promote_types(scores.scalar_type(), torch::kFloat32);
-    const torch::Tensor probabilities = torch::softmax(scores.to(softmax_dtype), -1).to(query.scalar_type());
-    return torch::matmul(probabilities, value);
-  };
-  const torch::Tensor context = nn::run_region(runner, nn::RegionKind::attention_core, core, {packed[0], packed[1], packed[2]});
+  const torch::Tensor context = nn::run_attention_core(runner, packed[0], packed[1], packed[2], torch::Tensor(), scale);
   return proj(context.transpose(1, 2).reshape({batch, length, num_heads * head_dim}));
 }
 

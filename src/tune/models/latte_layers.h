@@ -15,7 +15,8 @@
 namespace tune::models {
 
 // timm Attention with qkv_bias: qkv [D -> 3D], heads, softmax(q k^T / sqrt(head_dim)) v in fp32, proj [D -> D].
-// The scores-softmax-values core runs as an attention_core region of `runner` (null: plain call).
+// The scores-softmax-values core is nn::run_attention_core: its probabilities recomputed in backward when `runner`
+// recomputes the attention core (selective checkpointing), else plain.
 class LatteAttentionImpl : public torch::nn::Module {
  public:
   LatteAttentionImpl(int64_t hidden_size, int64_t num_heads);

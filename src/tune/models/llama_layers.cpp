@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "tune/models/llama.h"
+#include "tune/nn/attention_core.h"
 
 namespace tune::models {
 
@@ -36,34 +37,6 @@ nn::RotaryEmbeddingOptions rotary_options(const LlamaConfig& config) {
 }
 
 namespace {
-
-// [B, kv_heads, S, D] -> [B, kv_heads * groups, S, D], each kv head shared by `groups` consecutive query heads.
-torch::Tensor repeat_kv(const torch::Tensor& x, int64_t groups) {
-  if (groups == 1) return x;
-  const auto sizes = x.sizes();
-  return x.unsqueeze(2).expand({sizes[0], sizes[1], groups, sizes[2], sizes[3]}).reshape({sizes[0], sizes[1] * groups, sizes[2], sizes[3]});
-}
-
-// Attention after RoPE: query [B, H, T, D], key/value [B, kv_heads, S, D] -> context [B, T, H * D].
-torch::Tensor attention_core(const torch::Tensor& query, const torch::Tensor& key_in, const torch::Tensor& value_in,
-                             const torch::Tensor& mask, int64_t groups, int64_t num_heads, int64_t head_dim) {
-  const int64_t batch = query.size(0);
-  const int64_t length = query.size(2);
-  const torch::Tensor key = repeat_kv(key_in, groups);
-  const torch::Tensor value = repeat_kv(value_in, groups);
-  // Under autocast the matmuls run in bf16/fp16; the mask addition and softmax are done in fp32 (or wider:
-  // a float64 model stays float64) because exp() of low-precision scores loses the small probabilities, then
-  // cast back for the value product.
-  const torch::Tensor scores = torch::matmul(query, key.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
-  const auto softmax_dtype = torch::promote_types(scores.scalar_type(), torch::kFloat32);
-  // The mask is added in place: one B x heads x T x T fp32 tensor less alive at the peak (autograd allows it: the
-  // scaled scores are not saved by anything). At 8 layers x 1024 tokens that is a fifth of a block's working set.
-  torch::Tensor logits = scores.to(softmax_dtype);
-  logits.add_(mask);
-  const torch::Tensor probabilities = torch::softmax(logits, -1).to(query.scalar_type());
-  const torch::Tensor context = torch::matmul(probabilities, value.to(query.scalar_type()));
-  return context.transpose(1, 2).reshape({batch, length, num_heads * head_dim});
-}
 
 // A region's trainable parameters: `weight` if it requires grad (a frozen norm has none).
 std::vector<torch::Tensor> trainable(const torch::Tensor& weight) {
@@ -114,16 +87,9 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& hidden, const Lay
     cached_values = value;
   }
 
-  // The region owns what it uses (scalars by value): a selective-checkpointing runner calls it again in backward.
-  const int64_t groups = num_heads / num_key_value_heads;
-  const int64_t heads = num_heads;
-  const int64_t dim = head_dim;
-  auto core = [groups, heads, dim](const std::vector<torch::Tensor>& region_inputs) {
-    return attention_core(region_inputs[0], region_inputs[1], region_inputs[2], region_inputs[3], groups, heads, dim);
-  };
-  const torch::Tensor context =
-      nn::run_region(inputs.runner.get(), nn::RegionKind::attention_core, core, {query, key, value, inputs.mask});
-  return o_proj(context);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  const torch::Tensor context = nn::run_attention_core(inputs.runner.get(), query, key, value, inputs.mask, scale);
+  return o_proj(context.transpose(1, 2).reshape({batch, length, num_heads * head_dim}));
 }
 
 LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& config, const LlamaLoraOptions& lora) {

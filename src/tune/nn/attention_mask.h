@@ -8,7 +8,8 @@ namespace tune::nn {
 
 // Returns a bfloat16 mask [B or 1, 1, T, past_length + T]: 0 where query i may attend to key j, the lowest
 // bfloat16 value (about -3.4e38) elsewhere (not -inf, so even a fully masked row could not produce NaN). Added to
-// float32 (or wider) scores before the softmax; bf16 only halves the mask's memory.
+// the scores in their compute dtype before the fp32 softmax (nn/attention_core.cpp): exact where visible, the
+// lowest value where hidden, whatever the dtype. bf16 only halves the mask's memory.
 //   Query i sits at absolute index past_length + i; key j is visible iff j <= past_length + i.
 //   segment_ids [B, T] (optional, only with past_length 0): additionally j's segment must equal i's and be
 //   >= 0. A padding token (segment < 0) sees only itself, which keeps its softmax finite; its output is

@@ -25,7 +25,8 @@ using RegionFunction = std::function<torch::Tensor(const std::vector<torch::Tens
 // they are cheap to recompute but save large tensors (softmax probabilities, fp32 norm intermediates).
 enum class RegionKind {
   norm,            // a normalisation layer (its weight is a region parameter)
-  attention_core,  // scores, mask, softmax and the value product: after the q/k/v projections and RoPE
+  attention_core,  // scores, mask, softmax and the value product: after the q/k/v projections and RoPE. Blocks
+                   // run it through nn::run_attention_core (attention_core.h), which asks recomputes()
   activation,      // an elementwise activation between matmuls, e.g. silu(gate) * up
 };
 
@@ -56,6 +57,14 @@ class BlockRunner {
     (void)kind;
     (void)params;
     return region(inputs);
+  }
+
+  // Whether this runner recomputes regions of `kind` in backward. A region with a cheaper dedicated recomputing
+  // form (the attention core, whose backward needs only the probabilities again) asks this and runs that form
+  // instead of going through run_region.
+  virtual bool recomputes(RegionKind kind) const {
+    (void)kind;
+    return false;
   }
 };
 

@@ -1,0 +1,205 @@
+// The attention core in its plain and its probability-recomputing autograd forms.
+#include "tune/nn/attention_core.h"
+
+#include <c10/core/DispatchKeySet.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/autograd.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "tune/nn/block_runner.h"
+
+namespace tune::nn {
+
+namespace {
+
+// [B, KVH, S, D] -> [B, KVH * groups, S, D], each key/value head repeated for its `groups` query heads.
+torch::Tensor repeat_kv(const torch::Tensor& x, int64_t groups) {
+  if (groups == 1) return x;
+  const auto sizes = x.sizes();
+  return x.unsqueeze(2)
+      .expand({sizes[0], sizes[1], groups, sizes[2], sizes[3]})
+      .reshape({sizes[0], sizes[1] * groups, sizes[2], sizes[3]});
+}
+
+// The gradient of a repeated [B, KVH * groups, S, D] tensor summed back onto its [B, KVH, S, D] source.
+torch::Tensor sum_repeated(const torch::Tensor& grad, int64_t groups) {
+  if (groups == 1) return grad;
+  const auto sizes = grad.sizes();
+  return grad.reshape({sizes[0], sizes[1] / groups, groups, sizes[2], sizes[3]}).sum(2);
+}
+
+int64_t query_groups(const torch::Tensor& query, const torch::Tensor& key) {
+  TORCH_CHECK(query.dim() == 4 && key.dim() == 4, "attention_core: query and key must be [B, heads, length, head_dim]");
+  TORCH_CHECK(query.size(1) % key.size(1) == 0, "attention_core: ", query.size(1),
+              " query heads are not a multiple of ", key.size(1), " key/value heads");
+  return query.size(1) / key.size(1);
+}
+
+torch::ScalarType softmax_dtype(torch::ScalarType scores) { return torch::promote_types(scores, torch::kFloat32); }
+
+// softmax(q_scaled k^T + mask) in fp32 (or wider) from the pre-scaled queries and the repeated keys: the first
+// half of the forward, shared by forward and the recompute in backward so that both produce the same bits.
+// Two choices save full passes over the [B, H, T, S] scores, which dominate the attention core's time at long
+// sequences: the scale multiplies the [B, H, T, D] queries instead of the scores (the same bits when the scale is a
+// power of two, as for head_dim 64; otherwise a different last-bit rounding), and the mask is added to the
+// scores in their own dtype, in place, before the cast to fp32. For our masks (0 where visible, bf16's lowest
+// where hidden: nn/attention_mask.h) that addition is exact where visible and leaves hidden logits at the lowest
+// value either way, so the probabilities are those of an fp32 addition. A general additive bias would be rounded
+// to the compute dtype.
+torch::Tensor probabilities_of(const torch::Tensor& scaled_query, const torch::Tensor& key, const torch::Tensor& mask) {
+  torch::Tensor scores = torch::matmul(scaled_query, key.transpose(2, 3));
+  // In place: the matmul output is saved by nothing, so autograd allows it; one [B, H, T, S] tensor less.
+  if (mask.defined()) scores.add_(mask);
+  return torch::softmax(scores, -1, softmax_dtype(scores.scalar_type()));
+}
+
+// Rows [query_begin, query_end) of the scores and the keys [key_begin, key_end) outside which every one of
+// those rows is hidden by the mask.
+struct KeyRange {
+  int64_t query_begin, query_end, key_begin, key_end;
+};
+
+// Backward works through the queries in chunks, each against only the keys its rows can see: under a causal mask
+// the hidden half of the [T, S] scores is never recomputed nor multiplied (a hidden logit's probability is an exact
+// 0, contributing nothing to any gradient). A key counts as hidden where the mask is at most -1e30 (our masks use
+// bf16's lowest value, -3.4e38; -inf works too); a general additive bias hides nothing. Chunks of T/4 rows, at
+// least 512: smaller ones skip more of a causal [T, T] (4 chunks skip 3/8) but their matmuls, with head_dim as the
+// inner size, run so much slower on CPU that 8 chunks of 128 rows made the step slower than one chunk at T = 1024
+// (tune-bench, selective, 8 layers: 4 x 512 rows +3% over off at T = 2048, 8 x 128 rows +10%, 1 chunk +21%).
+std::vector<KeyRange> visible_key_ranges(const torch::Tensor& mask, int64_t queries, int64_t keys) {
+  // Without a mask every key is visible: one chunk, the whole matmul.
+  const int64_t rows = mask.defined() ? std::max<int64_t>(512, (queries + 3) / 4) : queries;
+  // Keys visible to at least one row of each chunk, over all batch entries and heads: [chunks, keys].
+  torch::Tensor visible;
+  if (mask.defined()) {
+    const torch::Tensor rows_visible = (mask > -1e30).reshape({-1, mask.size(-2), mask.size(-1)}).any(0);
+    visible = rows_visible.expand({queries, keys});
+  }
+  std::vector<KeyRange> ranges;
+  for (int64_t begin = 0; begin < queries; begin += rows) {
+    KeyRange range{begin, std::min(queries, begin + rows), 0, keys};
+    if (visible.defined()) {
+      const torch::Tensor columns = visible.slice(0, range.query_begin, range.query_end).any(0).nonzero();
+      // A chunk whose rows see no key at all keeps the full range (its softmax is uniform over hidden keys).
+      if (columns.numel() > 0) {
+        range.key_begin = columns.min().item<int64_t>();
+        range.key_end = columns.max().item<int64_t>() + 1;
+      }
+    }
+    ranges.push_back(range);
+  }
+  return ranges;
+}
+
+// Saves query, key, value and the mask; backward recomputes the probabilities (module comment in the header).
+struct RecomputingAttention : public torch::autograd::Function<RecomputingAttention> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& query,
+                               const torch::Tensor& key, const torch::Tensor& value,
+                               const c10::optional<torch::Tensor>& mask, double scale) {
+    // The mask travels as an optional (no autograd edge, may be absent) and is kept as saved data: it takes no
+    // gradient and nothing modifies it in place.
+    const torch::Tensor mask_tensor = mask.value_or(torch::Tensor());
+    const torch::Tensor context = attention_core(query, key, value, mask_tensor, scale);
+    ctx->save_for_backward({query, key, value});
+    ctx->saved_data["mask"] = mask;
+    ctx->saved_data["scale"] = scale;
+    // The dtype the matmuls ran in (query's, or the autocast dtype when forward ran under autocast): backward
+    // recomputes in it whatever autocast state backward is called under.
+    ctx->saved_data["compute_dtype"] = static_cast<int64_t>(context.scalar_type());
+    return context;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const double scale = ctx->saved_data["scale"].toDouble();
+    const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["compute_dtype"].toInt());
+    const auto& mask_value = ctx->saved_data["mask"];
+    const torch::Tensor mask = mask_value.isNone() ? torch::Tensor() : mask_value.toTensor();
+    // Explicit dtypes below, so autocast (if backward runs inside a scope) must not recast anything.
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    torch::NoGradGuard no_grad;
+
+    // Scaled before the cast, as forward did (autocast casts inside the matmul).
+    const torch::Tensor scaled_query = (saved[0] * scale).to(dtype);
+    const int64_t groups = query_groups(saved[0], saved[1]);
+    const torch::Tensor key = repeat_kv(saved[1].to(dtype), groups);
+    const torch::Tensor value = repeat_kv(saved[2].to(dtype), groups);
+    const torch::Tensor grad_context = grad_outputs[0].to(dtype);
+    const bool want_query = ctx->needs_input_grad(0), want_key = ctx->needs_input_grad(1);
+    const bool want_value = ctx->needs_input_grad(2);
+
+    // fp32 accumulators for the key and value gradients, which every query chunk adds to.
+    const auto accumulate = scaled_query.options().dtype(softmax_dtype(dtype));
+    torch::Tensor grad_query = want_query ? torch::empty_like(scaled_query) : torch::Tensor();
+    torch::Tensor grad_key = want_key ? torch::zeros(key.sizes(), accumulate) : torch::Tensor();
+    torch::Tensor grad_value = want_value ? torch::zeros(value.sizes(), accumulate) : torch::Tensor();
+    for (const KeyRange& chunk : visible_key_ranges(mask, scaled_query.size(2), key.size(2))) {
+      const torch::Tensor query_c = scaled_query.slice(2, chunk.query_begin, chunk.query_end);
+      const torch::Tensor key_c = key.slice(2, chunk.key_begin, chunk.key_end);
+      const torch::Tensor value_c = value.slice(2, chunk.key_begin, chunk.key_end);
+      const torch::Tensor grad_context_c = grad_context.slice(2, chunk.query_begin, chunk.query_end);
+      const torch::Tensor mask_c = mask.defined() ? mask.slice(-2, chunk.query_begin, chunk.query_end)
+                                                        .slice(-1, chunk.key_begin, chunk.key_end)
+                                                  : mask;
+      // context = P_c v, P_c = P in the compute dtype, P = softmax(logits), logits = (q * scale) k^T + mask.
+      torch::Tensor probabilities = probabilities_of(query_c, key_c, mask_c);
+      if (want_value) {
+        grad_value.slice(2, chunk.key_begin, chunk.key_end)
+            .add_(torch::matmul(probabilities.to(dtype).transpose(2, 3), grad_context_c));
+      }
+      if (!want_query && !want_key) continue;
+      torch::Tensor grad_probabilities = torch::matmul(grad_context_c, value_c.transpose(2, 3)).to(probabilities.scalar_type());
+      torch::Tensor grad_logits =
+          at::_softmax_backward_data(grad_probabilities, probabilities, -1, probabilities.scalar_type());
+      grad_probabilities.reset();
+      probabilities.reset();
+      const torch::Tensor grad_scores = grad_logits.to(dtype);
+      grad_logits.reset();
+      if (want_query) {
+        grad_query.slice(2, chunk.query_begin, chunk.query_end).copy_(torch::matmul(grad_scores, key_c) * scale);
+      }
+      if (want_key) {
+        grad_key.slice(2, chunk.key_begin, chunk.key_end).add_(torch::matmul(grad_scores.transpose(2, 3), query_c));
+      }
+    }
+    if (want_key) grad_key = sum_repeated(grad_key, groups);
+    if (want_value) grad_value = sum_repeated(grad_value, groups);
+    // Gradients in the inputs' own dtypes (the same unless forward ran under autocast on fp32 inputs).
+    auto as_input = [&](const torch::Tensor& grad, const torch::Tensor& input) {
+      return grad.defined() ? grad.to(input.scalar_type()) : grad;
+    };
+    return {as_input(grad_query, saved[0]), as_input(grad_key, saved[1]), as_input(grad_value, saved[2]),
+            torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor attention_core(const torch::Tensor& query, const torch::Tensor& key_in, const torch::Tensor& value_in,
+                             const torch::Tensor& mask, double scale) {
+  const int64_t groups = query_groups(query, key_in);
+  const torch::Tensor key = repeat_kv(key_in, groups);
+  const torch::Tensor value = repeat_kv(value_in, groups);
+  const torch::Tensor probabilities = probabilities_of(query * scale, key, mask).to(query.scalar_type());
+  return torch::matmul(probabilities, value.to(query.scalar_type()));
+}
+
+torch::Tensor attention_core_recomputing_probabilities(const torch::Tensor& query, const torch::Tensor& key,
+                                                       const torch::Tensor& value, const torch::Tensor& mask,
+                                                       double scale) {
+  TORCH_CHECK(!mask.defined() || !mask.requires_grad(), "attention_core: the mask takes no gradient");
+  const c10::optional<torch::Tensor> optional_mask = mask.defined() ? c10::optional<torch::Tensor>(mask) : c10::nullopt;
+  return RecomputingAttention::apply(query, key, value, optional_mask, scale);
+}
+
+torch::Tensor run_attention_core(BlockRunner* runner, const torch::Tensor& query, const torch::Tensor& key,
+                                 const torch::Tensor& value, const torch::Tensor& mask, double scale) {
+  const bool recompute = runner != nullptr && runner->recomputes(RegionKind::attention_core) && torch::GradMode::is_enabled();
+  return recompute ? attention_core_recomputing_probabilities(query, key, value, mask, scale)
+                   : attention_core(query, key, value, mask, scale);
+}
+
+}  // namespace tune::nn

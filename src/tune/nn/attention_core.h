@@ -1,0 +1,34 @@
+// The attention core shared by the Llama and Latte blocks: softmax(q k^T * scale + mask) v after the projections,
+// in two autograd forms with the same forward values: the plain one (autograd keeps the probabilities) and one
+// whose backward recomputes the probabilities from q and k (what selective checkpointing wants).
+#pragma once
+
+#include <torch/types.h>
+
+namespace tune::nn {
+
+class BlockRunner;
+
+// query [B, H, T, D]; key and value [B, KVH, S, D] with H a multiple of KVH (grouped-query attention: key/value
+// head j serves query heads j*H/KVH .. (j+1)*H/KVH - 1); mask additive, broadcastable to [B, H, T, S], or
+// undefined. Returns the context [B, H, T, D] in query's dtype. The matmuls run in query's dtype (bf16 under
+// autocast); the mask addition and softmax in fp32 (or wider: a float64 model stays float64), because exp() of
+// low-precision scores loses the small probabilities.
+torch::Tensor attention_core(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+                             const torch::Tensor& mask, double scale);
+
+// Same forward values (the same kernels on the same inputs), but autograd keeps only query, key, value and the
+// mask. Backward recomputes the scores and probabilities from them and never the value product, which backward
+// does not need: FlashAttention's backward without the tiling. It trades one [B, H, T, S] matmul and softmax in
+// backward for not keeping the fp32 probabilities and their low-precision copy (6 bytes per score under bf16)
+// from forward to backward. No double backward.
+torch::Tensor attention_core_recomputing_probabilities(const torch::Tensor& query, const torch::Tensor& key,
+                                                       const torch::Tensor& value, const torch::Tensor& mask,
+                                                       double scale);
+
+// What a block calls: the recomputing form when `runner` recomputes the attention core (selective checkpointing)
+// and grad mode is on, else the plain form.
+torch::Tensor run_attention_core(BlockRunner* runner, const torch::Tensor& query, const torch::Tensor& key,
+                                 const torch::Tensor& value, const torch::Tensor& mask, double scale);
+
+}  // namespace tune::nn

@@ -1,0 +1,212 @@
+// The attention core against an explicit float64 formula, and its probability-recomputing autograd form against
+// the plain one: same forward bits, same gradients, nothing [B, H, T, S] kept from forward to backward.
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "tune/core/memory_tracker.h"
+#include "tune/nn/attention_core.h"
+#include "tune/nn/attention_mask.h"
+#include "tune/nn/block_runner.h"
+#include "tune/precision/mixed_precision.h"
+
+using tune::nn::attention_core;
+using tune::nn::attention_core_recomputing_probabilities;
+
+namespace {
+
+struct Inputs {
+  torch::Tensor query, key, value, mask;
+  double scale;
+};
+
+// 2 sequences, 4 query heads sharing 2 key/value heads (grouped-query), 5 queries over 7 keys, head_dim 3, and an
+// additive mask that hides a different set of keys per sequence and query (never a whole row).
+Inputs make_inputs(torch::ScalarType dtype, bool requires_grad) {
+  torch::manual_seed(11);
+  const auto options = torch::TensorOptions().dtype(dtype).requires_grad(requires_grad);
+  Inputs in;
+  in.query = torch::randn({2, 4, 5, 3}, options);
+  in.key = torch::randn({2, 2, 7, 3}, options);
+  in.value = torch::randn({2, 2, 7, 3}, options);
+  const auto hidden = torch::rand({2, 1, 5, 7}) < 0.3;
+  hidden.select(3, 0).fill_(false);  // key 0 always visible
+  in.mask = torch::zeros({2, 1, 5, 7}, torch::kFloat).masked_fill(hidden, -1e9);
+  in.scale = 1.0 / std::sqrt(3.0);
+  return in;
+}
+
+// softmax(q k^T * scale + mask) v in float64, one query head at a time, key/value head h / groups picked by
+// index (not by the expand/reshape the implementation uses), softmax written out as exp(x - max) / sum.
+torch::Tensor reference(const Inputs& in) {
+  const auto q = in.query.to(torch::kDouble), k = in.key.to(torch::kDouble), v = in.value.to(torch::kDouble);
+  const auto mask = in.mask.to(torch::kDouble);
+  const int64_t heads = q.size(1), groups = heads / k.size(1);
+  std::vector<torch::Tensor> per_head;
+  for (int64_t h = 0; h < heads; ++h) {
+    const auto qh = q.select(1, h), kh = k.select(1, h / groups), vh = v.select(1, h / groups);
+    const auto logits = torch::bmm(qh, kh.transpose(1, 2)) * in.scale + mask.select(1, 0);
+    const auto shifted = (logits - std::get<0>(logits.max(-1, true))).exp();
+    per_head.push_back(torch::bmm(shifted / shifted.sum(-1, true), vh));
+  }
+  return torch::stack(per_head, 1);
+}
+
+double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+std::vector<torch::Tensor> input_grads(const Inputs& in, const torch::Tensor& output, const torch::Tensor& upstream) {
+  return torch::autograd::grad({output}, {in.query, in.key, in.value}, {upstream});
+}
+
+}  // namespace
+
+TEST_CASE("attention_core equals the float64 formula, with grouped-query heads and a mask", "[nn][attention]") {
+  const Inputs in = make_inputs(torch::kDouble, false);
+  CHECK(max_diff(attention_core(in.query, in.key, in.value, in.mask, in.scale), reference(in)) < 1e-12);
+  // Without a mask every key is visible.
+  Inputs unmasked = in;
+  unmasked.mask = torch::zeros_like(in.mask);
+  CHECK(max_diff(attention_core(in.query, in.key, in.value, torch::Tensor(), in.scale), reference(unmasked)) < 1e-12);
+}
+
+TEST_CASE("recomputing attention: same forward bits, gradients equal the float64 reference", "[nn][attention]") {
+  SECTION("float64: against autograd through the explicit formula") {
+    const Inputs in = make_inputs(torch::kDouble, true);
+    const auto upstream = torch::randn({2, 4, 5, 3}, torch::kDouble);
+    const auto recomputing = attention_core_recomputing_probabilities(in.query, in.key, in.value, in.mask, in.scale);
+    CHECK(max_diff(recomputing, reference(in)) < 1e-12);
+    const auto got = input_grads(in, recomputing, upstream);
+    const auto expected = input_grads(in, reference(in), upstream);
+    for (size_t i = 0; i < 3; ++i) {
+      INFO("input " << i);
+      CHECK(max_diff(got[i], expected[i]) < 1e-12);
+    }
+  }
+  SECTION("float32: forward bitwise equal to the plain form, gradients within rounding") {
+    const Inputs in = make_inputs(torch::kFloat, true);
+    const auto upstream = torch::randn({2, 4, 5, 3});
+    const auto plain = attention_core(in.query, in.key, in.value, in.mask, in.scale);
+    const auto recomputing = attention_core_recomputing_probabilities(in.query, in.key, in.value, in.mask, in.scale);
+    CHECK(torch::equal(plain, recomputing));
+    const auto got = input_grads(in, recomputing, upstream);
+    const auto expected = input_grads(in, plain, upstream);
+    for (size_t i = 0; i < 3; ++i) {
+      INFO("input " << i);
+      CHECK(got[i].scalar_type() == torch::kFloat);
+      CHECK(max_diff(got[i], expected[i]) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("recomputing attention: chunked backward skips hidden keys exactly (causal, packed, padded)",
+          "[nn][attention]") {
+  // Long enough for several query chunks (backward splits T into chunks of at least 512 rows).
+  torch::manual_seed(13);
+  const int64_t length = 1100;
+  const auto options = torch::TensorOptions().dtype(torch::kDouble).requires_grad(true);
+  const auto query = torch::randn({2, 2, length, 4}, options);
+  const auto key = torch::randn({2, 1, length, 4}, options);
+  const auto value = torch::randn({2, 1, length, 4}, options);
+  const auto upstream = torch::randn({2, 2, length, 4}, torch::kDouble);
+  // Sequence 0: three packed segments then padding; sequence 1: one segment over everything.
+  auto segments = torch::zeros({2, length}, torch::kInt64);
+  segments[0].slice(0, 300, 700).fill_(1);
+  segments[0].slice(0, 700, 1000).fill_(2);
+  segments[0].slice(0, 1000, length).fill_(-1);
+  for (const auto& mask : {tune::nn::make_causal_mask(length, 0, {}, torch::kCPU),
+                           tune::nn::make_causal_mask(length, 0, segments, torch::kCPU)}) {
+    const auto plain = attention_core(query, key, value, mask, 0.4);
+    const auto recomputing = attention_core_recomputing_probabilities(query, key, value, mask, 0.4);
+    CHECK(torch::equal(plain, recomputing));
+    const auto got = torch::autograd::grad({recomputing}, {query, key, value}, {upstream});
+    const auto expected = torch::autograd::grad({plain}, {query, key, value}, {upstream});
+    for (size_t i = 0; i < 3; ++i) {
+      INFO("input " << i);
+      CHECK(max_diff(got[i], expected[i]) < 1e-12);
+    }
+  }
+}
+
+TEST_CASE("recomputing attention: only the inputs that require grad get one", "[nn][attention]") {
+  Inputs in = make_inputs(torch::kFloat, false);
+  in.query.set_requires_grad(true);
+  const auto out = attention_core_recomputing_probabilities(in.query, in.key, in.value, in.mask, in.scale);
+  const auto expected_out = attention_core(in.query, in.key, in.value, in.mask, in.scale);
+  const auto got = torch::autograd::grad({out.sum()}, {in.query});
+  const auto expected = torch::autograd::grad({expected_out.sum()}, {in.query});
+  CHECK(max_diff(got[0], expected[0]) < 1e-5);
+  CHECK_THROWS(attention_core_recomputing_probabilities(in.query, in.key, in.value,
+                                                        in.mask.clone().requires_grad_(), in.scale));
+}
+
+TEST_CASE("recomputing attention under bf16 autocast, backward outside the scope", "[nn][attention]") {
+  const Inputs in = make_inputs(torch::kFloat, true);
+  const auto upstream = torch::randn({2, 4, 5, 3});
+  torch::Tensor plain, recomputing;
+  {
+    // fp32 inputs: autocast runs the matmuls in bf16, the recompute must too although backward runs outside.
+    tune::precision::AutocastScope autocast(tune::precision::MixedPrecision::bf16, torch::kCPU);
+    plain = attention_core(in.query, in.key, in.value, in.mask, in.scale);
+    recomputing = attention_core_recomputing_probabilities(in.query, in.key, in.value, in.mask, in.scale);
+  }
+  REQUIRE(plain.scalar_type() == torch::kBFloat16);
+  CHECK(torch::equal(plain, recomputing));
+  const auto got = input_grads(in, recomputing, upstream.to(torch::kBFloat16));
+  const auto expected = input_grads(in, plain, upstream.to(torch::kBFloat16));
+  for (size_t i = 0; i < 3; ++i) {
+    INFO("input " << i);
+    CHECK(got[i].scalar_type() == torch::kFloat);
+    // Both backward passes round through bf16; they differ only in operation order.
+    CHECK(max_diff(got[i], expected[i]) <= 2e-2 * std::max(1.0, expected[i].abs().max().item<double>()));
+  }
+}
+
+TEST_CASE("recomputing attention keeps nothing [B, H, T, S] from forward to backward", "[nn][attention][memory]") {
+  tune::memory_tracker::install();
+  torch::manual_seed(12);
+  const int64_t heads = 4, length = 256, head_dim = 8;
+  const auto options = torch::TensorOptions().requires_grad(true);
+  const auto query = torch::randn({1, heads, length, head_dim}, options);
+  const auto key = torch::randn({1, heads, length, head_dim}, options);
+  const auto value = torch::randn({1, heads, length, head_dim}, options);
+  const auto mask = tune::nn::make_causal_mask(length, 0, {}, torch::kCPU);
+  const int64_t probabilities_bytes = heads * length * length * 4;  // fp32
+  const int64_t context_bytes = heads * length * head_dim * 4;
+
+  // Bytes the graph holds after forward, beyond the inputs: measured with the output alive.
+  auto held_after_forward = [&](bool recompute) {
+    const int64_t before = tune::memory_tracker::cpu_live_bytes();
+    const auto out = recompute ? attention_core_recomputing_probabilities(query, key, value, mask, 0.35)
+                               : attention_core(query, key, value, mask, 0.35);
+    const int64_t held = tune::memory_tracker::cpu_live_bytes() - before;
+    out.sum().backward();
+    return held;
+  };
+  const int64_t plain = held_after_forward(false);
+  const int64_t recomputing = held_after_forward(true);
+  INFO("held after forward: plain " << plain << " bytes, recomputing " << recomputing << " bytes");
+  CHECK(plain >= probabilities_bytes);
+  CHECK(recomputing <= context_bytes + 4096);
+}
+
+TEST_CASE("run_attention_core recomputes only for a runner that recomputes the attention core, under grad",
+          "[nn][attention]") {
+  struct Recomputing : tune::nn::PlainBlockRunner {
+    bool recomputes(tune::nn::RegionKind kind) const override { return kind == tune::nn::RegionKind::attention_core; }
+  };
+  const Inputs in = make_inputs(torch::kFloat, true);
+  Recomputing recomputing;
+  tune::nn::PlainBlockRunner plain;
+  auto node = [&](tune::nn::BlockRunner* runner) {
+    const auto out = tune::nn::run_attention_core(runner, in.query, in.key, in.value, in.mask, in.scale);
+    return out.grad_fn() ? out.grad_fn()->name() : std::string("none");
+  };
+  CHECK(node(&recomputing).find("RecomputingAttention") != std::string::npos);
+  CHECK(node(&plain).find("RecomputingAttention") == std::string::npos);
+  CHECK(node(nullptr).find("RecomputingAttention") == std::string::npos);
+  torch::NoGradGuard no_grad;
+  CHECK(node(&recomputing) == "none");
+}
