@@ -120,7 +120,7 @@ TEST_CASE("recomputing attention: chunked backward skips hidden keys exactly (ca
                            tune::nn::make_causal_mask(length, 0, segments, torch::kCPU)}) {
     const auto plain = attention_core(query, key, value, mask, 0.4);
     const auto recomputing = attention_core_recomputing_probabilities(query, key, value, mask, 0.4);
-    CHECK(torch::equal(plain, recomputing));
+    CHECK(max_diff(plain, recomputing) < 1e-12);  // chunked: the same values up to float64 rounding
     const auto got = torch::autograd::grad({recomputing}, {query, key, value}, {upstream});
     const auto expected = torch::autograd::grad({plain}, {query, key, value}, {upstream});
     for (size_t i = 0; i < 3; ++i) {

@@ -111,6 +111,55 @@ TEST_CASE("gradient checkpointing cuts measured activation memory as the estimat
   INFO("off " << measured_off << " bytes, full " << measured_full << " bytes");
   CHECK(measured_full > 0);
   CHECK(measured_full * 3 <= measured_off);
+
+  // sqrt and selective have estimates of their own (segments recomputed whole; a reduced saved set per layer with
+  // the attention core recomputed in chunks of queries), held to the same 10%.
+  const auto sqrt_runner = std::make_shared<CheckpointRunner>(CheckpointOptions{Policy::sqrt, 2}, config.num_hidden_layers);
+  model->set_block_runner(sqrt_runner);
+  const int64_t measured_sqrt = measure_activation_bytes(model, input_ids, labels);
+  const int64_t estimate_sqrt =
+      tune::recipes::sft::estimate_segmented_activation_bytes(config, shape, sqrt_runner->segment_size());
+  const auto selective_runner =
+      std::make_shared<CheckpointRunner>(CheckpointOptions{Policy::selective, 2}, config.num_hidden_layers);
+  model->set_block_runner(selective_runner);
+  const int64_t measured_selective = measure_activation_bytes(model, input_ids, labels);
+  const int64_t estimate_selective = tune::recipes::sft::estimate_selective_activation_bytes(config, shape);
+  WARN("sqrt: measured " << measured_sqrt / 1048576.0 << " MiB, estimate " << estimate_sqrt / 1048576.0
+                         << " MiB; selective: measured " << measured_selective / 1048576.0 << " MiB, estimate "
+                         << estimate_selective / 1048576.0 << " MiB");
+  CHECK(std::abs(static_cast<double>(measured_sqrt) / estimate_sqrt - 1.0) <= 0.10);
+  CHECK(std::abs(static_cast<double>(measured_selective) / estimate_selective - 1.0) <= 0.10);
+  CHECK(measured_selective < measured_off);
+}
+
+TEST_CASE("the estimate follows a long sequence's attention working set (full, selective at 1024 tokens)",
+          "[recipes][checkpoint][memory]") {
+  // At 1024 tokens the attention scores (heads x T x T per layer) dominate a layer's backward: the estimate must
+  // count the softmax backward's temporaries (plain layers) and the chunked recompute's (selective).
+  tune::memory_tracker::install();
+  torch::manual_seed(2);
+  auto config = activation_heavy_config();
+  config.num_hidden_layers = 2;
+  config.max_position_embeddings = 1024;
+  tune::models::LlamaForCausalLM model(config);
+  model->train();
+  const auto input_ids = torch::randint(0, config.vocab_size, {1, 1024}, torch::kLong);
+  const auto labels = input_ids.clone();
+  const tune::recipes::sft::ActivationShape shape{1, 1024, /*compute_bytes=*/2};
+  model->set_block_runner(std::make_shared<CheckpointRunner>(CheckpointOptions{Policy::off, 2}, 2));
+  measure_activation_bytes(model, input_ids, labels);  // warm-up: parameter gradients
+
+  model->set_block_runner(std::make_shared<CheckpointRunner>(CheckpointOptions{Policy::full, 2}, 2));
+  const int64_t measured_full = measure_activation_bytes(model, input_ids, labels);
+  const int64_t estimate_full = tune::recipes::sft::estimate_activation_bytes(config, shape, 2);
+  model->set_block_runner(std::make_shared<CheckpointRunner>(CheckpointOptions{Policy::selective, 2}, 2));
+  const int64_t measured_selective = measure_activation_bytes(model, input_ids, labels);
+  const int64_t estimate_selective = tune::recipes::sft::estimate_selective_activation_bytes(config, shape);
+  WARN("1024 tokens, full: measured " << measured_full / 1048576.0 << " MiB, estimate " << estimate_full / 1048576.0
+                                      << " MiB; selective: measured " << measured_selective / 1048576.0
+                                      << " MiB, estimate " << estimate_selective / 1048576.0 << " MiB");
+  CHECK(std::abs(static_cast<double>(measured_full) / estimate_full - 1.0) <= 0.10);
+  CHECK(std::abs(static_cast<double>(measured_selective) / estimate_selective - 1.0) <= 0.10);
 }
 
 

@@ -61,13 +61,14 @@ struct KeyRange {
   int64_t query_begin, query_end, key_begin, key_end;
 };
 
-// Backward works through the queries in chunks, each against only the keys its rows can see: under a causal mask
-// the hidden half of the [T, S] scores is never recomputed nor multiplied (a hidden logit's probability is an exact
-// 0, contributing nothing to any gradient). A key counts as hidden where the mask is at most -1e30 (our masks use
-// bf16's lowest value, -3.4e38; -inf works too); a general additive bias hides nothing. Chunks of T/4 rows, at
-// least 512: smaller ones skip more of a causal [T, T] (4 chunks skip 3/8) but their matmuls, with head_dim as the
-// inner size, run so much slower on CPU that 8 chunks of 128 rows made the step slower than one chunk at T = 1024
-// (tune-bench, selective, 8 layers: 4 x 512 rows +3% over off at T = 2048, 8 x 128 rows +10%, 1 chunk +21%).
+// Forward and backward work through the queries in chunks, each against only the keys its rows can see: under a
+// causal mask the hidden half of the [T, S] scores is never computed (a hidden logit's probability is an exact 0,
+// contributing nothing to the context or any gradient). A key counts as hidden where the mask is at most -1e30 (our
+// masks use bf16's lowest value, -3.4e38; -inf works too); a general additive bias hides nothing. Chunks of T/4
+// rows, at least 512: smaller ones skip more of a causal [T, T] (4 chunks skip 3/8) but their matmuls, with
+// head_dim as the inner size, run so much slower on CPU that 8 chunks of 128 rows made the step slower than one
+// chunk at T = 1024 (tune-bench, selective, 8 layers: 4 x 512 rows +3% over off at T = 2048, 8 x 128 rows +10%,
+// 1 chunk +21%).
 std::vector<KeyRange> visible_key_ranges(const torch::Tensor& mask, int64_t queries, int64_t keys) {
   // Without a mask every key is visible: one chunk, the whole matmul.
   const int64_t rows = mask.defined() ? std::max<int64_t>(512, (queries + 3) / 4) : queries;
@@ -93,6 +94,33 @@ std::vector<KeyRange> visible_key_ranges(const torch::Tensor& mask, int64_t quer
   return ranges;
 }
 
+// The mask's block for `range` (undefined stays undefined).
+torch::Tensor mask_block(const torch::Tensor& mask, const KeyRange& range) {
+  if (!mask.defined()) return mask;
+  return mask.slice(-2, range.query_begin, range.query_end).slice(-1, range.key_begin, range.key_end);
+}
+
+// The recomputing form's forward: the plain form's ops, chunk by chunk over the same ranges backward will use, so
+// that forward's transient [B, H, T, S] tensors shrink to a chunk's and hidden keys are skipped here too. With one
+// chunk covering every key (T <= 512, or no mask) these are exactly the plain form's ops on the same tensors.
+torch::Tensor chunked_attention(const torch::Tensor& query, const torch::Tensor& key_in, const torch::Tensor& value_in,
+                                const torch::Tensor& mask, double scale) {
+  const int64_t groups = query_groups(query, key_in);
+  const torch::Tensor key = repeat_kv(key_in, groups);
+  const torch::Tensor value = repeat_kv(value_in, groups);
+  const torch::Tensor scaled_query = query * scale;
+  std::vector<torch::Tensor> parts;
+  for (const KeyRange& range : visible_key_ranges(mask, query.size(2), key.size(2))) {
+    const torch::Tensor probabilities =
+        probabilities_of(scaled_query.slice(2, range.query_begin, range.query_end),
+                         key.slice(2, range.key_begin, range.key_end), mask_block(mask, range))
+            .to(query.scalar_type());
+    parts.push_back(
+        torch::matmul(probabilities, value.slice(2, range.key_begin, range.key_end).to(query.scalar_type())));
+  }
+  return parts.size() == 1 ? parts[0] : torch::cat(parts, 2);
+}
+
 // Saves query, key, value and the mask; backward recomputes the probabilities (module comment in the header).
 struct RecomputingAttention : public torch::autograd::Function<RecomputingAttention> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& query,
@@ -101,7 +129,7 @@ struct RecomputingAttention : public torch::autograd::Function<RecomputingAttent
     // The mask travels as an optional (no autograd edge, may be absent) and is kept as saved data: it takes no
     // gradient and nothing modifies it in place.
     const torch::Tensor mask_tensor = mask.value_or(torch::Tensor());
-    const torch::Tensor context = attention_core(query, key, value, mask_tensor, scale);
+    const torch::Tensor context = chunked_attention(query, key, value, mask_tensor, scale);
     ctx->save_for_backward({query, key, value});
     ctx->saved_data["mask"] = mask;
     ctx->saved_data["scale"] = scale;
@@ -141,9 +169,7 @@ struct RecomputingAttention : public torch::autograd::Function<RecomputingAttent
       const torch::Tensor key_c = key.slice(2, chunk.key_begin, chunk.key_end);
       const torch::Tensor value_c = value.slice(2, chunk.key_begin, chunk.key_end);
       const torch::Tensor grad_context_c = grad_context.slice(2, chunk.query_begin, chunk.query_end);
-      const torch::Tensor mask_c = mask.defined() ? mask.slice(-2, chunk.query_begin, chunk.query_end)
-                                                        .slice(-1, chunk.key_begin, chunk.key_end)
-                                                  : mask;
+      const torch::Tensor mask_c = mask_block(mask, chunk);
       // context = P_c v, P_c = P in the compute dtype, P = softmax(logits), logits = (q * scale) k^T + mask.
       torch::Tensor probabilities = probabilities_of(query_c, key_c, mask_c);
       if (want_value) {

@@ -17,11 +17,14 @@ class BlockRunner;
 torch::Tensor attention_core(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
                              const torch::Tensor& mask, double scale);
 
-// Same forward values (the same kernels on the same inputs), but autograd keeps only query, key, value and the
-// mask. Backward recomputes the scores and probabilities from them and never the value product, which backward
-// does not need: FlashAttention's backward without the tiling. It trades one [B, H, T, S] matmul and softmax in
-// backward for not keeping the fp32 probabilities and their low-precision copy (6 bytes per score under bf16)
-// from forward to backward. No double backward.
+// Same forward values, but autograd keeps only query, key, value and the mask. Backward recomputes the scores and
+// probabilities from them and never the value product, which backward does not need: FlashAttention's backward,
+// tiled only over queries. Both passes go through the queries in chunks (T/4 rows, at least 512), each against the
+// keys its rows can see, so a causal mask's hidden half is never computed and the [B, H, T, S] temporaries shrink to
+// a chunk's. With a single chunk (T <= 512, or no mask) forward runs exactly attention_core's ops; with several,
+// the values agree to rounding. It trades one [B, H, T, S] matmul and softmax in backward for not keeping the fp32
+// probabilities and their low-precision copy (6 bytes per score under bf16) from forward to backward. No double
+// backward.
 torch::Tensor attention_core_recomputing_probabilities(const torch::Tensor& query, const torch::Tensor& key,
                                                        const torch::Tensor& value, const torch::Tensor& mask,
                                                        double scale);

@@ -12,6 +12,7 @@ constexpr int64_t kFloat32 = 4;
 
 struct Sizes {
   int64_t tokens, hidden, head_dim, q_width, kv_width, repeated_kv_width, intermediate, heads, batch, sequence, c;
+  int64_t mask_batch;
   bool low_precision;  // compute dtype narrower than the fp32 weights: autocast makes copies
 };
 
@@ -29,6 +30,7 @@ Sizes sizes_of(const models::LlamaConfig& config, const ActivationShape& shape) 
   s.batch = shape.batch;
   s.sequence = shape.sequence;
   s.c = shape.compute_bytes;
+  s.mask_batch = shape.mask_batch;
   s.low_precision = shape.compute_bytes < kFloat32;
   return s;
 }
@@ -48,13 +50,77 @@ int64_t largest_weight_gradient(const Sizes& s) {
   return std::max(s.hidden * s.intermediate, s.hidden * std::max(s.q_width, s.hidden)) * kFloat32;
 }
 
-// Backward of one layer needs, beyond the layer's saved tensors: the incoming fp32 residual gradient, and at the
-// MLP's backward (the first and, at these widths, the largest step) the gradient into down_proj's input plus the two
-// gradients the SwiGLU product's backward returns, all [tokens, intermediate] in the compute dtype, and one
-// freshly computed weight gradient.
-int64_t layer_backward_working_set(const Sizes& s) {
-  return s.tokens * s.hidden * kFloat32 + 3 * s.tokens * s.intermediate * s.c + largest_weight_gradient(s);
+// Attention scores of one layer, [B, heads, T, T] elements.
+int64_t score_elements(const Sizes& s) { return s.batch * s.heads * s.sequence * s.sequence; }
+
+// The causal mask, [B or 1, 1, T, T] bf16, built once per forward and alive until backward ends.
+int64_t mask_bytes(const Sizes& s) { return s.mask_batch * s.sequence * s.sequence * 2; }
+
+// What the MLP half of a layer (post-attention norm, gate/up/down, and o_proj, whose backward precedes the
+// attention core's) keeps for backward; `swiglu_tensors` [tokens, intermediate] tensors of the SwiGLU and `norm_saved`
+// of the post-attention norm. Freed once backward has passed it, so the attention core's backward runs without it.
+int64_t mlp_half_saved(const Sizes& s, int64_t swiglu_tensors, int64_t norm_saved) {
+  int64_t bytes = norm_saved + norm_output_for_matmuls(s, 2) + swiglu_tensors * s.tokens * s.intermediate * s.c;
+  bytes += s.tokens * s.q_width * s.c;  // o_proj's input, the context
+  if (s.low_precision) bytes += (3 * s.hidden * s.intermediate + s.q_width * s.hidden) * s.c;  // weight copies
+  return bytes;
 }
+
+// Gradients in flight through a layer's backward: the fp32 residual-stream gradient and the fresh gradient of the
+// weight being accumulated.
+int64_t gradients_in_flight(const Sizes& s) { return s.tokens * s.hidden * kFloat32 + largest_weight_gradient(s); }
+
+}  // namespace
+
+// Plain layer: its backward peaks either at the start (the MLP: everything saved, plus the gradient into
+// down_proj's input and the two the SwiGLU product returns, [tokens, intermediate] each) or at the softmax's
+// backward (the MLP half already freed, and of the probabilities' 6 bytes per score the bf16 copy too, but the
+// fp32 probabilities, their incoming fp32 gradient and the outgoing one alive at once: 12 bytes per score).
+LayerFootprint plain_layer_footprint(const models::LlamaConfig& config, const ActivationShape& shape) {
+  const Sizes s = sizes_of(config, shape);
+  LayerFootprint layer;
+  layer.saved = estimate_layer_activation_bytes(config, shape);
+  const int64_t mlp_phase = layer.saved + gradients_in_flight(s) + 3 * s.tokens * s.intermediate * s.c;
+  const int64_t probabilities_copy = s.low_precision ? score_elements(s) * s.c : 0;
+  const int64_t attention_phase = layer.saved - mlp_half_saved(s, 4, rms_norm_saved(s)) - probabilities_copy +
+                                  2 * score_elements(s) * kFloat32 + gradients_in_flight(s) +
+                                  s.tokens * s.repeated_kv_width * s.c;  // the value gradient, computed first
+  layer.backward_peak = std::max(mlp_phase, attention_phase);
+  return layer;
+}
+
+// Selective layer (blocks run plainly; norms and the SwiGLU product are region checkpoints keeping their inputs,
+// the attention core keeps q, k, v and recomputes its probabilities in chunks of queries: nn/attention_core.cpp).
+LayerFootprint selective_layer_footprint(const models::LlamaConfig& config, const ActivationShape& shape) {
+  const Sizes s = sizes_of(config, shape);
+  LayerFootprint layer;
+  // The two norms keep only their fp32 inputs; their outputs as the projections' inputs as in a plain layer.
+  layer.saved = 2 * s.tokens * s.hidden * kFloat32 + norm_output_for_matmuls(s, 3) + norm_output_for_matmuls(s, 2);
+  if (s.low_precision) layer.saved += 4 * s.tokens * s.head_dim * s.c;  // RoPE's cos/sin casts
+  // The attention core keeps rotated q, k and v (keys and values at their own width: it repeats them itself);
+  // o_proj keeps the context.
+  layer.saved += s.tokens * (2 * s.q_width + 2 * s.kv_width) * s.c;
+  // The SwiGLU region keeps gate and up; down_proj keeps the product.
+  layer.saved += 3 * s.tokens * s.intermediate * s.c;
+  if (s.low_precision) {
+    layer.saved += (s.hidden * (s.q_width + 2 * s.kv_width) + s.q_width * s.hidden + 3 * s.hidden * s.intermediate) * s.c;
+  }
+  // MLP phase: the SwiGLU recomputed (silu and the product) beside the three gradients of the plain backward.
+  const int64_t mlp_phase = layer.saved + gradients_in_flight(s) + 5 * s.tokens * s.intermediate * s.c;
+  // Attention phase: one chunk of query rows (backward's chunking: max(512, T/4) rows) against at most every key,
+  // 12 bytes per score as in the plain backward, plus the scaled queries, the fp32 key and value gradient
+  // accumulators and, under grouped-query attention, the repeated keys and values.
+  const int64_t rows = std::min(s.sequence, std::max<int64_t>(512, (s.sequence + 3) / 4));
+  const int64_t chunk_scores = s.batch * s.heads * rows * s.sequence;
+  int64_t attention_phase = layer.saved - mlp_half_saved(s, 3, s.tokens * s.hidden * kFloat32) + 3 * chunk_scores * kFloat32 +
+                            gradients_in_flight(s) + s.tokens * s.q_width * (s.c + s.c) +  // scaled q, q gradient
+                            2 * s.tokens * s.repeated_kv_width * kFloat32;
+  if (s.repeated_kv_width != s.kv_width) attention_phase += 2 * s.tokens * s.repeated_kv_width * s.c;
+  layer.backward_peak = std::max(mlp_phase, attention_phase);
+  return layer;
+}
+
+namespace {
 
 // Final norm, lm_head and the loss at their peak, the end of forward (train/loss.cpp runs inside the step's
 // forward): the final RMSNorm's saved tensors, lm_head's input copy and weight copy, the logits from lm_head in the
@@ -84,12 +150,12 @@ int64_t estimate_layer_activation_bytes(const models::LlamaConfig& config, const
   // RoPE multiplies by cos and sin cast to the compute dtype, once each for q and for k; the products keep the
   // casts. (q and k themselves are not kept: cos and sin need no gradient.) fp32 uses the shared tables.
   if (s.low_precision) bytes += 4 * s.tokens * s.head_dim * s.c;
-  // The attention matmuls keep their operands, each a contiguous copy (the heads are transposed views): rotated
-  // queries, keys and values (at the query heads' width under grouped-query attention), and the context reshaped
+  // The attention matmuls keep their operands, each a contiguous copy (the heads are transposed views): scaled
+  // rotated queries, keys and values (at the query heads' width under grouped-query attention), and the context reshaped
   // to [tokens, heads * head_dim] for o_proj.
   bytes += s.tokens * (2 * s.q_width + 2 * s.repeated_kv_width) * s.c;
   // Attention probabilities: softmax's fp32 output, plus under autocast its compute-dtype copy for the value
-  // matmul. (The scaled scores and the masked fp32 scores are not kept: scaling and masking need no saved input.)
+  // matmul. (The scores, masked in place, and their fp32 conversion are not kept: neither needs a saved input.)
   bytes += scores * kFloat32 + (s.low_precision ? scores * s.c : 0);
   // SwiGLU: gate output (silu's input), silu output and up output (the product's inputs), and the product
   // (down_proj's input).
@@ -103,41 +169,58 @@ int64_t estimate_layer_activation_bytes(const models::LlamaConfig& config, const
   return bytes;
 }
 
+int64_t estimate_layer_working_set_bytes(const models::LlamaConfig& config, const ActivationShape& shape) {
+  return plain_layer_footprint(config, shape).backward_peak;
+}
+
 int64_t estimate_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape,
                                   const std::vector<bool>& checkpointed) {
   const Sizes s = sizes_of(config, shape);
-  const int64_t layer = estimate_layer_activation_bytes(config, shape);
+  const LayerFootprint layer = plain_layer_footprint(config, shape);
   // A checkpointed layer keeps only its fp32 input until backward recomputes it.
   const int64_t block_input = s.tokens * s.hidden * kFloat32;
   const auto layers = static_cast<size_t>(config.num_hidden_layers);
   int64_t kept_before = 0;  // by layers 0 .. i-1
   int64_t backward_peak = 0;
   for (size_t i = 0; i < layers; ++i) {
-    // Backward of layer i: layers before it still hold what they keep; layer i holds its full saved set (plain,
-    // or recomputed from its kept input) and its working set. Everything after it and the head are freed.
-    backward_peak = std::max(backward_peak, kept_before + layer + layer_backward_working_set(s));
+    // Backward of layer i: layers before it still hold what they keep; layer i holds its full footprint (its saved
+    // set, kept or recomputed from its input, and its backward temporaries). Everything after it and the head are
+    // freed.
+    backward_peak = std::max(backward_peak, kept_before + layer.backward_peak);
     const bool is_checkpointed = i < checkpointed.size() && checkpointed[i];
-    kept_before += is_checkpointed ? block_input : layer;
+    kept_before += is_checkpointed ? block_input : layer.saved;
   }
   const int64_t forward_peak = kept_before + head_peak(config, s);
-  return std::max(forward_peak, backward_peak);
+  return mask_bytes(s) + std::max(forward_peak, backward_peak);
+}
+
+int64_t estimate_selective_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape) {
+  const Sizes s = sizes_of(config, shape);
+  const LayerFootprint layer = selective_layer_footprint(config, shape);
+  const int64_t layers = config.num_hidden_layers;
+  // Every layer keeps its reduced saved set; the backward of the first layer (the last to run) meets all the others.
+  const int64_t forward_peak = layers * layer.saved + head_peak(config, s);
+  const int64_t backward_peak = (layers - 1) * layer.saved + layer.backward_peak;
+  return mask_bytes(s) + std::max(forward_peak, backward_peak);
 }
 
 int64_t estimate_segmented_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape,
                                             int64_t segment_size) {
   const Sizes s = sizes_of(config, shape);
-  const int64_t layer = estimate_layer_activation_bytes(config, shape);
+  const LayerFootprint layer = plain_layer_footprint(config, shape);
   const int64_t block_input = s.tokens * s.hidden * kFloat32;
   const int64_t layers = config.num_hidden_layers;
   const int64_t segments = (layers + segment_size - 1) / segment_size;
   // Forward keeps one fp32 input per segment. Backward of a segment recomputes all of its layers at once, so the
-  // peak is the earlier segments' inputs, this segment's full saved set and one layer's working set.
+  // peak is the earlier segments' inputs, the saved sets of the segment's other layers and the footprint of the
+  // segment's last layer, whose backward runs first.
   int64_t backward_peak = 0;
   for (int64_t j = 0; j < segments; ++j) {
     const int64_t layers_in_segment = std::min(segment_size, layers - j * segment_size);
-    backward_peak = std::max(backward_peak, j * block_input + layers_in_segment * layer + layer_backward_working_set(s));
+    backward_peak =
+        std::max(backward_peak, j * block_input + (layers_in_segment - 1) * layer.saved + layer.backward_peak);
   }
-  return std::max(segments * block_input + head_peak(config, s), backward_peak);
+  return mask_bytes(s) + std::max(segments * block_input + head_peak(config, s), backward_peak);
 }
 
 int64_t estimate_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape,

@@ -14,7 +14,20 @@ struct ActivationShape {
   int64_t batch = 1;
   int64_t sequence = 512;
   int64_t compute_bytes = 2;   // bytes per element of matmul outputs (2 under bf16/fp16 autocast, 4 otherwise)
+  int64_t mask_batch = 1;      // sequences the attention mask is built for: batch when rows carry segment ids
+                               // (SFT: packing and padding), 1 for a plain causal mask
 };
+
+// What one decoder layer holds: its saved set from forward to backward, and the most it holds at once during its
+// own backward (saved set included).
+struct LayerFootprint {
+  int64_t saved = 0;
+  int64_t backward_peak = 0;
+};
+// A layer run plainly (policies off, full, every_k, sqrt: a checkpointed layer's recompute rebuilds this).
+LayerFootprint plain_layer_footprint(const models::LlamaConfig& config, const ActivationShape& shape);
+// A layer under selective checkpointing.
+LayerFootprint selective_layer_footprint(const models::LlamaConfig& config, const ActivationShape& shape);
 
 // The estimates count what the step allocates on top of what lives across steps (parameters, their gradients,
 // optimizer state): the tensors autograd saves in our Llama implementation (models/llama_layers.cpp, nn/), the
@@ -23,11 +36,14 @@ struct ActivationShape {
 
 // Bytes one decoder layer keeps for backward when it is not checkpointed, its fp32 input included.
 int64_t estimate_layer_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape);
+// One block's working set: the most a plain layer holds during its backward (plain_layer_footprint().backward_peak).
+// Policy full's floor is the block inputs plus this.
+int64_t estimate_layer_working_set_bytes(const models::LlamaConfig& config, const ActivationShape& shape);
 
 // Peak activation bytes of one forward + backward with the given layers checkpointed (one flag per layer). The
 // peak is the larger of the end of forward (every layer's saved tensors plus the logits and loss) and the
-// backward of some layer i (what layers before i keep, plus layer i's saved set, recomputed if checkpointed,
-// plus its gradient working set).
+// backward of some layer i (what layers before i keep, plus layer i's footprint, recomputed if checkpointed). The
+// attention mask, alive throughout, is added to both.
 int64_t estimate_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape,
                                   const std::vector<bool>& checkpointed);
 
@@ -40,5 +56,8 @@ int64_t estimate_activation_bytes(const models::LlamaConfig& config, const Activ
 // sqrt policy: segments of `segment_size` layers checkpointed as one (only segment inputs kept in forward).
 int64_t estimate_segmented_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape,
                                             int64_t segment_size);
+
+// selective policy: every layer keeps its reduced saved set (selective_layer_footprint).
+int64_t estimate_selective_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape);
 
 }  // namespace tune::recipes::sft

@@ -120,23 +120,27 @@ int train(const TrainRequest& request) {
     all_param_bytes += item.numel() * static_cast<int64_t>(item.element_size());
     parameter_count += static_cast<double>(item.numel());
   }
-  const ActivationShape shape{training.batch_size, sft.data.max_length,
-                              run.mixed_precision == precision::MixedPrecision::no ? 4 : 2};
+  ActivationShape shape{training.batch_size, sft.data.max_length,
+                        run.mixed_precision == precision::MixedPrecision::no ? 4 : 2};
+  shape.mask_batch = training.batch_size;  // SFT rows carry segment ids (packing, padding): one mask per row
   std::vector<bool> checkpointed_layers;
   for (int64_t i = 0; i < model->num_blocks(); ++i) checkpointed_layers.push_back(checkpointing->is_checkpointed(i));
-  // sqrt recomputes whole segments; selective runs blocks plainly and recomputes only parts of them, so the
-  // no-checkpointing figure is its upper bound.
-  const int64_t activation_estimate =
-      checkpointing->policy() == memory::Policy::sqrt
-          ? estimate_segmented_activation_bytes(model->config(), shape, checkpointing->segment_size())
-          : estimate_activation_bytes(model->config(), shape, checkpointed_layers);
-  const bool estimate_is_bound = checkpointing->policy() == memory::Policy::selective;
+  int64_t activation_estimate = 0;
+  switch (checkpointing->policy()) {
+    case memory::Policy::sqrt:
+      activation_estimate = estimate_segmented_activation_bytes(model->config(), shape, checkpointing->segment_size());
+      break;
+    case memory::Policy::selective:
+      activation_estimate = estimate_selective_activation_bytes(model->config(), shape);
+      break;
+    default:
+      activation_estimate = estimate_activation_bytes(model->config(), shape, checkpointed_layers);
+  }
   const nlohmann::json memory_plan = {
       {"parameters_bytes", all_param_bytes},
       {"gradients_bytes", total_bytes(param_tensors)},
       {"optimizer_state_bytes", optimizer.state_bytes()},
       {"activations_estimate_bytes", activation_estimate},
-      {"activations_estimate_is_upper_bound", estimate_is_bound},
       {"gradient_checkpointing", checkpointing->describe()},
       {"mixed_precision", precision::to_string(run.mixed_precision)}};
   log::info("model: {} layers, hidden {}, {} parameters ({} trainable{}), device {}, {} threads",
@@ -148,7 +152,7 @@ int train(const TrainRequest& request) {
                                        : precision::to_string(run.mixed_precision) + " autocast, fp32 master weights");
   log::info("memory plan: parameters {}, gradients {}, optimizer state {}, activations {}{} (estimate for batch {} x {} "
             "tokens)", format_bytes(all_param_bytes), format_bytes(total_bytes(param_tensors)),
-            format_bytes(optimizer.state_bytes()), estimate_is_bound ? "at most " : "~",
+            format_bytes(optimizer.state_bytes()), "~",
             format_bytes(activation_estimate), shape.batch, shape.sequence);
   log::info("training: {} steps ({} per epoch), {} micro-batch(es) of {} rows x {} tokens per step",
             training.schedule.total_steps, steps_per_epoch, training.gradient_accumulation_steps, training.batch_size,
