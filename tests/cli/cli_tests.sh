@@ -202,6 +202,9 @@ PY
   expect_exit 0 "$TUNE" infer "$run" --prompt "Reverse: a b c" --grad --max-new-tokens 4
   contains "$OUT" "attribution"; contains "$ERR" "peak memory"
   expect_exit 0 "$TUNE" infer "$run/checkpoints/step-20" --prompt "Reverse: a b c" --no-grad --json   # bare HF dir
+  # An architecture override that disagrees with the trained checkpoint is an error, not silently ignored.
+  expect_exit 2 "$TUNE" infer "$run" model.num_hidden_layers=3 --prompt "Reverse: a b c" --no-grad
+  contains "$ERR" "model.num_hidden_layers"; contains "$ERR" "was trained with 2"
 }
 
 case_lora_train_export_merge_matches() {

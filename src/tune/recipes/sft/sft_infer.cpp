@@ -24,12 +24,37 @@ struct LoadedForInference {
   std::string weights_from;
 };
 
+// A recipe that states its architecture (random init) and a full checkpoint of its run must agree: the
+// checkpoint's config.json decides what is loaded, so a recipe key (or command-line override) that disagrees would
+// otherwise be silently ignored.
+void check_architecture_matches(const models::LlamaConfig& recipe, const std::filesystem::path& checkpoint) {
+  const auto trained = models::LlamaConfig::from_file((checkpoint / "config.json").string());
+  auto check = [&](const char* key, auto wanted, auto found) {
+    if (wanted == found) return;
+    throw UsageError(fmt::format(
+        "model.{}: the recipe says {}, but the checkpoint {} was trained with {}; tune infer loads the checkpoint "
+        "as trained.\n---> HINT: remove the key or override, or set output_dir to a run trained with it",
+        key, wanted, checkpoint.string(), found));
+  };
+  if (recipe.vocab_size != 0) check("vocab_size", recipe.vocab_size, trained.vocab_size);
+  check("hidden_size", recipe.hidden_size, trained.hidden_size);
+  check("intermediate_size", recipe.intermediate_size, trained.intermediate_size);
+  check("num_hidden_layers", recipe.num_hidden_layers, trained.num_hidden_layers);
+  check("num_attention_heads", recipe.num_attention_heads, trained.num_attention_heads);
+  check("num_key_value_heads", recipe.num_key_value_heads, trained.num_key_value_heads);
+  check("max_position_embeddings", recipe.max_position_embeddings, trained.max_position_embeddings);
+  check("rope_theta", recipe.rope_theta, trained.rope_theta);
+  check("rms_norm_eps", recipe.rms_norm_eps, trained.rms_norm_eps);
+  check("tie_word_embeddings", recipe.tie_word_embeddings, trained.tie_word_embeddings);
+}
+
 // Picks the weights: a bare model directory, the newest checkpoint of a run, or the recipe's base model.
 LoadedForInference load_for_inference(const InferRequest& request, SftSettings sft, uint64_t seed) {
   LoadedForInference loaded;
   std::optional<std::filesystem::path> checkpoint;
   if (request.run_dir) checkpoint = io::newest_complete_checkpoint(*request.run_dir);
   if (checkpoint && !is_lora_checkpoint(*checkpoint)) {
+    if (!sft.model.path) check_architecture_matches(sft.model.architecture, *checkpoint);
     // A full fine-tuning checkpoint is itself a Hugging Face model directory.
     sft.model.path = checkpoint->string();
     sft.model.lora = {};
