@@ -114,7 +114,8 @@ TEST_CASE("gradient checkpointing cuts measured activation memory as the estimat
 
   // sqrt and selective have estimates of their own (segments recomputed whole; a reduced saved set per layer with
   // the attention core recomputed in chunks of queries), held to the same 10%.
-  const auto sqrt_runner = std::make_shared<CheckpointRunner>(CheckpointOptions{Policy::sqrt, 2}, config.num_hidden_layers);
+  const auto sqrt_runner =
+      std::make_shared<CheckpointRunner>(CheckpointOptions{Policy::sqrt, 2}, config.num_hidden_layers);
   model->set_block_runner(sqrt_runner);
   const int64_t measured_sqrt = measure_activation_bytes(model, input_ids, labels);
   const int64_t estimate_sqrt =

@@ -104,13 +104,13 @@ torch::Tensor mask_block(const torch::Tensor& mask, const KeyRange& range) {
 // that forward's transient [B, H, T, S] tensors shrink to a chunk's and hidden keys are skipped here too. With one
 // chunk covering every key (T <= 512, or no mask) these are exactly the plain form's ops on the same tensors.
 torch::Tensor chunked_attention(const torch::Tensor& query, const torch::Tensor& key_in, const torch::Tensor& value_in,
-                                const torch::Tensor& mask, double scale) {
+                                const torch::Tensor& mask, double scale, const std::vector<KeyRange>& ranges) {
   const int64_t groups = query_groups(query, key_in);
   const torch::Tensor key = repeat_kv(key_in, groups);
   const torch::Tensor value = repeat_kv(value_in, groups);
   const torch::Tensor scaled_query = query * scale;
   std::vector<torch::Tensor> parts;
-  for (const KeyRange& range : visible_key_ranges(mask, query.size(2), key.size(2))) {
+  for (const KeyRange& range : ranges) {
     const torch::Tensor probabilities =
         probabilities_of(scaled_query.slice(2, range.query_begin, range.query_end),
                          key.slice(2, range.key_begin, range.key_end), mask_block(mask, range))
@@ -129,7 +129,14 @@ struct RecomputingAttention : public torch::autograd::Function<RecomputingAttent
     // The mask travels as an optional (no autograd edge, may be absent) and is kept as saved data: it takes no
     // gradient and nothing modifies it in place.
     const torch::Tensor mask_tensor = mask.value_or(torch::Tensor());
-    const torch::Tensor context = chunked_attention(query, key, value, mask_tensor, scale);
+    const std::vector<KeyRange> ranges = visible_key_ranges(mask_tensor, query.size(2), key.size(2));
+    const torch::Tensor context = chunked_attention(query, key, value, mask_tensor, scale, ranges);
+    // The chunks, flattened four numbers each, so that backward walks the same ones without scanning the mask again.
+    std::vector<int64_t> flat;
+    for (const KeyRange& range : ranges) {
+      flat.insert(flat.end(), {range.query_begin, range.query_end, range.key_begin, range.key_end});
+    }
+    ctx->saved_data["ranges"] = flat;
     ctx->save_for_backward({query, key, value});
     ctx->saved_data["mask"] = mask;
     ctx->saved_data["scale"] = scale;
@@ -164,7 +171,9 @@ struct RecomputingAttention : public torch::autograd::Function<RecomputingAttent
     torch::Tensor grad_query = want_query ? torch::empty_like(scaled_query) : torch::Tensor();
     torch::Tensor grad_key = want_key ? torch::zeros(key.sizes(), accumulate) : torch::Tensor();
     torch::Tensor grad_value = want_value ? torch::zeros(value.sizes(), accumulate) : torch::Tensor();
-    for (const KeyRange& chunk : visible_key_ranges(mask, scaled_query.size(2), key.size(2))) {
+    const auto flat = ctx->saved_data["ranges"].toIntVector();
+    for (size_t i = 0; i + 3 < flat.size(); i += 4) {
+      const KeyRange chunk{flat[i], flat[i + 1], flat[i + 2], flat[i + 3]};
       const torch::Tensor query_c = scaled_query.slice(2, chunk.query_begin, chunk.query_end);
       const torch::Tensor key_c = key.slice(2, chunk.key_begin, chunk.key_end);
       const torch::Tensor value_c = value.slice(2, chunk.key_begin, chunk.key_end);
@@ -177,7 +186,8 @@ struct RecomputingAttention : public torch::autograd::Function<RecomputingAttent
             .add_(torch::matmul(probabilities.to(dtype).transpose(2, 3), grad_context_c));
       }
       if (!want_query && !want_key) continue;
-      torch::Tensor grad_probabilities = torch::matmul(grad_context_c, value_c.transpose(2, 3)).to(probabilities.scalar_type());
+      torch::Tensor grad_probabilities =
+          torch::matmul(grad_context_c, value_c.transpose(2, 3)).to(probabilities.scalar_type());
       torch::Tensor grad_logits =
           at::_softmax_backward_data(grad_probabilities, probabilities, -1, probabilities.scalar_type());
       grad_probabilities.reset();
@@ -223,7 +233,8 @@ torch::Tensor attention_core_recomputing_probabilities(const torch::Tensor& quer
 
 torch::Tensor run_attention_core(BlockRunner* runner, const torch::Tensor& query, const torch::Tensor& key,
                                  const torch::Tensor& value, const torch::Tensor& mask, double scale) {
-  const bool recompute = runner != nullptr && runner->recomputes(RegionKind::attention_core) && torch::GradMode::is_enabled();
+  const bool recompute =
+      runner != nullptr && runner->recomputes(RegionKind::attention_core) && torch::GradMode::is_enabled();
   return recompute ? attention_core_recomputing_probabilities(query, key, value, mask, scale)
                    : attention_core(query, key, value, mask, scale);
 }

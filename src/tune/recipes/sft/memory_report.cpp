@@ -50,6 +50,13 @@ int64_t largest_weight_gradient(const Sizes& s) {
   return std::max(s.hidden * s.intermediate, s.hidden * std::max(s.q_width, s.hidden)) * kFloat32;
 }
 
+// Under autocast each matmul keeps the compute-dtype copy of its weight (forward caches it for the autocast scope;
+// backward needs it for the input gradient): q, k, v, o and the three MLP projections.
+int64_t weight_copies(const Sizes& s) {
+  if (!s.low_precision) return 0;
+  return (s.hidden * (s.q_width + 2 * s.kv_width) + s.q_width * s.hidden + 3 * s.hidden * s.intermediate) * s.c;
+}
+
 // Attention scores of one layer, [B, heads, T, T] elements.
 int64_t score_elements(const Sizes& s) { return s.batch * s.heads * s.sequence * s.sequence; }
 
@@ -102,9 +109,7 @@ LayerFootprint selective_layer_footprint(const models::LlamaConfig& config, cons
   layer.saved += s.tokens * (2 * s.q_width + 2 * s.kv_width) * s.c;
   // The SwiGLU region keeps gate and up; down_proj keeps the product.
   layer.saved += 3 * s.tokens * s.intermediate * s.c;
-  if (s.low_precision) {
-    layer.saved += (s.hidden * (s.q_width + 2 * s.kv_width) + s.q_width * s.hidden + 3 * s.hidden * s.intermediate) * s.c;
-  }
+  layer.saved += weight_copies(s);
   // MLP phase: the SwiGLU recomputed (silu and the product) beside the three gradients of the plain backward.
   const int64_t mlp_phase = layer.saved + gradients_in_flight(s) + 5 * s.tokens * s.intermediate * s.c;
   // Attention phase: one chunk of query rows (backward's chunking: max(512, T/4) rows) against at most every key,
@@ -112,8 +117,9 @@ LayerFootprint selective_layer_footprint(const models::LlamaConfig& config, cons
   // accumulators and, under grouped-query attention, the repeated keys and values.
   const int64_t rows = std::min(s.sequence, std::max<int64_t>(512, (s.sequence + 3) / 4));
   const int64_t chunk_scores = s.batch * s.heads * rows * s.sequence;
-  int64_t attention_phase = layer.saved - mlp_half_saved(s, 3, s.tokens * s.hidden * kFloat32) + 3 * chunk_scores * kFloat32 +
-                            gradients_in_flight(s) + s.tokens * s.q_width * (s.c + s.c) +  // scaled q, q gradient
+  int64_t attention_phase = layer.saved - mlp_half_saved(s, 3, s.tokens * s.hidden * kFloat32) +
+                            3 * chunk_scores * kFloat32 + gradients_in_flight(s) +
+                            s.tokens * s.q_width * (s.c + s.c) +  // scaled queries, their gradient
                             2 * s.tokens * s.repeated_kv_width * kFloat32;
   if (s.repeated_kv_width != s.kv_width) attention_phase += 2 * s.tokens * s.repeated_kv_width * s.c;
   layer.backward_peak = std::max(mlp_phase, attention_phase);
@@ -151,8 +157,8 @@ int64_t estimate_layer_activation_bytes(const models::LlamaConfig& config, const
   // casts. (q and k themselves are not kept: cos and sin need no gradient.) fp32 uses the shared tables.
   if (s.low_precision) bytes += 4 * s.tokens * s.head_dim * s.c;
   // The attention matmuls keep their operands, each a contiguous copy (the heads are transposed views): scaled
-  // rotated queries, keys and values (at the query heads' width under grouped-query attention), and the context reshaped
-  // to [tokens, heads * head_dim] for o_proj.
+  // rotated queries, keys and values (at the query heads' width under grouped-query attention), and the context
+  // reshaped to [tokens, heads * head_dim] for o_proj.
   bytes += s.tokens * (2 * s.q_width + 2 * s.repeated_kv_width) * s.c;
   // Attention probabilities: softmax's fp32 output, plus under autocast its compute-dtype copy for the value
   // matmul. (The scores, masked in place, and their fp32 conversion are not kept: neither needs a saved input.)
@@ -160,12 +166,7 @@ int64_t estimate_layer_activation_bytes(const models::LlamaConfig& config, const
   // SwiGLU: gate output (silu's input), silu output and up output (the product's inputs), and the product
   // (down_proj's input).
   bytes += 4 * s.tokens * s.intermediate * s.c;
-  // Under autocast each matmul keeps the compute-dtype copy of its weight (forward caches it for the autocast
-  // scope; backward needs it for the input gradient).
-  if (s.low_precision) {
-    const int64_t weights = s.hidden * (s.q_width + 2 * s.kv_width) + s.q_width * s.hidden + 3 * s.hidden * s.intermediate;
-    bytes += weights * s.c;
-  }
+  bytes += weight_copies(s);
   return bytes;
 }
 
