@@ -72,24 +72,34 @@ struct KeyRange {
 std::vector<KeyRange> visible_key_ranges(const torch::Tensor& mask, int64_t queries, int64_t keys) {
   // Without a mask every key is visible: one chunk, the whole matmul.
   const int64_t rows = mask.defined() ? std::max<int64_t>(512, (queries + 3) / 4) : queries;
-  // Keys visible to at least one row of each chunk, over all batch entries and heads: [chunks, keys].
-  torch::Tensor visible;
-  if (mask.defined()) {
-    const torch::Tensor rows_visible = (mask > -1e30).reshape({-1, mask.size(-2), mask.size(-1)}).any(0);
-    visible = rows_visible.expand({queries, keys});
-  }
   std::vector<KeyRange> ranges;
   for (int64_t begin = 0; begin < queries; begin += rows) {
-    KeyRange range{begin, std::min(queries, begin + rows), 0, keys};
-    if (visible.defined()) {
-      const torch::Tensor columns = visible.slice(0, range.query_begin, range.query_end).any(0).nonzero();
-      // A chunk whose rows see no key at all keeps the full range (its softmax is uniform over hidden keys).
-      if (columns.numel() > 0) {
-        range.key_begin = columns.min().item<int64_t>();
-        range.key_end = columns.max().item<int64_t>() + 1;
-      }
+    ranges.push_back({begin, std::min(queries, begin + rows), 0, keys});
+  }
+  if (!mask.defined()) return ranges;
+
+  // Keys visible to at least one row of each chunk, over all batch entries: [chunks, keys], read on the host once
+  // (one device synchronisation on CUDA, not one per chunk).
+  const torch::Tensor rows_visible =
+      (mask > -1e30).reshape({-1, mask.size(-2), mask.size(-1)}).any(0).expand({queries, keys});
+  std::vector<torch::Tensor> per_chunk;
+  for (const KeyRange& range : ranges) {
+    per_chunk.push_back(rows_visible.slice(0, range.query_begin, range.query_end).any(0));
+  }
+  const torch::Tensor visible = torch::stack(per_chunk).to(torch::kCPU).contiguous();
+  const auto seen = visible.accessor<bool, 2>();
+  for (size_t c = 0; c < ranges.size(); ++c) {
+    int64_t first = -1, last = -1;
+    for (int64_t j = 0; j < keys; ++j) {
+      if (!seen[static_cast<int64_t>(c)][j]) continue;
+      if (first < 0) first = j;
+      last = j;
     }
-    ranges.push_back(range);
+    // A chunk whose rows see no key at all keeps the full range (its softmax is uniform over hidden keys).
+    if (first >= 0) {
+      ranges[c].key_begin = first;
+      ranges[c].key_end = last + 1;
+    }
   }
   return ranges;
 }
