@@ -164,3 +164,48 @@ TEST_CASE("the estimate follows a long sequence's attention working set (full, s
 }
 
 
+
+TEST_CASE("the estimate follows LoRA training (frozen base, adapters with and without dropout)",
+          "[recipes][checkpoint][memory][lora]") {
+  tune::memory_tracker::install();
+  const auto config = activation_heavy_config();
+  struct LoraCase {
+    const char* name;
+    double dropout;
+    std::vector<std::string> targets;
+  };
+  const LoraCase lora_cases[] = {
+      {"all projections, dropout 0.05", 0.05,
+       {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}},
+      {"q and v, no dropout", 0.0, {"q_proj", "v_proj"}},
+  };
+  for (const auto& lora_case : lora_cases) {
+    torch::manual_seed(3);
+    tune::models::LlamaLoraOptions lora;
+    lora.lora.rank = 8;
+    lora.lora.dropout = lora_case.dropout;
+    lora.target_modules = lora_case.targets;
+    tune::models::LlamaForCausalLM model(config, lora);
+    model->freeze_base_weights();
+    model->train();
+    const auto input_ids = torch::randint(0, config.vocab_size, {kBatch, kSequence}, torch::kLong);
+    const auto labels = input_ids.clone();
+    tune::recipes::sft::ActivationShape shape{kBatch, kSequence, /*compute_bytes=*/2};
+    shape.lora = lora;
+    model->set_block_runner(std::make_shared<CheckpointRunner>(CheckpointOptions{Policy::off, 2}, 8));
+    measure_activation_bytes(model, input_ids, labels);  // warm-up: adapter gradients
+    for (const Policy policy : {Policy::off, Policy::full, Policy::selective}) {
+      auto runner = std::make_shared<CheckpointRunner>(CheckpointOptions{policy, 2}, 8);
+      model->set_block_runner(runner);
+      const int64_t measured = measure_activation_bytes(model, input_ids, labels);
+      const int64_t estimate = policy == Policy::selective
+                                   ? tune::recipes::sft::estimate_selective_activation_bytes(config, shape)
+                                   : tune::recipes::sft::estimate_activation_bytes(config, shape,
+                                                                                   runner->checkpointed_blocks());
+      const double ratio = static_cast<double>(measured) / static_cast<double>(estimate);
+      WARN("LoRA " << lora_case.name << ", " << runner->describe() << ": measured " << measured / 1048576.0
+                   << " MiB, estimate " << estimate / 1048576.0 << " MiB (" << ratio << ")");
+      CHECK(std::abs(ratio - 1.0) <= 0.10);
+    }
+  }
+}

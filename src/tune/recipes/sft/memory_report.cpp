@@ -4,6 +4,7 @@
 #include "tune/recipes/sft/memory_report.h"
 
 #include <algorithm>
+#include <string>
 
 namespace tune::recipes::sft {
 namespace {
@@ -13,6 +14,8 @@ constexpr int64_t kFloat32 = 4;
 struct Sizes {
   int64_t tokens, hidden, head_dim, q_width, kv_width, repeated_kv_width, intermediate, heads, batch, sequence, c;
   int64_t mask_batch;
+  models::LlamaLoraOptions lora;
+  bool base_weights_in_compute_dtype;
   bool low_precision;  // compute dtype narrower than the fp32 weights: autocast makes copies
 };
 
@@ -31,13 +34,19 @@ Sizes sizes_of(const models::LlamaConfig& config, const ActivationShape& shape) 
   s.sequence = shape.sequence;
   s.c = shape.compute_bytes;
   s.mask_batch = shape.mask_batch;
+  s.lora = shape.lora;
+  s.base_weights_in_compute_dtype = shape.base_weights_in_compute_dtype;
   s.low_precision = shape.compute_bytes < kFloat32;
   return s;
 }
 
 // RMSNorm (nn/rms_norm.cpp) computes in fp32 and keeps: its input (pow's backward), the squares (held by mean's
 // backward node), the normalised tensor (the weight multiply's backward) and the per-token rsqrt.
-int64_t rms_norm_saved(const Sizes& s) { return 3 * s.tokens * s.hidden * kFloat32 + s.tokens * kFloat32; }
+int64_t rms_norm_saved(const Sizes& s) {
+  // A frozen weight (LoRA) needs no gradient, so the weight multiply keeps no normalised tensor.
+  const int64_t tensors = s.lora.lora.rank > 0 ? 2 : 3;
+  return tensors * s.tokens * s.hidden * kFloat32 + s.tokens * kFloat32;
+}
 
 // The norm's output as seen by the `readers` projections that consume it: under autocast each linear casts the
 // (non-leaf, so uncached) fp32 output itself and keeps its own copy; in fp32 they all keep the one output.
@@ -45,15 +54,57 @@ int64_t norm_output_for_matmuls(const Sizes& s, int64_t readers) {
   return s.low_precision ? readers * s.tokens * s.hidden * s.c : s.tokens * s.hidden * kFloat32;
 }
 
-// Fresh gradient of the largest weight before it is added into .grad (gradients live across steps, this does not).
+// What the base projections keep of their inputs: the norm output's copies (as above), unless the base is frozen
+// (LoRA): a matmul whose weight needs no gradient keeps no input. `readers` of a norm output.
+int64_t base_inputs_from_norm(const Sizes& s, int64_t readers) {
+  return s.lora.lora.rank > 0 ? 0 : norm_output_for_matmuls(s, readers);
+}
+
+// The compute-dtype input of o_proj or down_proj ([tokens, width]) as the base projection keeps it (frozen: not).
+int64_t base_input(const Sizes& s, int64_t width) { return s.lora.lora.rank > 0 ? 0 : s.tokens * width * s.c; }
+
+bool has_lora(const Sizes& s) { return s.lora.lora.rank > 0; }
+
+// Fresh gradient of the largest trainable weight before it is added into .grad (gradients live across steps, this
+// does not): a base weight, or with LoRA (base frozen) an adapter matrix.
 int64_t largest_weight_gradient(const Sizes& s) {
+  const int64_t widest = std::max({s.hidden, s.q_width, s.intermediate});
+  if (has_lora(s)) return s.lora.lora.rank * widest * kFloat32;
   return std::max(s.hidden * s.intermediate, s.hidden * std::max(s.q_width, s.hidden)) * kFloat32;
+}
+
+// What the LoRA adapters of one layer keep (nn/lora_linear.cpp: output + lora_B(lora_A(dropout(x))) * scaling).
+// Per adapted projection: lora_A's input in the compute dtype (its own autocast cast of an fp32 input, the dropped
+// copy, or the input itself: the frozen base projection keeps none), with dropout the noise it multiplied by
+// (LibTorch 1.13 on CPU: a tensor of the input's dtype), and lora_A's rank-r output, kept by lora_B.
+int64_t lora_saved(const Sizes& s) {
+  if (!has_lora(s)) return 0;
+  struct Projection {
+    const char* name;
+    int64_t in;
+    bool fp32_input;  // reads a norm's fp32 output (the others read a compute-dtype matmul result)
+  };
+  const Projection projections[] = {{"q_proj", s.hidden, true},          {"k_proj", s.hidden, true},
+                                    {"v_proj", s.hidden, true},          {"o_proj", s.q_width, false},
+                                    {"gate_proj", s.hidden, true},       {"up_proj", s.hidden, true},
+                                    {"down_proj", s.intermediate, false}};
+  const bool dropout = s.lora.lora.dropout > 0.0;
+  int64_t bytes = 0;
+  for (const Projection& p : projections) {
+    const auto& targets = s.lora.target_modules;
+    if (std::find(targets.begin(), targets.end(), p.name) == targets.end()) continue;
+    const int64_t input_bytes = p.fp32_input ? kFloat32 : s.c;
+    if (dropout) bytes += s.tokens * p.in * input_bytes;  // the dropout noise, in the input's dtype
+    bytes += s.tokens * p.in * s.c;                       // lora_A's input in the compute dtype
+    bytes += s.tokens * s.lora.lora.rank * s.c;           // lora_A's output
+  }
+  return bytes;
 }
 
 // Under autocast each matmul keeps the compute-dtype copy of its weight (forward caches it for the autocast scope;
 // backward needs it for the input gradient): q, k, v, o and the three MLP projections.
 int64_t weight_copies(const Sizes& s) {
-  if (!s.low_precision) return 0;
+  if (!s.low_precision || s.base_weights_in_compute_dtype) return 0;
   return (s.hidden * (s.q_width + 2 * s.kv_width) + s.q_width * s.hidden + 3 * s.hidden * s.intermediate) * s.c;
 }
 
@@ -67,9 +118,11 @@ int64_t mask_bytes(const Sizes& s) { return s.mask_batch * s.sequence * s.sequen
 // attention core's) keeps for backward; `swiglu_tensors` [tokens, intermediate] tensors of the SwiGLU and `norm_saved`
 // of the post-attention norm. Freed once backward has passed it, so the attention core's backward runs without it.
 int64_t mlp_half_saved(const Sizes& s, int64_t swiglu_tensors, int64_t norm_saved) {
-  int64_t bytes = norm_saved + norm_output_for_matmuls(s, 2) + swiglu_tensors * s.tokens * s.intermediate * s.c;
-  bytes += s.tokens * s.q_width * s.c;  // o_proj's input, the context
-  if (s.low_precision) bytes += (3 * s.hidden * s.intermediate + s.q_width * s.hidden) * s.c;  // weight copies
+  int64_t bytes = norm_saved + base_inputs_from_norm(s, 2) + swiglu_tensors * s.tokens * s.intermediate * s.c;
+  bytes += base_input(s, s.intermediate) + base_input(s, s.q_width);  // down_proj's and o_proj's inputs
+  if (s.low_precision && !s.base_weights_in_compute_dtype) {
+    bytes += (3 * s.hidden * s.intermediate + s.q_width * s.hidden) * s.c;  // weight copies
+  }
   return bytes;
 }
 
@@ -89,7 +142,7 @@ LayerFootprint plain_layer_footprint(const models::LlamaConfig& config, const Ac
   layer.saved = estimate_layer_activation_bytes(config, shape);
   const int64_t mlp_phase = layer.saved + gradients_in_flight(s) + 3 * s.tokens * s.intermediate * s.c;
   const int64_t probabilities_copy = s.low_precision ? score_elements(s) * s.c : 0;
-  const int64_t attention_phase = layer.saved - mlp_half_saved(s, 4, rms_norm_saved(s)) - probabilities_copy +
+  const int64_t attention_phase = layer.saved - mlp_half_saved(s, 3, rms_norm_saved(s)) - probabilities_copy +
                                   2 * score_elements(s) * kFloat32 + gradients_in_flight(s) +
                                   s.tokens * s.repeated_kv_width * s.c;  // the value gradient, computed first
   layer.backward_peak = std::max(mlp_phase, attention_phase);
@@ -102,14 +155,14 @@ LayerFootprint selective_layer_footprint(const models::LlamaConfig& config, cons
   const Sizes s = sizes_of(config, shape);
   LayerFootprint layer;
   // The two norms keep only their fp32 inputs; their outputs as the projections' inputs as in a plain layer.
-  layer.saved = 2 * s.tokens * s.hidden * kFloat32 + norm_output_for_matmuls(s, 3) + norm_output_for_matmuls(s, 2);
+  layer.saved = 2 * s.tokens * s.hidden * kFloat32 + base_inputs_from_norm(s, 3) + base_inputs_from_norm(s, 2);
   if (s.low_precision) layer.saved += 4 * s.tokens * s.head_dim * s.c;  // RoPE's cos/sin casts
   // The attention core keeps rotated q, k and v (keys and values at their own width: it repeats them itself);
   // o_proj keeps the context.
-  layer.saved += s.tokens * (2 * s.q_width + 2 * s.kv_width) * s.c;
+  layer.saved += s.tokens * (s.q_width + 2 * s.kv_width) * s.c + base_input(s, s.q_width);
   // The SwiGLU region keeps gate and up; down_proj keeps the product.
-  layer.saved += 3 * s.tokens * s.intermediate * s.c;
-  layer.saved += weight_copies(s);
+  layer.saved += 2 * s.tokens * s.intermediate * s.c + base_input(s, s.intermediate);
+  layer.saved += weight_copies(s) + lora_saved(s);
   // MLP phase: the SwiGLU recomputed (silu and the product) beside the three gradients of the plain backward.
   const int64_t mlp_phase = layer.saved + gradients_in_flight(s) + 5 * s.tokens * s.intermediate * s.c;
   // Attention phase: one chunk of query rows (backward's chunking: max(512, T/4) rows) against at most every key,
@@ -117,7 +170,7 @@ LayerFootprint selective_layer_footprint(const models::LlamaConfig& config, cons
   // accumulators and, under grouped-query attention, the repeated keys and values.
   const int64_t rows = std::min(s.sequence, std::max<int64_t>(512, (s.sequence + 3) / 4));
   const int64_t chunk_scores = s.batch * s.heads * rows * s.sequence;
-  int64_t attention_phase = layer.saved - mlp_half_saved(s, 3, s.tokens * s.hidden * kFloat32) +
+  int64_t attention_phase = layer.saved - mlp_half_saved(s, 2, s.tokens * s.hidden * kFloat32) +
                             3 * chunk_scores * kFloat32 + gradients_in_flight(s) +
                             s.tokens * s.q_width * (s.c + s.c) +  // scaled queries, their gradient
                             2 * s.tokens * s.repeated_kv_width * kFloat32;
@@ -136,7 +189,7 @@ namespace {
 int64_t head_peak(const models::LlamaConfig& config, const Sizes& s) {
   const int64_t vocab = config.vocab_size;
   int64_t bytes = rms_norm_saved(s) + norm_output_for_matmuls(s, 1);
-  if (s.low_precision) bytes += vocab * s.hidden * s.c;                    // lm_head weight copy
+  if (s.low_precision && !s.base_weights_in_compute_dtype) bytes += vocab * s.hidden * s.c;  // lm_head copy
   bytes += s.tokens * vocab * s.c;                                         // logits from lm_head
   if (s.low_precision) bytes += s.tokens * vocab * kFloat32;               // .to(float32) of the logits
   bytes += 2 * s.tokens * vocab * kFloat32;                                // shifted fp32 copy, log-probabilities
@@ -152,21 +205,21 @@ int64_t estimate_layer_activation_bytes(const models::LlamaConfig& config, const
   // stream stays fp32: fp32 + compute-dtype sums promote), the second's is the residual after attention.
   int64_t bytes = 2 * rms_norm_saved(s);
   // Their outputs as matmul inputs: q, k, v read the first; gate and up read the second.
-  bytes += norm_output_for_matmuls(s, 3) + norm_output_for_matmuls(s, 2);
+  bytes += base_inputs_from_norm(s, 3) + base_inputs_from_norm(s, 2);
   // RoPE multiplies by cos and sin cast to the compute dtype, once each for q and for k; the products keep the
   // casts. (q and k themselves are not kept: cos and sin need no gradient.) fp32 uses the shared tables.
   if (s.low_precision) bytes += 4 * s.tokens * s.head_dim * s.c;
   // The attention matmuls keep their operands, each a contiguous copy (the heads are transposed views): scaled
   // rotated queries, keys and values (at the query heads' width under grouped-query attention), and the context
   // reshaped to [tokens, heads * head_dim] for o_proj.
-  bytes += s.tokens * (2 * s.q_width + 2 * s.repeated_kv_width) * s.c;
+  bytes += s.tokens * (s.q_width + 2 * s.repeated_kv_width) * s.c + base_input(s, s.q_width);
   // Attention probabilities: softmax's fp32 output, plus under autocast its compute-dtype copy for the value
   // matmul. (The scores, masked in place, and their fp32 conversion are not kept: neither needs a saved input.)
   bytes += scores * kFloat32 + (s.low_precision ? scores * s.c : 0);
   // SwiGLU: gate output (silu's input), silu output and up output (the product's inputs), and the product
   // (down_proj's input).
-  bytes += 4 * s.tokens * s.intermediate * s.c;
-  bytes += weight_copies(s);
+  bytes += 3 * s.tokens * s.intermediate * s.c + base_input(s, s.intermediate);
+  bytes += weight_copies(s) + lora_saved(s);
   return bytes;
 }
 

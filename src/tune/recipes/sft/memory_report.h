@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "tune/models/llama.h"
 #include "tune/models/llama_config.h"
 
 namespace tune::recipes::sft {
@@ -16,6 +17,9 @@ struct ActivationShape {
   int64_t compute_bytes = 2;   // bytes per element of matmul outputs (2 under bf16/fp16 autocast, 4 otherwise)
   int64_t mask_batch = 1;      // sequences the attention mask is built for: batch when rows carry segment ids
                                // (SFT: packing and padding), 1 for a plain causal mask
+  models::LlamaLoraOptions lora;  // rank 0: no adapters (full fine-tuning)
+  bool base_weights_in_compute_dtype = false;  // param_dtype: bf16 (frozen base stored in bf16): autocast makes no
+                                               // weight copies
 };
 
 // What one decoder layer holds: its saved set from forward to backward, and the most it holds at once during its
@@ -32,7 +36,9 @@ LayerFootprint selective_layer_footprint(const models::LlamaConfig& config, cons
 // The estimates count what the step allocates on top of what lives across steps (parameters, their gradients,
 // optimizer state): the tensors autograd saves in our Llama implementation (models/llama_layers.cpp, nn/), the
 // low-precision weight copies autocast makes, and the largest transient working set. They assume fp32 weights
-// (under autocast every matmul weight gets a compute-dtype copy), no LoRA and no biases (both add little).
+// (under autocast every matmul weight gets a compute-dtype copy) and no biases (they add little). With LoRA
+// (shape.lora) they count what each adapter keeps (its input copy, LibTorch 1.13's CPU dropout noise, the rank-r
+// output) and drop the base weights' gradients.
 
 // Bytes one decoder layer keeps for backward when it is not checkpointed, its fp32 input included.
 int64_t estimate_layer_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape);

@@ -123,6 +123,8 @@ int train(const TrainRequest& request) {
   ActivationShape shape{training.batch_size, sft.data.max_length,
                         run.mixed_precision == precision::MixedPrecision::no ? 4 : 2};
   shape.mask_batch = training.batch_size;  // SFT rows carry segment ids (packing, padding): one mask per row
+  shape.lora = model->lora_options();
+  shape.base_weights_in_compute_dtype = run.frozen_weights_bf16 && model->has_lora();
   std::vector<bool> checkpointed_layers;
   for (int64_t i = 0; i < model->num_blocks(); ++i) checkpointed_layers.push_back(checkpointing->is_checkpointed(i));
   int64_t activation_estimate = 0;
