@@ -227,64 +227,40 @@ int64_t estimate_layer_working_set_bytes(const models::LlamaConfig& config, cons
   return plain_layer_footprint(config, shape).backward_peak;
 }
 
+namespace {
+
+// The stack of `config`'s layers, each with `layer`'s footprint.
+StackMemory llama_stack(const models::LlamaConfig& config, const ActivationShape& shape, const LayerFootprint& layer) {
+  const Sizes s = sizes_of(config, shape);
+  StackMemory stack;
+  stack.blocks.assign(static_cast<size_t>(config.num_hidden_layers), layer);
+  stack.block_input = s.tokens * s.hidden * kFloat32;  // a checkpointed layer keeps only its fp32 input
+  stack.head_peak = head_peak(config, s);
+  stack.alive_throughout = mask_bytes(s);
+  return stack;
+}
+
+}  // namespace
+
 int64_t estimate_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape,
                                   const std::vector<bool>& checkpointed) {
-  const Sizes s = sizes_of(config, shape);
-  const LayerFootprint layer = plain_layer_footprint(config, shape);
-  // A checkpointed layer keeps only its fp32 input until backward recomputes it.
-  const int64_t block_input = s.tokens * s.hidden * kFloat32;
-  const auto layers = static_cast<size_t>(config.num_hidden_layers);
-  int64_t kept_before = 0;  // by layers 0 .. i-1
-  int64_t backward_peak = 0;
-  for (size_t i = 0; i < layers; ++i) {
-    // Backward of layer i: layers before it still hold what they keep; layer i holds its full footprint (its saved
-    // set, kept or recomputed from its input, and its backward temporaries). Everything after it and the head are
-    // freed.
-    backward_peak = std::max(backward_peak, kept_before + layer.backward_peak);
-    const bool is_checkpointed = i < checkpointed.size() && checkpointed[i];
-    kept_before += is_checkpointed ? block_input : layer.saved;
-  }
-  const int64_t forward_peak = kept_before + head_peak(config, s);
-  return mask_bytes(s) + std::max(forward_peak, backward_peak);
+  return estimate_stack_bytes(llama_stack(config, shape, plain_layer_footprint(config, shape)), checkpointed);
 }
 
 int64_t estimate_selective_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape) {
-  const Sizes s = sizes_of(config, shape);
-  const LayerFootprint layer = selective_layer_footprint(config, shape);
-  const int64_t layers = config.num_hidden_layers;
-  // Every layer keeps its reduced saved set; the backward of the first layer (the last to run) meets all the others.
-  const int64_t forward_peak = layers * layer.saved + head_peak(config, s);
-  const int64_t backward_peak = (layers - 1) * layer.saved + layer.backward_peak;
-  return mask_bytes(s) + std::max(forward_peak, backward_peak);
+  // Every layer runs plainly with its reduced saved set.
+  return estimate_stack_bytes(llama_stack(config, shape, selective_layer_footprint(config, shape)), {});
 }
 
 int64_t estimate_segmented_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape,
                                             int64_t segment_size) {
-  const Sizes s = sizes_of(config, shape);
-  const LayerFootprint layer = plain_layer_footprint(config, shape);
-  const int64_t block_input = s.tokens * s.hidden * kFloat32;
-  const int64_t layers = config.num_hidden_layers;
-  const int64_t segments = (layers + segment_size - 1) / segment_size;
-  // Forward keeps one fp32 input per segment. Backward of a segment recomputes all of its layers at once, so the
-  // peak is the earlier segments' inputs, the saved sets of the segment's other layers and the footprint of the
-  // segment's last layer, whose backward runs first.
-  int64_t backward_peak = 0;
-  for (int64_t j = 0; j < segments; ++j) {
-    const int64_t layers_in_segment = std::min(segment_size, layers - j * segment_size);
-    backward_peak =
-        std::max(backward_peak, j * block_input + (layers_in_segment - 1) * layer.saved + layer.backward_peak);
-  }
-  return mask_bytes(s) + std::max(segments * block_input + head_peak(config, s), backward_peak);
+  return estimate_segmented_stack_bytes(llama_stack(config, shape, plain_layer_footprint(config, shape)), segment_size);
 }
 
 int64_t estimate_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape,
                                   int64_t checkpointed_layers) {
-  const int64_t layers = config.num_hidden_layers;
-  const int64_t count = std::clamp<int64_t>(checkpointed_layers, 0, layers);
-  // The last `count` layers checkpointed: the layout whose recompute meets the most plain activations.
-  std::vector<bool> checkpointed(static_cast<size_t>(layers), false);
-  for (int64_t i = layers - count; i < layers; ++i) checkpointed[static_cast<size_t>(i)] = true;
-  return estimate_activation_bytes(config, shape, checkpointed);
+  return estimate_activation_bytes(config, shape,
+                                   last_blocks_checkpointed(config.num_hidden_layers, checkpointed_layers));
 }
 
 }  // namespace tune::recipes::sft

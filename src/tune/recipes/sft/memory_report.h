@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tune/models/llama.h"
+#include "tune/recipes/activation_estimate.h"
 #include "tune/models/llama_config.h"
 
 namespace tune::recipes::sft {
@@ -22,12 +23,8 @@ struct ActivationShape {
                                                // weight copies
 };
 
-// What one decoder layer holds: its saved set from forward to backward, and the most it holds at once during its
-// own backward (saved set included).
-struct LayerFootprint {
-  int64_t saved = 0;
-  int64_t backward_peak = 0;
-};
+// What one decoder layer holds (recipes/activation_estimate.h).
+using LayerFootprint = BlockFootprint;
 // A layer run plainly (policies off, full, every_k, sqrt: a checkpointed layer's recompute rebuilds this).
 LayerFootprint plain_layer_footprint(const models::LlamaConfig& config, const ActivationShape& shape);
 // A layer under selective checkpointing.

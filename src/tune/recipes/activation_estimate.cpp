@@ -1,0 +1,44 @@
+// The stack-level activation estimate shared by the recipes' memory plans.
+#include "tune/recipes/activation_estimate.h"
+
+#include <algorithm>
+
+namespace tune::recipes {
+
+int64_t estimate_stack_bytes(const StackMemory& stack, const std::vector<bool>& checkpointed) {
+  int64_t kept_before = 0;  // by blocks 0 .. i-1
+  int64_t backward_peak = 0;
+  for (size_t i = 0; i < stack.blocks.size(); ++i) {
+    backward_peak = std::max(backward_peak, kept_before + stack.blocks[i].backward_peak);
+    const bool is_checkpointed = i < checkpointed.size() && checkpointed[i];
+    kept_before += is_checkpointed ? stack.block_input : stack.blocks[i].saved;
+  }
+  return stack.alive_throughout + std::max(kept_before + stack.head_peak, backward_peak);
+}
+
+int64_t estimate_segmented_stack_bytes(const StackMemory& stack, int64_t segment_size) {
+  const auto blocks = static_cast<int64_t>(stack.blocks.size());
+  segment_size = std::max<int64_t>(1, segment_size);
+  const int64_t segments = (blocks + segment_size - 1) / segment_size;
+  int64_t backward_peak = 0;
+  for (int64_t j = 0; j < segments; ++j) {
+    // The segment's recompute rebuilds every block's saved set; block k's backward then runs beside the blocks of
+    // the segment before it (those after it are done).
+    int64_t before = j * stack.block_input;
+    for (int64_t k = j * segment_size; k < std::min(blocks, (j + 1) * segment_size); ++k) {
+      const BlockFootprint& block = stack.blocks[static_cast<size_t>(k)];
+      backward_peak = std::max(backward_peak, before + block.backward_peak);
+      before += block.saved;
+    }
+  }
+  return stack.alive_throughout + std::max(segments * stack.block_input + stack.head_peak, backward_peak);
+}
+
+std::vector<bool> last_blocks_checkpointed(int64_t blocks, int64_t count) {
+  count = std::clamp<int64_t>(count, 0, blocks);
+  std::vector<bool> checkpointed(static_cast<size_t>(blocks), false);
+  for (int64_t i = blocks - count; i < blocks; ++i) checkpointed[static_cast<size_t>(i)] = true;
+  return checkpointed;
+}
+
+}  // namespace tune::recipes

@@ -1,0 +1,39 @@
+// Activation memory of one forward + backward through a stack of blocks, from what each block keeps: the shape of
+// the estimate every recipe's memory plan prints (recipes/sft/memory_report, recipes/latte/latte_memory_report
+// supply the per-block figures for their models).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace tune::recipes {
+
+// What one block holds: its saved set from forward to backward, and the most it holds at once during its own
+// backward (saved set included).
+struct BlockFootprint {
+  int64_t saved = 0;
+  int64_t backward_peak = 0;
+};
+
+struct StackMemory {
+  std::vector<BlockFootprint> blocks;  // in forward order, each as it runs when not checkpointed
+  int64_t block_input = 0;             // what a checkpointed block keeps until backward recomputes it
+  int64_t head_peak = 0;               // after the last block: head and loss at the end of forward
+  int64_t alive_throughout = 0;        // built before the first block and freed after backward (an attention mask)
+};
+
+// Peak with the given blocks checkpointed (one flag per block): the larger of the end of forward (what every block
+// keeps, plus the head) and the backward of some block i (what blocks before i keep, plus block i's footprint,
+// recomputed if checkpointed; everything after it and the head are freed by then).
+int64_t estimate_stack_bytes(const StackMemory& stack, const std::vector<bool>& checkpointed);
+
+// Policy sqrt: blocks checkpointed in segments of `segment_size` (one kept input per segment). Backward of a segment
+// recomputes all of its blocks at once, so block k's backward meets the earlier segments' inputs and the saved sets
+// of the blocks before it in its segment.
+int64_t estimate_segmented_stack_bytes(const StackMemory& stack, int64_t segment_size);
+
+// The last `count` blocks checkpointed: the layout whose recompute meets the most plain activations, an upper bound
+// when only the number of checkpointed blocks is known.
+std::vector<bool> last_blocks_checkpointed(int64_t blocks, int64_t count);
+
+}  // namespace tune::recipes
