@@ -195,16 +195,9 @@ int run(const BenchOptions& options) {
   // The analytic side: the estimate for this policy and layout, and the floor policy full aims at (every block's
   // fp32 input kept, plus one block's working set while it is recomputed and differentiated).
   const tune::recipes::sft::ActivationShape shape{options.batch, options.sequence, options.dtype == "bf16" ? 2 : 4};
-  std::vector<bool> layout;
-  for (int64_t i = 0; i < config.num_hidden_layers; ++i) layout.push_back(runner->is_checkpointed(i));
-  int64_t estimate = 0;
-  if (policy == tune::memory::Policy::sqrt) {
-    estimate = tune::recipes::sft::estimate_segmented_activation_bytes(config, shape, runner->segment_size());
-  } else if (policy == tune::memory::Policy::selective) {
-    estimate = tune::recipes::sft::estimate_selective_activation_bytes(config, shape);
-  } else {
-    estimate = tune::recipes::sft::estimate_activation_bytes(config, shape, layout);
-  }
+  const int64_t estimate = tune::recipes::estimate_for_runner(tune::recipes::sft::llama_stack(config, shape, false),
+                                                              tune::recipes::sft::llama_stack(config, shape, true),
+                                                              *runner);
   const int64_t block_inputs = options.layers * options.batch * options.sequence * options.hidden * 4;
   const int64_t layer_bytes = tune::recipes::sft::estimate_layer_working_set_bytes(config, shape);
 

@@ -9,8 +9,9 @@ int64_t estimate_stack_bytes(const StackMemory& stack, const std::vector<bool>& 
   int64_t kept_before = 0;  // by blocks 0 .. i-1
   int64_t backward_peak = 0;
   for (size_t i = 0; i < stack.blocks.size(); ++i) {
-    backward_peak = std::max(backward_peak, kept_before + stack.blocks[i].backward_peak);
     const bool is_checkpointed = i < checkpointed.size() && checkpointed[i];
+    const int64_t recomputed_output = is_checkpointed ? stack.block_output : 0;
+    backward_peak = std::max(backward_peak, kept_before + stack.blocks[i].backward_peak + recomputed_output);
     kept_before += is_checkpointed ? stack.block_input : stack.blocks[i].saved;
   }
   return stack.alive_throughout + std::max(kept_before + stack.head_peak, backward_peak);
@@ -24,7 +25,7 @@ int64_t estimate_segmented_stack_bytes(const StackMemory& stack, int64_t segment
   for (int64_t j = 0; j < segments; ++j) {
     // The segment's recompute rebuilds every block's saved set; block k's backward then runs beside the blocks of
     // the segment before it (those after it are done).
-    int64_t before = j * stack.block_input;
+    int64_t before = j * stack.block_input + stack.block_output;
     for (int64_t k = j * segment_size; k < std::min(blocks, (j + 1) * segment_size); ++k) {
       const BlockFootprint& block = stack.blocks[static_cast<size_t>(k)];
       backward_peak = std::max(backward_peak, before + block.backward_peak);
@@ -39,6 +40,21 @@ std::vector<bool> last_blocks_checkpointed(int64_t blocks, int64_t count) {
   std::vector<bool> checkpointed(static_cast<size_t>(blocks), false);
   for (int64_t i = blocks - count; i < blocks; ++i) checkpointed[static_cast<size_t>(i)] = true;
   return checkpointed;
+}
+
+int64_t estimate_for_runner(const StackMemory& plain, const StackMemory& selective,
+                            const memory::CheckpointRunner& runner) {
+  switch (runner.policy()) {
+    case memory::Policy::sqrt:
+      return estimate_segmented_stack_bytes(plain, runner.segment_size());
+    case memory::Policy::selective:
+      return estimate_stack_bytes(selective, {});
+    default: {
+      std::vector<bool> layout;
+      for (size_t i = 0; i < plain.blocks.size(); ++i) layout.push_back(runner.is_checkpointed(static_cast<int64_t>(i)));
+      return estimate_stack_bytes(plain, layout);
+    }
+  }
 }
 
 }  // namespace tune::recipes

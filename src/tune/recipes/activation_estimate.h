@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "tune/memory/checkpoint.h"
+
 namespace tune::recipes {
 
 // What one block holds: its saved set from forward to backward, and the most it holds at once during its own
@@ -18,6 +20,8 @@ struct BlockFootprint {
 struct StackMemory {
   std::vector<BlockFootprint> blocks;  // in forward order, each as it runs when not checkpointed
   int64_t block_input = 0;             // what a checkpointed block keeps until backward recomputes it
+  int64_t block_output = 0;            // a recomputed block's (or segment's) output, held while its graph is
+                                       // differentiated (the plain graph's output is gone by then)
   int64_t head_peak = 0;               // after the last block: head and loss at the end of forward
   int64_t alive_throughout = 0;        // built before the first block and freed after backward (an attention mask)
 };
@@ -35,5 +39,10 @@ int64_t estimate_segmented_stack_bytes(const StackMemory& stack, int64_t segment
 // The last `count` blocks checkpointed: the layout whose recompute meets the most plain activations, an upper bound
 // when only the number of checkpointed blocks is known.
 std::vector<bool> last_blocks_checkpointed(int64_t blocks, int64_t count);
+
+// The estimate for the policy `runner` applies: the layout for off/full/every_k/offload, segments for sqrt, and
+// for selective the `selective` stack (its blocks run plainly with their reduced saved sets).
+int64_t estimate_for_runner(const StackMemory& plain, const StackMemory& selective,
+                            const memory::CheckpointRunner& runner);
 
 }  // namespace tune::recipes

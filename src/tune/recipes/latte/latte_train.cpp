@@ -16,6 +16,7 @@
 #include "tune/recipes/latte/latte_checkpoint.h"
 #include "tune/recipes/latte/latte_data.h"
 #include "tune/recipes/latte/latte_latents.h"
+#include "tune/recipes/latte/latte_memory_report.h"
 #include "tune/recipes/latte/latte_model.h"
 #include "tune/recipes/latte/latte_recipe.h"
 #include "tune/recipes/run_directory.h"
@@ -148,12 +149,18 @@ int train(const TrainRequest& request) {
   log::info("mixed precision: {}", run.mixed_precision == precision::MixedPrecision::no
                                        ? std::string("off (fp32)")
                                        : precision::to_string(run.mixed_precision) + " autocast, fp32 master weights");
-  log::info("memory plan: parameters {}, gradients {}, optimizer state {}, EMA {}", format_bytes(param_bytes),
-            format_bytes(trainable_bytes), format_bytes(optimizer.state_bytes()), format_bytes(trainable_bytes));
+  const LatteActivationShape shape{training.batch_size,
+                                   run.mixed_precision == precision::MixedPrecision::no ? 4 : 2};
+  const int64_t activation_estimate = estimate_for_runner(latte_stack(model_config, shape, false),
+                                                          latte_stack(model_config, shape, true), *checkpointing);
+  log::info("memory plan: parameters {}, gradients {}, optimizer state {}, EMA {}, activations ~{} (estimate for "
+            "batch {})", format_bytes(param_bytes), format_bytes(trainable_bytes), format_bytes(optimizer.state_bytes()),
+            format_bytes(trainable_bytes), format_bytes(activation_estimate), shape.batch);
   const nlohmann::json memory_plan = {{"parameters_bytes", param_bytes},
                                       {"gradients_bytes", trainable_bytes},
                                       {"optimizer_state_bytes", optimizer.state_bytes()},
                                       {"ema_bytes", trainable_bytes},
+                                      {"activations_estimate_bytes", activation_estimate},
                                       {"gradient_checkpointing", checkpointing->describe()},
                                       {"mixed_precision", precision::to_string(run.mixed_precision)}};
 

@@ -227,34 +227,32 @@ int64_t estimate_layer_working_set_bytes(const models::LlamaConfig& config, cons
   return plain_layer_footprint(config, shape).backward_peak;
 }
 
-namespace {
-
-// The stack of `config`'s layers, each with `layer`'s footprint.
-StackMemory llama_stack(const models::LlamaConfig& config, const ActivationShape& shape, const LayerFootprint& layer) {
+StackMemory llama_stack(const models::LlamaConfig& config, const ActivationShape& shape, bool selective) {
   const Sizes s = sizes_of(config, shape);
   StackMemory stack;
+  const LayerFootprint layer =
+      selective ? selective_layer_footprint(config, shape) : plain_layer_footprint(config, shape);
   stack.blocks.assign(static_cast<size_t>(config.num_hidden_layers), layer);
   stack.block_input = s.tokens * s.hidden * kFloat32;  // a checkpointed layer keeps only its fp32 input
+  stack.block_output = stack.block_input;
   stack.head_peak = head_peak(config, s);
   stack.alive_throughout = mask_bytes(s);
   return stack;
 }
 
-}  // namespace
-
 int64_t estimate_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape,
                                   const std::vector<bool>& checkpointed) {
-  return estimate_stack_bytes(llama_stack(config, shape, plain_layer_footprint(config, shape)), checkpointed);
+  return estimate_stack_bytes(llama_stack(config, shape, false), checkpointed);
 }
 
 int64_t estimate_selective_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape) {
   // Every layer runs plainly with its reduced saved set.
-  return estimate_stack_bytes(llama_stack(config, shape, selective_layer_footprint(config, shape)), {});
+  return estimate_stack_bytes(llama_stack(config, shape, true), {});
 }
 
 int64_t estimate_segmented_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape,
                                             int64_t segment_size) {
-  return estimate_segmented_stack_bytes(llama_stack(config, shape, plain_layer_footprint(config, shape)), segment_size);
+  return estimate_segmented_stack_bytes(llama_stack(config, shape, false), segment_size);
 }
 
 int64_t estimate_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape,

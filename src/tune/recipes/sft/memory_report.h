@@ -30,6 +30,10 @@ LayerFootprint plain_layer_footprint(const models::LlamaConfig& config, const Ac
 // A layer under selective checkpointing.
 LayerFootprint selective_layer_footprint(const models::LlamaConfig& config, const ActivationShape& shape);
 
+// The model's stack for recipes/activation_estimate.h: every layer plain (`selective` false) or as selective
+// checkpointing runs it, the mask alive throughout, the final norm, lm_head and loss as the head.
+StackMemory llama_stack(const models::LlamaConfig& config, const ActivationShape& shape, bool selective);
+
 // The estimates count what the step allocates on top of what lives across steps (parameters, their gradients,
 // optimizer state): the tensors autograd saves in our Llama implementation (models/llama_layers.cpp, nn/), the
 // low-precision weight copies autocast makes, and the largest transient working set. They assume fp32 weights

@@ -125,19 +125,8 @@ int train(const TrainRequest& request) {
   shape.mask_batch = training.batch_size;  // SFT rows carry segment ids (packing, padding): one mask per row
   shape.lora = model->lora_options();
   shape.base_weights_in_compute_dtype = run.frozen_weights_bf16 && model->has_lora();
-  std::vector<bool> checkpointed_layers;
-  for (int64_t i = 0; i < model->num_blocks(); ++i) checkpointed_layers.push_back(checkpointing->is_checkpointed(i));
-  int64_t activation_estimate = 0;
-  switch (checkpointing->policy()) {
-    case memory::Policy::sqrt:
-      activation_estimate = estimate_segmented_activation_bytes(model->config(), shape, checkpointing->segment_size());
-      break;
-    case memory::Policy::selective:
-      activation_estimate = estimate_selective_activation_bytes(model->config(), shape);
-      break;
-    default:
-      activation_estimate = estimate_activation_bytes(model->config(), shape, checkpointed_layers);
-  }
+  const int64_t activation_estimate = estimate_for_runner(llama_stack(model->config(), shape, false),
+                                                          llama_stack(model->config(), shape, true), *checkpointing);
   const nlohmann::json memory_plan = {
       {"parameters_bytes", all_param_bytes},
       {"gradients_bytes", total_bytes(param_tensors)},

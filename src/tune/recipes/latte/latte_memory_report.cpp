@@ -1,0 +1,108 @@
+// Analytic activation-memory estimate for Latte blocks: a count of the tensors autograd saves in models/latte.cpp,
+// models/latte_layers.cpp and nn/ (LibTorch 1.13, CPU or CUDA autocast).
+#include "tune/recipes/latte/latte_memory_report.h"
+
+#include <algorithm>
+
+namespace tune::recipes::latte {
+namespace {
+
+constexpr int64_t kFloat32 = 4;
+
+struct Sizes {
+  int64_t tokens;       // B * F * P: every block sees all of them, arranged per frame or per patch position
+  int64_t frame_rows;   // B * F: the conditioning tokens carried in the stack's state
+  int64_t hidden, inner, heads, out_per_token, in_elements, c;
+  bool low_precision;
+};
+
+Sizes sizes_of(const models::LatteConfig& config, const LatteActivationShape& shape) {
+  Sizes s{};
+  s.frame_rows = shape.batch * config.num_frames;
+  s.tokens = s.frame_rows * config.num_patches();
+  s.hidden = config.hidden_size;
+  s.inner = config.mlp_hidden_size();
+  s.heads = config.num_heads;
+  s.out_per_token = config.patch_size * config.patch_size * config.out_channels();
+  s.in_elements = s.frame_rows * config.in_channels * config.input_size * config.input_size;
+  s.c = shape.compute_bytes;
+  s.low_precision = shape.compute_bytes < kFloat32;
+  return s;
+}
+
+// One block attending over sequences of `length` tokens (patches of a frame, or frames of a patch position),
+// `sequences` of them.
+BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t length, bool keeps_state, bool selective) {
+  const int64_t td = s.tokens * s.hidden;
+  const int64_t scores = sequences * s.heads * length * length;
+  BlockFootprint block;
+  // fp32: the block input kept by the first LayerNorm (a spatial block normalises a view of the stack's state, so
+  // the state with its conditioning rows stays; a temporal block its rearranged copy), both LayerNorm outputs
+  // (kept by the modulation's multiply) and the residual after attention (the second LayerNorm's input).
+  int64_t saved = (keeps_state ? (s.tokens + s.frame_rows) * s.hidden : td) * kFloat32 + 3 * td * kFloat32;
+  // Compute dtype: the qkv input copy, q (scaled), k and v as the attention matmuls keep them, the context for
+  // proj, proj's output (kept by the gate multiply), fc1's input copy, fc1's output (GELU's input), GELU's output
+  // (fc2's input) and fc2's output (kept by the gate multiply).
+  saved += (8 * td + 2 * s.tokens * s.inner) * s.c;
+  // Attention probabilities (fp32, and the compute-dtype copy for the value matmul) unless recomputed.
+  const int64_t probabilities = scores * (kFloat32 + (s.low_precision ? s.c : 0));
+  if (!selective) saved += probabilities;
+  // adaLN: SiLU keeps the conditioning [sequences, D] (fp32), the linear its cast; the two shifts are free, the
+  // two scales (1 + scale) and two gates are kept by their multiplies.
+  saved += sequences * s.hidden * (kFloat32 + s.c + 4 * s.c);
+  // Weight copies under autocast: qkv, proj, fc1, fc2 and the adaLN linear.
+  if (s.low_precision) saved += (4 * s.hidden * s.hidden + 2 * s.hidden * s.inner + 6 * s.hidden * s.hidden) * s.c;
+  block.saved = saved;
+
+  // Backward runs the MLP branch first: everything saved, the fp32 gradient of the block's output, and the
+  // gradients into fc2's and fc1's outputs ([tokens, inner] each) beside the fresh fc weight gradient. Selective
+  // recomputes GELU there (its output again).
+  const int64_t in_flight = (s.tokens + s.frame_rows) * s.hidden * kFloat32 + s.hidden * s.inner * kFloat32;
+  const int64_t mlp_phase = saved + in_flight + (selective ? 3 : 2) * s.tokens * s.inner * s.c;
+  // Then the attention core, the MLP branch freed (second LayerNorm's input and output, fc1/fc2 tensors and
+  // proj's input and output): the fp32 probabilities with their incoming and outgoing fp32 gradients (12 bytes per
+  // score; selective recomputes them in one chunk, no mask) instead of the 6 kept.
+  const int64_t mlp_half = 2 * td * kFloat32 + (3 * td + 2 * s.tokens * s.inner) * s.c;
+  const int64_t attention_phase =
+      saved - mlp_half - (selective ? 0 : probabilities) + 3 * scores * kFloat32 + in_flight + td * s.c;
+  block.backward_peak = std::max(mlp_phase, attention_phase);
+  return block;
+}
+
+// After the last block, at the end of forward (the loss runs inside the step's forward): the final state (kept by
+// the final LayerNorm through its view), the LayerNorm output (modulation), the final linear's input copy, its output
+// and unpatchified copy in the compute dtype, their fp32 cast, and the learned-variance diffusion loss
+// (diffusion/gaussian_diffusion.cpp: posterior and model means and log-variances, the KL and the t = 0 decoder
+// likelihood, all [B, F, C, H, W] fp32), which peaks at about 35 tensors the size of the clean input beyond the
+// model's output: measured with the tracking allocator on a stand-in model (38.5 with a 4-tensor output, at batch
+// 16 and 64 alike). The embedded tokens (fp32) are still referenced by the model's forward.
+int64_t head_peak(const Sizes& s) {
+  const int64_t td = s.tokens * s.hidden;
+  const int64_t outputs = s.tokens * s.out_per_token;
+  int64_t bytes = (s.tokens + s.frame_rows) * s.hidden * kFloat32 + td * kFloat32 + td * s.c;
+  bytes += 2 * outputs * s.c + outputs * kFloat32 + 35 * s.in_elements * kFloat32;
+  bytes += td * kFloat32;  // tokens = x_embedder(x) + pos_embed, alive until forward returns
+  return bytes;
+}
+
+}  // namespace
+
+StackMemory latte_stack(const models::LatteConfig& config, const LatteActivationShape& shape, bool selective) {
+  const Sizes s = sizes_of(config, shape);
+  const int64_t patches = config.num_patches();
+  StackMemory stack;
+  for (int64_t i = 0; i < config.depth; ++i) {
+    const bool spatial = i % 2 == 0;  // models::LatteImpl::block_kind
+    stack.blocks.push_back(spatial ? block_footprint(s, s.frame_rows, patches, true, selective)
+                                   : block_footprint(s, shape.batch * patches, config.num_frames, false, selective));
+  }
+  // A checkpointed block keeps its input, the stack's fp32 state with the conditioning rows.
+  stack.block_input = (s.tokens + s.frame_rows) * s.hidden * kFloat32;
+  stack.block_output = stack.block_input;
+  stack.head_peak = head_peak(s);
+  // The patch embedding's input copy (compute dtype) lives until backward reaches the embedder.
+  stack.alive_throughout = s.low_precision ? s.in_elements * s.c : 0;
+  return stack;
+}
+
+}  // namespace tune::recipes::latte
