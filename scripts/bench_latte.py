@@ -10,7 +10,8 @@ instead of 4 input channels. bf16 autocast, batch 1. For each repeat the policie
 processes (so they share the machine's noise):
   - `tune train` for --steps steps (+1 unmeasured warm-up step): median step time from metrics.jsonl, and peak
     tensor memory (tracking allocator) minus the parameters, gradients, optimizer state and EMA of memory.json:
-    the activations and temporaries of a step;
+    the activations and temporaries of a step (an understatement: gradients are allocated during backward, so not
+    all of them exist at the peak); and the peak over the memory plan (that state plus the activation estimate);
   - `tune infer --grad --json` (reference-frame + smoothness guidance, DDIM, --sample-steps steps) on the weights
     trained above: sampling time and peak memory.
 Ratios are policy / off. --quick: a small model for a smoke test of the script. Needs the project built
@@ -68,7 +69,11 @@ def train_once(args, work, data, policy):
     plan = memory["plan"] if "plan" in memory else memory
     state = sum(plan.get(key, 0) for key in ("parameters_bytes", "gradients_bytes", "optimizer_state_bytes", "ema_bytes"))
     peak = max(m["peak_mem_bytes"] for m in metrics)
-    return out, {"step_s": statistics.median(step_times), "peak_bytes": peak, "activation_bytes": peak - state}
+    # The plan: the state that lives across steps plus the activation estimate. Gradients are allocated during
+    # backward (the optimizer drops them after each step, as PyTorch's set_to_none), so at the peak part of them
+    # does not exist yet: the plan is an upper bound by up to the gradient bytes.
+    return out, {"step_s": statistics.median(step_times), "peak_bytes": peak, "activation_bytes": peak - state,
+                 "plan_bytes": state + plan.get("activations_estimate_bytes", 0)}
 
 
 def sample_once(args, run_dir, reference, policy):
@@ -132,14 +137,16 @@ def main():
           f"patch {args.patch}, {args.frames} frames of {args.size}x{args.size} pixels "
           f"({(args.size // args.patch) ** 2} tokens/frame), batch {args.batch}, bf16, {args.threads} threads; "
           f"medians of {args.repeat} runs\n")
-    print("| policy | train step | x off | activations + temporaries | x off | peak | "
+    print("| policy | train step | x off | activations + temporaries | x off | peak | peak / plan | "
           f"infer --grad ({args.sample_steps} DDIM steps) | x off | infer peak | x off |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for policy in policies:
         step, act, peak = med(policy, "train", "step_s"), med(policy, "train", "activation_bytes"), med(policy, "train", "peak_bytes")
         sample_s, sample_peak = med(policy, "sample", "sampling_s"), med(policy, "sample", "peak_bytes")
+        plan = med(policy, "train", "plan_bytes")
         print(f"| {policy} | {step:.2f} s | {step / med('off', 'train', 'step_s'):.2f} | {mib(act)} | "
-              f"{act / med('off', 'train', 'activation_bytes'):.2f} | {mib(peak)} | {sample_s:.2f} s | "
+              f"{act / med('off', 'train', 'activation_bytes'):.2f} | {mib(peak)} | {peak / plan:.2f} | "
+              f"{sample_s:.2f} s | "
               f"{sample_s / med('off', 'sample', 'sampling_s'):.2f} | {mib(sample_peak)} | "
               f"{sample_peak / med('off', 'sample', 'peak_bytes'):.2f} |")
     if args.out:

@@ -117,3 +117,4 @@ TEST_CASE("Latte: measured activation memory follows the estimate under every po
     CHECK(measured_full < measured_off);
   }
 }
+
