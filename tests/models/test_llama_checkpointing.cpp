@@ -12,6 +12,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/activation_memory.h"
 #include "tune/core/memory_tracker.h"
 #include "tune/memory/checkpoint.h"
 #include "tune/models/llama.h"
@@ -261,21 +262,9 @@ TEST_CASE("region functions run once in forward and once more in backward, only 
 
 namespace {
 
-// Activation memory of one bf16-autocast training step: peak live CPU tensor bytes minus those before forward,
-// with parameter gradients allocated by an earlier step (as in a training loop).
+// Activation memory of one bf16-autocast training step (tests/common/activation_memory.h).
 int64_t measure_activation_bytes(models::LlamaForCausalLM& model, const torch::Tensor& ids) {
-  for (auto& parameter : model->parameters()) {
-    if (parameter.grad().defined()) parameter.mutable_grad().zero_();
-  }
-  const int64_t before = memory_tracker::cpu_live_bytes();
-  memory_tracker::reset_cpu_peak();
-  torch::Tensor loss;
-  {
-    precision::AutocastScope autocast(precision::MixedPrecision::bf16, torch::kCPU);
-    loss = model->forward(ids).pow(2).mean();
-  }
-  loss.backward();
-  return memory_tracker::cpu_peak_bytes() - before;
+  return testing::measure_step_activation_bytes(*model, [&] { return model->forward(ids).pow(2).mean(); });
 }
 
 std::map<Policy, int64_t> measure_policies(const models::LlamaConfig& config, const std::vector<Policy>& policies) {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/activation_memory.h"
 #include "tune/core/memory_tracker.h"
 #include "tune/memory/checkpoint.h"
 #include "tune/models/llama.h"
@@ -38,25 +39,11 @@ tune::models::LlamaConfig activation_heavy_config() {
 constexpr int64_t kBatch = 2;
 constexpr int64_t kSequence = 256;
 
-// Activation memory of one training step, as defined for the estimate: the peak of live CPU tensor bytes during
-// forward (under bf16 autocast, as the SFT step runs it) and backward, minus the live bytes just before forward.
-// Parameter gradients are allocated by a warm-up step and zeroed in place before measuring, so backward
-// accumulates into existing storage and the measured figure holds no parameter-gradient memory (only the
-// transient gradient of whichever weight autograd is accumulating at the moment, as in every later training step).
+// Activation memory of one bf16-autocast training step (tests/common/activation_memory.h).
 int64_t measure_activation_bytes(tune::models::LlamaForCausalLM& model, const torch::Tensor& input_ids,
                                  const torch::Tensor& labels) {
-  for (auto& parameter : model->parameters()) {
-    if (parameter.grad().defined()) parameter.mutable_grad().zero_();
-  }
-  const int64_t before = tune::memory_tracker::cpu_live_bytes();
-  tune::memory_tracker::reset_cpu_peak();
-  torch::Tensor loss;
-  {
-    tune::precision::AutocastScope autocast(tune::precision::MixedPrecision::bf16, torch::kCPU);
-    loss = tune::train::causal_lm_loss_sum(model->forward(input_ids), labels);
-  }
-  loss.backward();
-  return tune::memory_tracker::cpu_peak_bytes() - before;
+  return tune::testing::measure_step_activation_bytes(
+      *model, [&] { return tune::train::causal_lm_loss_sum(model->forward(input_ids), labels); });
 }
 
 struct PolicyCase {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <memory>
 
+#include "common/activation_memory.h"
 #include "tune/core/memory_tracker.h"
 #include "tune/diffusion/gaussian_diffusion.h"
 #include "tune/memory/checkpoint.h"
@@ -35,26 +36,16 @@ tune::models::LatteConfig activation_heavy_config() {
 
 constexpr int64_t kBatch = 2;
 
-// Peak live CPU tensor bytes of one step's forward (under bf16 autocast) and backward, minus those before it, with
-// parameter gradients allocated by an earlier step and zeroed in place (as in a training loop).
+// Activation memory of one bf16-autocast training step (tests/common/activation_memory.h).
 int64_t measure_activation_bytes(tune::models::Latte& model, const tune::diffusion::GaussianDiffusion& diffusion,
                                  const torch::Tensor& x_start, const torch::Tensor& t, const torch::Tensor& noise,
                                  const torch::Tensor& labels) {
-  for (auto& parameter : model->parameters()) {
-    if (parameter.grad().defined()) parameter.mutable_grad().zero_();
-  }
-  const int64_t before = tune::memory_tracker::cpu_live_bytes();
-  tune::memory_tracker::reset_cpu_peak();
-  torch::Tensor loss;
-  {
-    tune::precision::AutocastScope autocast(tune::precision::MixedPrecision::bf16, torch::kCPU);
+  return tune::testing::measure_step_activation_bytes(*model, [&] {
     const tune::diffusion::ModelFn model_fn = [&](const torch::Tensor& x, const torch::Tensor& timesteps) {
       return model->forward(x, timesteps, labels);
     };
-    loss = diffusion.training_losses(model_fn, x_start, t, noise).loss.mean();
-  }
-  loss.backward();
-  return tune::memory_tracker::cpu_peak_bytes() - before;
+    return diffusion.training_losses(model_fn, x_start, t, noise).loss.mean();
+  });
 }
 
 }  // namespace
