@@ -6,12 +6,16 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <vector>
 
+#include "tune/core/memory_tracker.h"
 #include "tune/memory/checkpoint.h"
 #include "tune/models/llama.h"
+#include "tune/precision/mixed_precision.h"
 #include "tune/recipes/sft/generate.h"
+#include "tune/recipes/sft/memory_report.h"
 
 namespace {
 
@@ -221,4 +225,56 @@ TEST_CASE("attribution gradients match float64 finite differences, with and with
        << "; attribute() vs FD: grad_norm " << worst_fd_norm << ", grad_x_input " << worst_fd_x_input
        << "; vs float64 autograd: grad_norm " << worst_norm << ", grad_x_input " << worst_x_input
        << "; checkpointed vs plain " << worst_runner);
+}
+
+TEST_CASE("attribution under full checkpointing needs forward-only memory plus about one block's working set",
+          "[recipes][attribution][memory]") {
+  tune::memory_tracker::install();
+  torch::manual_seed(12);
+  tune::models::LlamaConfig config;
+  config.vocab_size = 256;
+  config.hidden_size = 256;
+  config.intermediate_size = 688;
+  config.num_hidden_layers = 8;
+  config.num_attention_heads = 4;
+  config.num_key_value_heads = 4;
+  config.max_position_embeddings = 1024;
+  tune::models::LlamaForCausalLM model(config);
+  model->eval();
+  std::vector<int64_t> prompt(504), continuation(8);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int64_t>((i * 37) % 256);
+  for (size_t i = 0; i < continuation.size(); ++i) continuation[i] = static_cast<int64_t>((i * 11) % 256);
+  std::vector<int64_t> all = prompt;
+  all.insert(all.end(), continuation.begin(), continuation.end());
+  const auto tokens = static_cast<int64_t>(all.size());
+
+  auto peak_of = [](const std::function<void()>& work) {
+    const int64_t before = tune::memory_tracker::cpu_live_bytes();
+    tune::memory_tracker::reset_cpu_peak();
+    work();
+    return tune::memory_tracker::cpu_peak_bytes() - before;
+  };
+  model->set_block_runner(std::make_shared<tune::nn::PlainBlockRunner>());
+  const int64_t forward_only = peak_of([&] {
+    torch::NoGradGuard no_grad;
+    tune::precision::AutocastScope autocast(MixedPrecision::bf16, torch::kCPU);
+    model->forward(torch::tensor(all).unsqueeze(0));
+  });
+  auto attribution_peak = [&](tune::memory::Policy policy) {
+    tune::memory::CheckpointOptions options;
+    options.policy = policy;
+    model->set_block_runner(std::make_shared<tune::memory::CheckpointRunner>(options, config.num_hidden_layers));
+    return peak_of([&] { tune::recipes::sft::attribute(model, prompt, continuation, MixedPrecision::bf16, torch::kCPU); });
+  };
+  const int64_t full = attribution_peak(tune::memory::Policy::full);
+  const int64_t off = attribution_peak(tune::memory::Policy::off);
+  const tune::recipes::sft::ActivationShape shape{1, tokens, 2};
+  const int64_t one_block = tune::recipes::sft::estimate_layer_working_set_bytes(config, shape);
+  const int64_t block_inputs = config.num_hidden_layers * tokens * config.hidden_size * 4;
+  WARN("attribution over " << tokens << " tokens: forward-only inference " << forward_only / 1048576.0
+                           << " MiB; --grad with full checkpointing " << full / 1048576.0 << " MiB, off "
+                           << off / 1048576.0 << " MiB; one block's working set " << one_block / 1048576.0
+                           << " MiB, block inputs " << block_inputs / 1048576.0 << " MiB");
+  CHECK(full <= forward_only + block_inputs + one_block);
+  CHECK(off >= 2 * full);
 }
