@@ -16,10 +16,15 @@ namespace {
 
 constexpr double kNormEps = 1e-6;
 
-// The parameter-free LayerNorm as a norm region of `runner`.
-torch::Tensor run_norm(const torch::Tensor& x, nn::BlockRunner* runner) {
-  auto region = [](const std::vector<torch::Tensor>& inputs) { return nn::layer_norm_fp32(inputs[0], kNormEps); };
-  return nn::run_region(runner, nn::RegionKind::norm, region, {x});
+// adaLN: the parameter-free LayerNorm modulated by shift and scale, as one norm region of `runner`. The modulation
+// belongs to the region because its multiply would otherwise keep the LayerNorm's fp32 output for backward: a
+// recomputing runner then keeps only x, shift and scale, and the qkv/fc1 input copy of the modulated result.
+torch::Tensor run_modulated_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
+                                 nn::BlockRunner* runner) {
+  auto region = [](const std::vector<torch::Tensor>& inputs) {
+    return nn::modulate(nn::layer_norm_fp32(inputs[0], kNormEps), inputs[1], inputs[2]);
+  };
+  return nn::run_region(runner, nn::RegionKind::norm, region, {x, shift, scale});
 }
 
 }  // namespace
@@ -61,9 +66,9 @@ torch::Tensor LatteBlockImpl::forward(const torch::Tensor& x, const torch::Tenso
   const auto &shift_msa = chunks[0], &scale_msa = chunks[1], &gate_msa = chunks[2];
   const auto &shift_mlp = chunks[3], &scale_mlp = chunks[4], &gate_mlp = chunks[5];
   const torch::Tensor attended =
-      x + gate_msa.unsqueeze(1) * attn->forward(nn::modulate(run_norm(x, runner), shift_msa, scale_msa), runner);
+      x + gate_msa.unsqueeze(1) * attn->forward(run_modulated_norm(x, shift_msa, scale_msa, runner), runner);
   return attended +
-         gate_mlp.unsqueeze(1) * mlp->forward(nn::modulate(run_norm(attended, runner), shift_mlp, scale_mlp), runner);
+         gate_mlp.unsqueeze(1) * mlp->forward(run_modulated_norm(attended, shift_mlp, scale_mlp, runner), runner);
 }
 
 LatteFinalLayerImpl::LatteFinalLayerImpl(const LatteConfig& config) {

@@ -37,9 +37,11 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t length
   const int64_t scores = sequences * s.heads * length * length;
   BlockFootprint block;
   // fp32: the block input kept by the first LayerNorm (a spatial block normalises a view of the stack's state, so
-  // the state with its conditioning rows stays; a temporal block its rearranged copy), both LayerNorm outputs
-  // (kept by the modulation's multiply) and the residual after attention (the second LayerNorm's input).
-  int64_t saved = (keeps_state ? (s.tokens + s.frame_rows) * s.hidden : td) * kFloat32 + 3 * td * kFloat32;
+  // the state with its conditioning rows stays; a temporal block its rearranged copy), the residual after
+  // attention (the second LayerNorm's input) and, unless selective recomputes the modulated norms, both LayerNorm
+  // outputs (kept by the modulation's multiply).
+  int64_t saved = (keeps_state ? (s.tokens + s.frame_rows) * s.hidden : td) * kFloat32 + td * kFloat32;
+  if (!selective) saved += 2 * td * kFloat32;
   // Compute dtype: the qkv input copy, q (scaled), k and v as the attention matmuls keep them, the context for
   // proj, proj's output (kept by the gate multiply), fc1's input copy, fc1's output (GELU's input), GELU's output
   // (fc2's input) and fc2's output (kept by the gate multiply).
@@ -48,8 +50,8 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t length
   const int64_t probabilities = scores * (kFloat32 + (s.low_precision ? s.c : 0));
   if (!selective) saved += probabilities;
   // adaLN: SiLU keeps the conditioning [sequences, D] (fp32), the linear its cast; the two shifts are free, the
-  // two scales (1 + scale) and two gates are kept by their multiplies.
-  saved += sequences * s.hidden * (kFloat32 + s.c + 4 * s.c);
+  // two gates and (outside selective's recomputed norms) the two scales (1 + scale) are kept by their multiplies.
+  saved += sequences * s.hidden * (kFloat32 + s.c + (selective ? 2 : 4) * s.c);
   // Weight copies under autocast: qkv, proj, fc1, fc2 and the adaLN linear.
   if (s.low_precision) saved += (4 * s.hidden * s.hidden + 2 * s.hidden * s.inner + 6 * s.hidden * s.hidden) * s.c;
   block.saved = saved;

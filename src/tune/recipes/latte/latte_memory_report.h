@@ -18,8 +18,8 @@ struct LatteActivationShape {
 // The counts follow what autograd saves in models/latte.cpp, latte_layers.cpp and nn/ (LibTorch 1.13), for fp32
 // master weights (under autocast each matmul weight gets a compute-dtype copy) and the learned-variance diffusion
 // loss on the model's output. `selective`: blocks as selective checkpointing runs them (the attention core keeps
-// q, k, v and recomputes its probabilities; Latte's parameter-free norms and GELU keep what a plain block keeps,
-// their outputs being saved by the modulation and fc2 anyway).
+// q, k, v and recomputes its probabilities; the modulated norms keep only their inputs; GELU keeps what a plain
+// block keeps, its output being fc2's input).
 StackMemory latte_stack(const models::LatteConfig& config, const LatteActivationShape& shape, bool selective);
 
 }  // namespace tune::recipes::latte
