@@ -1,4 +1,5 @@
-// Test helper shared by the memory tests: the activation memory of one training step as the estimates define it.
+// Test helpers shared by the memory tests: their Llama shape, and the activation memory of one training step as the
+// estimates define it.
 #pragma once
 
 #include <torch/torch.h>
@@ -7,9 +8,25 @@
 #include <functional>
 
 #include "tune/core/memory_tracker.h"
+#include "tune/models/llama_config.h"
 #include "tune/precision/mixed_precision.h"
 
 namespace tune::testing {
+
+// The memory tests' Llama (the benchmark's shape: hidden 256, 4 heads, MLP 688, vocab 256): big enough that
+// activations dominate a step's transient memory (attention probabilities and MLP activations outweigh the bf16
+// weight copies), small enough for a few seconds of bf16 compute on CPU.
+inline models::LlamaConfig activation_heavy_llama_config(int64_t layers = 8, int64_t max_positions = 512) {
+  models::LlamaConfig config;
+  config.vocab_size = 256;
+  config.hidden_size = 256;
+  config.intermediate_size = 688;
+  config.num_hidden_layers = layers;
+  config.num_attention_heads = 4;
+  config.num_key_value_heads = 4;
+  config.max_position_embeddings = max_positions;
+  return config;
+}
 
 // Peak live CPU tensor bytes during `loss_of()` (run under bf16 autocast, as the training steps run their forward)
 // and the loss's backward (outside the scope), minus the live bytes before. Parameter gradients left by an earlier

@@ -288,14 +288,7 @@ std::map<Policy, int64_t> measure_policies(const models::LlamaConfig& config, co
 
 TEST_CASE("selective: measured activation memory at least 25% under off and above full", "[models][checkpoint][memory]") {
   memory_tracker::install();
-  models::LlamaConfig config;
-  config.vocab_size = 256;
-  config.hidden_size = 256;
-  config.intermediate_size = 688;
-  config.num_hidden_layers = 8;
-  config.num_attention_heads = 4;
-  config.num_key_value_heads = 4;
-  config.max_position_embeddings = 512;
+  const auto config = testing::activation_heavy_llama_config();
   auto measured = measure_policies(config, {Policy::off, Policy::full, Policy::selective});
   CHECK(measured[Policy::full] > 0);
   CHECK(static_cast<double>(measured[Policy::selective]) <= 0.75 * static_cast<double>(measured[Policy::off]));

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/activation_memory.h"
 #include "tune/core/memory_tracker.h"
 #include "tune/memory/checkpoint.h"
 #include "tune/models/llama.h"
@@ -231,14 +232,7 @@ TEST_CASE("attribution under full checkpointing needs forward-only memory plus a
           "[recipes][attribution][memory]") {
   tune::memory_tracker::install();
   torch::manual_seed(12);
-  tune::models::LlamaConfig config;
-  config.vocab_size = 256;
-  config.hidden_size = 256;
-  config.intermediate_size = 688;
-  config.num_hidden_layers = 8;
-  config.num_attention_heads = 4;
-  config.num_key_value_heads = 4;
-  config.max_position_embeddings = 1024;
+  const auto config = tune::testing::activation_heavy_llama_config(8, 1024);
   tune::models::LlamaForCausalLM model(config);
   model->eval();
   std::vector<int64_t> prompt(504), continuation(8);

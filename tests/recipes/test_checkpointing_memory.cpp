@@ -22,20 +22,6 @@ using tune::memory::CheckpointOptions;
 using tune::memory::CheckpointRunner;
 using tune::memory::Policy;
 
-// Big enough that activations dominate the step's transient memory (attention probabilities and MLP activations
-// outweigh the bf16 weight copies), small enough for a few seconds of bf16 compute on CPU.
-tune::models::LlamaConfig activation_heavy_config() {
-  tune::models::LlamaConfig config;
-  config.vocab_size = 256;
-  config.hidden_size = 256;
-  config.intermediate_size = 688;
-  config.num_hidden_layers = 8;
-  config.num_attention_heads = 4;
-  config.num_key_value_heads = 4;
-  config.max_position_embeddings = 512;
-  return config;
-}
-
 constexpr int64_t kBatch = 2;
 constexpr int64_t kSequence = 256;
 
@@ -57,7 +43,7 @@ TEST_CASE("gradient checkpointing cuts measured activation memory as the estimat
           "[recipes][checkpoint][memory]") {
   tune::memory_tracker::install();
   torch::manual_seed(1);
-  const auto config = activation_heavy_config();
+  const auto config = tune::testing::activation_heavy_llama_config();
   tune::models::LlamaForCausalLM model(config);
   model->train();
   const auto input_ids = torch::randint(0, config.vocab_size, {kBatch, kSequence}, torch::kLong);
@@ -126,7 +112,7 @@ TEST_CASE("the estimate follows a long sequence's attention working set (full, s
   // count the softmax backward's temporaries (plain layers) and the chunked recompute's (selective).
   tune::memory_tracker::install();
   torch::manual_seed(2);
-  auto config = activation_heavy_config();
+  auto config = tune::testing::activation_heavy_llama_config();
   config.num_hidden_layers = 2;
   config.max_position_embeddings = 1024;
   tune::models::LlamaForCausalLM model(config);
@@ -155,7 +141,7 @@ TEST_CASE("the estimate follows a long sequence's attention working set (full, s
 TEST_CASE("the estimate follows LoRA training (frozen base, adapters with and without dropout)",
           "[recipes][checkpoint][memory][lora]") {
   tune::memory_tracker::install();
-  const auto config = activation_heavy_config();
+  const auto config = tune::testing::activation_heavy_llama_config();
   struct LoraCase {
     const char* name;
     double dropout;
