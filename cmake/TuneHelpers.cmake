@@ -17,13 +17,15 @@ function(tune_add_library name)
   target_precompile_headers(${name} REUSE_FROM tune_pch)
 endfunction()
 
-# tune_add_test(NAME SOURCES test_a.cpp ... DEPENDS libs...): one Catch2 executable, each TEST_CASE a CTest test.
+# tune_add_test(NAME SOURCES test_a.cpp ... DEPENDS libs... [PROPERTIES prop value ...]): one Catch2 executable,
+# each TEST_CASE a CTest test; PROPERTIES are added to every such test (e.g. FIXTURES_REQUIRED).
 function(tune_add_test name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPENDS" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPENDS;PROPERTIES" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE tune_catch_main ${ARG_DEPENDS})
   target_precompile_headers(${name} REUSE_FROM tune_pch)
   target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests)
-  target_compile_definitions(${name} PRIVATE TUNE_SOURCE_DIR="${CMAKE_SOURCE_DIR}" TUNE_BINARY_DIR="${CMAKE_BINARY_DIR}")
-  catch_discover_tests(${name} TEST_PREFIX "${name}: " PROPERTIES TIMEOUT 600)
+  target_compile_definitions(${name} PRIVATE TUNE_SOURCE_DIR="${CMAKE_SOURCE_DIR}" TUNE_BINARY_DIR="${CMAKE_BINARY_DIR}"
+                                             TUNE_PYTHON="${TUNE_PYTHON}")
+  catch_discover_tests(${name} TEST_PREFIX "${name}: " PROPERTIES TIMEOUT 600 ${ARG_PROPERTIES})
 endfunction()

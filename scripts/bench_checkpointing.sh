@@ -24,7 +24,7 @@ POLICIES="off full every_k sqrt selective"
 PYTORCH=1
 CONFIGS=""
 COMPARE=""
-PYTHON=${PYTHON:-/usr/bin/python3}  # Debian's python3-torch
+PYTHON=${PYTHON:-$ROOT/.venv/bin/python}  # scripts/setup.sh: torch 2.13, the peer
 
 usage() { sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do

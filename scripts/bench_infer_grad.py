@@ -2,7 +2,7 @@
 """Memory of gradient-enabled inference (`tune infer --grad`) on a Llama: checkpointing on, off, and plain
 generation, side by side in one run.
 
-    /usr/bin/python3 scripts/bench_infer_grad.py [--lengths 256 1024 2048] [--policies full selective off]
+    .venv/bin/python scripts/bench_infer_grad.py [--lengths 256 1024 2048] [--policies full selective off]
                                                  [--tune build/apps/tune/tune] [--out FILE.json]
 
 Each configuration runs `tune infer recipes/sft-tiny.yaml --prompt P --grad --json` in a fresh process with the

@@ -2,7 +2,7 @@
 """Latte memory/speed benchmark: training steps and gradient-guided sampling with activation checkpointing off and
 on, side by side in one run, through the tune binary itself (what users run).
 
-    /usr/bin/python3 scripts/bench_latte.py [--quick] [--repeat R] [--steps N] [--threads T] [--out FILE.json]
+    .venv/bin/python scripts/bench_latte.py [--quick] [--repeat R] [--steps N] [--threads T] [--out FILE.json]
 
 Default model: Latte-S/2 sizes (hidden 384, depth 12, 6 heads, patch 2) on 16-frame 32x32 pixel clips, i.e. 256
 tokens per frame: the token count of Latte-S/2 on 256x256 videos through the SD VAE (32x32x4 latents), with 3

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Sums a Chrome trace written by `tune-bench --profile FILE` per op name: where a training step spends its time.
 
-    /usr/bin/python3 scripts/bench_profile_summary.py TRACE.json [OTHER.json] [--top N]
+    .venv/bin/python scripts/bench_profile_summary.py TRACE.json [OTHER.json] [--top N]
 
 With two traces (e.g. policy off and full) the columns sit side by side with the difference, so the cost of the
 recompute shows op by op. Times are inclusive of child ops (an aten::linear includes its aten::matmul).

@@ -4,7 +4,7 @@ SwiGLU; torch.nn default init, as tune's random model) trained for a few steps w
 block, under torch.autocast('cpu', bfloat16). Prints one JSON line with the fields tune-bench prints.
 
 Run each configuration in its own process: peak RSS (ru_maxrss) is per process. Needs Debian's python3-torch
-(/usr/bin/python3). Used by scripts/bench_checkpointing.sh.
+(.venv/bin/python). Used by scripts/bench_checkpointing.sh.
 """
 import argparse
 import inspect

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Installs the dependencies (idempotent) and builds tune in build/ (Release).
+# Installs the dependencies (idempotent) and builds tune in build/ (Release) against the LibTorch inside the torch
+# wheel of .venv.
 #   scripts/build.sh [extra cmake args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 jobs=$(nproc 2>/dev/null || echo 2)
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+torch_prefix=$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$torch_prefix" "$@" >/dev/null
 cmake --build build -j"$jobs"

@@ -7,7 +7,7 @@ The .pt holds the state dict directly or under "ema" (preferred: the weights sam
 "module." prefix (DDP) is removed. The architecture comes from the variant name plus options, as the official
 sample configs give them, and is checked against the tensors' shapes before anything is written.
 
-  /usr/bin/python3 scripts/convert_latte_checkpoint.py ucf101.pt out/ --variant Latte-XL/2 \
+  .venv/bin/python scripts/convert_latte_checkpoint.py ucf101.pt out/ --variant Latte-XL/2 \
       --num-frames 16 --image-size 256 --num-classes 101 --extras 2
 
 --image-size is the video size in pixels (latent size = image-size / 8, as the official scripts use the SD VAE);

@@ -9,7 +9,7 @@ combination. torch is used only to draw seeded random numbers so the C++ side ca
 
 Tensors use Latte's layout [B, F, C, H, W] (channels on dim 2). Floats are written as Python floats (doubles).
 
-Run with the interpreter that has torch: /usr/bin/python3 scripts/make_diffusion_fixture.py
+Run with the interpreter that has torch: .venv/bin/python scripts/make_diffusion_fixture.py
 """
 import json
 import math

@@ -1,4 +1,4 @@
-"""Writes the safetensors fixtures read by tests/io (run with a Python that has torch: /usr/bin/python3).
+"""Writes the safetensors fixtures read by tests/io (run with a Python that has torch: .venv/bin/python).
 
 The files come from scripts/safetensors_io.py, a writer independent of the C++ one, so the C++ reader is checked
 against an outside truth. Every value is a torch.arange formula that tests/io/test_safetensors.cpp and

@@ -17,7 +17,7 @@ Writes, under tests/fixtures/latte/:
   io.safetensors     x [2, 4, 4, 8, 8] f32, t [2] i64, y [2] i64, output [2, 4, 8, 8, 8] (labels kept),
                      force_drop_ids [2] i64 = [0, 1] and output_dropped (sample 1 given the null class)
 
-Run: /usr/bin/python3 scripts/make_latte_fixture.py   (deterministic; needs only torch)
+Run: .venv/bin/python scripts/make_latte_fixture.py   (deterministic; needs only torch)
 """
 import json
 import math

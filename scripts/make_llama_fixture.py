@@ -10,7 +10,7 @@ explicit causal mask, SwiGLU MLP. For each case it writes, under tests/fixtures/
   io.safetensors       input_ids [2, 7], position_ids [2, 7] (row 1 starts at 50 to exercise RoPE at larger
                        angles) and the reference logits [2, 7, vocab] computed in float64, stored as float32.
 
-Run: /usr/bin/python3 scripts/make_llama_fixture.py   (deterministic; needs only torch)
+Run: .venv/bin/python scripts/make_llama_fixture.py   (deterministic; needs only torch)
 """
 import json
 import math

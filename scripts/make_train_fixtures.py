@@ -4,7 +4,7 @@ torch.nn.utils.clip_grad_norm_, torch.nn.functional.cross_entropy) and the trans
 written out here. Floats are written as Python floats (exact doubles of the fp32 values), so C++ reads them
 back bit for bit.
 
-Run with the interpreter that has torch: /usr/bin/python3 scripts/make_train_fixtures.py
+Run with the interpreter that has torch: .venv/bin/python scripts/make_train_fixtures.py
 """
 import json
 import math

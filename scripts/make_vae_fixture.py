@@ -25,7 +25,7 @@ Writes tests/fixtures/vae/:
                                          i.e. what a diffusion model sees) and decoded [2, 3, 16, 16] =
                                          decoder(post_quant_conv(latents / scaling_factor)), all F32.
 
-Run: /usr/bin/python3 scripts/make_vae_fixture.py   (deterministic; needs only torch)
+Run: .venv/bin/python scripts/make_vae_fixture.py   (deterministic; needs only torch)
 """
 import json
 import os

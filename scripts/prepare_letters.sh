@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-data/letters}
-[ -f "$out/train.jsonl" ] || /usr/bin/python3 scripts/make_letters_data.py --out "$out"
+[ -f "$out/train.jsonl" ] || .venv/bin/python scripts/make_letters_data.py --out "$out"
 [ -f "$out/tokenizer.model" ] || bash scripts/train_tokenizer.sh "$out/tokenizer.model" "$out/train.jsonl"

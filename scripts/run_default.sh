@@ -13,10 +13,10 @@ if [ -n "$(ls -A "$run/checkpoints" 2>/dev/null)" ]; then
   "$tune" train recipes/sft-tiny.yaml --resume
 else
   echo "== accuracy before training (random initialisation)"
-  /usr/bin/python3 scripts/eval_letters_accuracy.py recipes/sft-tiny.yaml --out "$run-accuracy-before.json"
+  .venv/bin/python scripts/eval_letters_accuracy.py recipes/sft-tiny.yaml --out "$run-accuracy-before.json"
   "$tune" train recipes/sft-tiny.yaml
 fi
 echo "== accuracy after training"
-/usr/bin/python3 scripts/eval_letters_accuracy.py "$run" --out "$run-accuracy-after.json"
+.venv/bin/python scripts/eval_letters_accuracy.py "$run" --out "$run-accuracy-after.json"
 echo "== one held-out prompt, with per-token gradient attribution (tune infer --grad)"
 "$tune" infer "$run" --prompt "Reverse: q w e r t" --grad

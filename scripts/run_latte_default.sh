@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
 tune=build/apps/tune/tune
-[ -d data/shapes ] || /usr/bin/python3 scripts/make_moving_shapes.py --out data/shapes --videos-per-class 128 \
+[ -d data/shapes ] || .venv/bin/python scripts/make_moving_shapes.py --out data/shapes --videos-per-class 128 \
   --num-frames 4 --size 16 --shape-size 4 --colours class
 run=runs/latte-tiny
 if [ -n "$(ls -A "$run/checkpoints" 2>/dev/null)" ]; then
@@ -16,6 +16,6 @@ else
   "$tune" train recipes/latte-tiny.yaml "$@"
 fi
 echo "== do sampled videos follow the class? (32 videos, DDIM 50 steps, cfg 4)"
-/usr/bin/python3 scripts/eval_latte_motion.py "$run" --cfg-scale 4 --colours-by-class --out "$run-motion.json"
+.venv/bin/python scripts/eval_latte_motion.py "$run" --cfg-scale 4 --colours-by-class --out "$run-motion.json"
 "$tune" infer "$run" --class 0 --out "$run/samples/right.gif" --no-grad
 echo "== a sample of class 0 (right): $run/samples/right.gif"

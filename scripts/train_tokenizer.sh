@@ -11,6 +11,7 @@
 #  - one thread, every input sentence in file order (input_sentence_size 0: no sampling, shuffle off), fixed
 #    seed, relative paths in the stored trainer flags: the same input gives a byte-identical model.
 set -euo pipefail
+python="$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python"  # scripts/setup.sh: has the sentencepiece module
 
 if [[ $# -lt 1 || $# -gt 3 ]]; then
   echo "usage: $0 OUTPUT.model [INPUT.jsonl|INPUT.txt] [VOCAB_SIZE]" >&2
@@ -32,8 +33,8 @@ trap 'rm -rf "$work"' EXIT
   echo "system user assistant"
 } > "$work/corpus.txt"
 if [[ "$input" == *.jsonl ]]; then
-  # Debian's python3 (stdlib only): one line per text field, newlines inside a field split into lines.
-  /usr/bin/python3 - "$input" >> "$work/corpus.txt" <<'PY'
+  # The venv's python (stdlib only here): one line per text field, newlines inside a field split into lines.
+  "$python" - "$input" >> "$work/corpus.txt" <<'PY'
 import json, sys
 def texts(row):
     for key in ("system", "instruction", "input", "output"):
@@ -68,4 +69,4 @@ spm_train \
 
 mkdir -p "$(dirname "$output")"
 cp tokenizer.model "$output"
-echo "wrote $output ($(/usr/bin/python3 -c "import sentencepiece as s; print(s.SentencePieceProcessor(model_file='$output').get_piece_size())") pieces)"
+echo "wrote $output ($("$python" -c "import sentencepiece as s; print(s.SentencePieceProcessor(model_file='$output').get_piece_size())") pieces)"

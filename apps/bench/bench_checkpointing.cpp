@@ -23,6 +23,7 @@
 #include "tune/core/threads.h"
 #include "tune/memory/checkpoint.h"
 #include "tune/models/llama.h"
+#include "tune/precision/cpu_gemm.h"
 #include "tune/precision/mixed_precision.h"
 #include "tune/recipes/sft/memory_report.h"
 #include "tune/train/loss.h"
@@ -135,6 +136,8 @@ int run(const BenchOptions& options) {
 
   // Before any large allocation, so every tensor of the step is counted.
   tune::memory_tracker::install();
+  tune::precision::install_cpu_gemm();
+  result["cpu_gemm"] = tune::precision::describe_cpu_gemm();
   result["threads"] = tune::configure_threads(options.threads);
   torch::manual_seed(options.seed);
 

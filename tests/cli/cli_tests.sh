@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# End-to-end tests of the tune CLI. Usage: cli_tests.sh CASE (environment: TUNE, TUNE_SOURCE, WORK).
+# End-to-end tests of the tune CLI. Usage: cli_tests.sh CASE (environment: TUNE, TUNE_SOURCE, WORK, PYTHON).
 # Each case exits non-zero with a message on the first failed expectation.
 set -uo pipefail
-: "${TUNE:?}" "${TUNE_SOURCE:?}" "${WORK:?}"
+: "${TUNE:?}" "${TUNE_SOURCE:?}" "${WORK:?}" "${PYTHON:?}"
 export TUNE_HOME="$TUNE_SOURCE"
 DATA="$WORK/data"
 
@@ -55,11 +55,11 @@ YAML
   for line in "$@"; do echo "$line" >> "$file"; done
 }
 
-losses() { /usr/bin/python3 -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1]) if l.strip()))" "$1"; }
+losses() { "$PYTHON" -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1]) if l.strip()))" "$1"; }
 
 case_setup_data() {
   rm -rf "$WORK" && mkdir -p "$DATA"
-  /usr/bin/python3 "$TUNE_SOURCE/scripts/make_letters_data.py" --out "$DATA" --train 800 --test 50 >/dev/null || fail "data generation"
+  "$PYTHON" "$TUNE_SOURCE/scripts/make_letters_data.py" --out "$DATA" --train 800 --test 50 >/dev/null || fail "data generation"
   bash "$TUNE_SOURCE/scripts/train_tokenizer.sh" "$DATA/tokenizer.model" "$DATA/train.jsonl" >/dev/null 2>&1 || fail "tokenizer training"
   [ -s "$DATA/tokenizer.model" ] || fail "no tokenizer"
 }
@@ -117,9 +117,31 @@ case_data_errors_name_line() {
   expect_exit 1 "$TUNE" train "$WORK/baddata.yaml" data.train="$WORK/baddata/missing.jsonl"; contains "$ERR" "missing.jsonl"
 }
 
-case_fp16_on_cpu_is_rejected() {
+# fp16 autocast on the CPU (LibTorch >= 2.4) with the dynamic loss scaler, in a real run. A starting scale of 2^30
+# makes the first backward overflow fp16 for certain (any gradient above ~6e-5 times 2^30 exceeds fp16's 65504):
+# the update is skipped and the scale halved until the gradients fit, then the run trains.
+case_fp16_on_cpu_trains_with_loss_scaler() {
+  rm -rf "$WORK/runs/fp16"
   write_recipe "$WORK/fp16.yaml" "$WORK/runs/fp16"
-  expect_exit 2 "$TUNE" train "$WORK/fp16.yaml" mixed_precision=fp16 device=cpu; contains "$ERR" "mixed_precision"
+  expect_exit 0 "$TUNE" train "$WORK/fp16.yaml" mixed_precision=fp16 device=cpu loss_scale.initial=1073741824 \
+    training.max_steps=40 checkpoint.every=0
+  contains "$ERR" "mixed precision: fp16 autocast"
+  contains "$ERR" "step 1: inf/NaN gradients at loss scale 1073741824: update skipped, scale now 536870912"
+  "$PYTHON" - "$WORK/runs/fp16/metrics.jsonl" <<'PY' || fail "fp16 metrics"
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+scales = [r["loss_scale"] for r in rows]
+assert scales[0] == 2.0 ** 30 and scales[1] == 2.0 ** 29, scales[:3]
+assert all(b in (a, a / 2) for a, b in zip(scales, scales[1:])), scales      # only halvings, no growth yet
+skipped = sum(1 for a, b in zip(scales, scales[1:]) if b == a / 2)
+assert 1 <= skipped < 30 and scales[-1] < 65536, (skipped, scales[-1])
+first, last = rows[0]["loss"], sum(r["loss"] for r in rows[-5:]) / 5
+assert last < 0.8 * first, (first, last)                                       # it trains once the scale fits
+print(f"fp16: {skipped} skipped steps, scale {scales[0]:.0f} -> {scales[-1]:.0f}, loss {first:.3f} -> {last:.3f}")
+PY
+  # The key is checked like every other: a scale below 1 is a config error naming it.
+  expect_exit 2 "$TUNE" train "$WORK/fp16.yaml" mixed_precision=fp16 loss_scale.initial=0.5
+  contains "$ERR" "loss_scale.initial"
 }
 
 case_train_full() {
@@ -133,7 +155,7 @@ case_train_full() {
     [ -s "$run/$f" ] || fail "missing $f"
   done
   [ "$(wc -l < "$run/metrics.jsonl")" = 20 ] || fail "metrics.jsonl should have 20 lines"
-  /usr/bin/python3 - "$run/metrics.jsonl" <<'PY' || fail "metrics content"
+  "$PYTHON" - "$run/metrics.jsonl" <<'PY' || fail "metrics content"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 for key in ("step", "loss", "lr", "grad_norm", "tokens_per_s", "peak_mem_bytes", "elapsed_s"):
@@ -188,9 +210,9 @@ case_refuses_to_overwrite_run() {
 case_infer_json_and_attribution() {
   local run="$WORK/runs/full"
   expect_exit 0 "$TUNE" infer "$run" --prompt "Reverse: a b c" --json --no-grad
-  /usr/bin/python3 -c "import json,sys; d=json.loads(sys.argv[1]); assert d['prompt_ids'] and d['output_ids'] and 'text' in d and 'attribution' not in d" "$OUT" || fail "json: $OUT"
+  "$PYTHON" -c "import json,sys; d=json.loads(sys.argv[1]); assert d['prompt_ids'] and d['output_ids'] and 'text' in d and 'attribution' not in d" "$OUT" || fail "json: $OUT"
   expect_exit 0 "$TUNE" infer "$run" --prompt "Reverse: a b c" --json --grad --max-new-tokens 4
-  /usr/bin/python3 - "$OUT" <<'PY' || fail "attribution json: $OUT"
+  "$PYTHON" - "$OUT" <<'PY' || fail "attribution json: $OUT"
 import json, math, sys
 d = json.loads(sys.argv[1])
 a = d["attribution"]
@@ -213,7 +235,7 @@ case_lora_train_export_merge_matches() {
   for f in config.json model.safetensors tokenizer.model; do [ -s "$base/$f" ] || fail "export missing $f"; done
   write_recipe "$WORK/lora.yaml" "$WORK/runs/lora" "lora:" "  rank: 4" "  target_modules: [q_proj, v_proj, gate_proj]"
   # LoRA takes its architecture and tokenizer from the base model directory.
-  /usr/bin/python3 - "$WORK/lora.yaml" "$base" <<'PY'
+  "$PYTHON" - "$WORK/lora.yaml" "$base" <<'PY'
 import sys
 lines = open(sys.argv[1]).read().split("\n")
 out, skip = [], False
@@ -238,7 +260,7 @@ PY
   expect_exit 0 "$TUNE" infer "$WORK/runs/lora" --prompt "Reverse: a b c" --json --no-grad
   local lora_out=$OUT
   expect_exit 0 "$TUNE" infer "$WORK/runs/lora-merged" --prompt "### Instruction:\nReverse: a b c\n\n### Response:\n" --json --no-grad
-  /usr/bin/python3 - "$lora_out" "$OUT" <<'PY' || fail "merged model differs from base+adapter"
+  "$PYTHON" - "$lora_out" "$OUT" <<'PY' || fail "merged model differs from base+adapter"
 import json, sys
 a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 assert a["output_ids"] == b["output_ids"], (a["output_ids"], b["output_ids"])
@@ -250,7 +272,7 @@ PY
   expect_exit 0 "$TUNE" train "$WORK/lora.yaml" param_dtype=bf16 mixed_precision=bf16 training.max_steps=3 \
     --output-dir "$WORK/runs/lora-bf16"
   contains "$ERR" "stored in bf16"
-  /usr/bin/python3 - "$WORK/runs/lora/memory.json" "$WORK/runs/lora-bf16/memory.json" <<'PY' || fail "param_dtype memory"
+  "$PYTHON" - "$WORK/runs/lora/memory.json" "$WORK/runs/lora-bf16/memory.json" <<'PY' || fail "param_dtype memory"
 import json, sys
 fp32, bf16 = (json.load(open(p)) for p in sys.argv[1:3])
 assert bf16["parameters_bytes"] < 0.6 * fp32["parameters_bytes"], (fp32["parameters_bytes"], bf16["parameters_bytes"])
@@ -271,7 +293,7 @@ case_checkpointing_toggle_changes_measured_memory() {
       model.hidden_size=128 model.intermediate_size=352 model.num_hidden_layers=4 data.max_length=256 \
       training.max_steps=3 checkpoint.every=0 data.eval_fraction=0.0
   done
-  /usr/bin/python3 - "$WORK/runs/toggle-true/memory.json" "$WORK/runs/toggle-false/memory.json" <<'PY' || fail "memory toggle"
+  "$PYTHON" - "$WORK/runs/toggle-true/memory.json" "$WORK/runs/toggle-false/memory.json" <<'PY' || fail "memory toggle"
 import json, sys
 on, off = (json.load(open(p)) for p in sys.argv[1:3])
 assert on["gradient_checkpointing"].startswith("on") and off["gradient_checkpointing"] == "off"
@@ -322,7 +344,7 @@ YAML
 }
 
 make_shapes() {
-  [ -d "$SHAPES" ] || /usr/bin/python3 "$TUNE_SOURCE/scripts/make_moving_shapes.py" --out "$SHAPES" \
+  [ -d "$SHAPES" ] || "$PYTHON" "$TUNE_SOURCE/scripts/make_moving_shapes.py" --out "$SHAPES" \
     --videos-per-class 4 --num-frames 4 --size 8 --shape-size 2 >/dev/null || fail "shapes generation"
 }
 
@@ -348,7 +370,7 @@ case_latte_train_resume_sample() {
     expect_exit 0 "$TUNE" infer "$run" --class 1 --out "$WORK/sample.$ext" --no-grad
     [ -s "$WORK/sample.$ext" ] || fail "no sample.$ext"
   done
-  /usr/bin/python3 -c "
+  "$PYTHON" -c "
 import sys; sys.path.insert(0, '$TUNE_SOURCE/scripts'); import safetensors_io as s
 d = s.load('$WORK/sample.safetensors'); v = d['video']
 assert list(v.shape) == [4, 3, 8, 8], v.shape
@@ -374,7 +396,7 @@ case_latte_prepare_latents() {
   expect_exit 0 "$TUNE" prepare "$WORK/latents.yaml"
   contains "$ERR" "16 videos in 4 classes"; contains "$ERR" "16 clip files written"
   [ "$(find "$latents" -name '*.safetensors' | wc -l)" = 16 ] || fail "expected 16 latent files"
-  /usr/bin/python3 -c "
+  "$PYTHON" -c "
 import json, sys; sys.path.insert(0, '$TUNE_SOURCE/scripts'); import safetensors_io as s
 m = json.load(open('$latents/latents.json'))
 assert m['complete'] and m['latent_channels'] == 4 and m['latent_size'] == 4 and m['classes'][2] == '2_down', m
@@ -389,7 +411,7 @@ assert list(d['latent'].shape) == [4, 4, 4, 4] and int(d['label'][0]) == 2, d" |
   expect_exit 0 "$TUNE" train "$WORK/latents.yaml"
   contains "$ERR" "16 prepared latent clips"; contains "$ERR" "no VAE in memory"; contains "$ERR" "input 4 x 4x4x4"
   expect_exit 0 "$TUNE" infer "$run" --class 3 --out "$WORK/latent-sample.safetensors" --no-grad
-  /usr/bin/python3 -c "
+  "$PYTHON" -c "
 import sys; sys.path.insert(0, '$TUNE_SOURCE/scripts'); import safetensors_io as s
 v = s.load('$WORK/latent-sample.safetensors')['video']
 assert list(v.shape) == [4, 3, 8, 8] and float(v.abs().max()) <= 1, v.shape" || fail "decoded sample"
@@ -416,7 +438,7 @@ case_latte_guided_sampling_memory() {
   rm -rf "$run"
   write_latte_recipe "$WORK/guided.yaml" "$run" "guidance:" "  reference: $SHAPES/0_right/v0000/frame_00000.png"
   sed -i 's/mixed_precision: "no"/mixed_precision: bf16/; s/image_size: 8/image_size: 16/; s/patch_size: 4/patch_size: 2/; s/max_steps: 6/max_steps: 1/' "$WORK/guided.yaml"
-  rm -rf "$WORK/shapes16"; /usr/bin/python3 "$TUNE_SOURCE/scripts/make_moving_shapes.py" --out "$WORK/shapes16" \
+  rm -rf "$WORK/shapes16"; "$PYTHON" "$TUNE_SOURCE/scripts/make_moving_shapes.py" --out "$WORK/shapes16" \
     --videos-per-class 1 --num-frames 4 --size 16 >/dev/null || fail "shapes16"
   sed -i "s|path: $SHAPES|path: $WORK/shapes16|; s|reference: .*|reference: $WORK/shapes16/0_right/v0000/frame_00000.png|" "$WORK/guided.yaml"
   expect_exit 0 "$TUNE" train "$WORK/guided.yaml"
@@ -427,7 +449,7 @@ case_latte_guided_sampling_memory() {
     contains "$ERR" "gradient guidance: reference frame 0"
     peaks+=("$(grep -o 'peak memory [0-9.]* [KMG]iB' <<<"$ERR" | tail -1)")
   done
-  /usr/bin/python3 - "${peaks[0]}" "${peaks[1]}" <<'PY' || fail "checkpointing did not lower the guided-sampling peak: ${peaks[*]}"
+  "$PYTHON" - "${peaks[0]}" "${peaks[1]}" <<'PY' || fail "checkpointing did not lower the guided-sampling peak: ${peaks[*]}"
 import sys
 units = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 def parse(text):
@@ -454,9 +476,9 @@ case_latte_bad_videos() {
 case_latte_motion_measurement() {
   # The motion metric of scripts/eval_latte_motion.py on generated clips, whose direction is known, must be exact.
   rm -rf "$WORK/shapes-metric"
-  /usr/bin/python3 "$TUNE_SOURCE/scripts/make_moving_shapes.py" --out "$WORK/shapes-metric" --videos-per-class 3 \
+  "$PYTHON" "$TUNE_SOURCE/scripts/make_moving_shapes.py" --out "$WORK/shapes-metric" --videos-per-class 3 \
     --num-frames 8 --size 16 --shape-size 4 >/dev/null || fail "shapes"
-  /usr/bin/python3 - "$WORK/shapes-metric" "$TUNE_SOURCE/scripts" <<'PY' || fail "motion measurement"
+  "$PYTHON" - "$WORK/shapes-metric" "$TUNE_SOURCE/scripts" <<'PY' || fail "motion measurement"
 import os, struct, sys, zlib
 import torch
 sys.path.insert(0, sys.argv[2])

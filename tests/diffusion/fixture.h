@@ -14,7 +14,7 @@ inline const nlohmann::json& fixture() {
   static const nlohmann::json data = [] {
     std::ifstream in(std::string(TUNE_SOURCE_DIR) + "/tests/fixtures/diffusion/diffusion.json");
     if (!in) {
-      throw std::runtime_error("missing fixture diffusion.json: run /usr/bin/python3 scripts/make_diffusion_fixture.py");
+      throw std::runtime_error("missing fixture diffusion.json: run .venv/bin/python scripts/make_diffusion_fixture.py");
     }
     return nlohmann::json::parse(in);
   }();

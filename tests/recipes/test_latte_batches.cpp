@@ -27,15 +27,10 @@ std::pair<double, double> centroid(const torch::Tensor& frame) {
 }  // namespace
 
 TEST_CASE("Latte training batches keep frames in time order and labels with their clips", "[recipes][latte]") {
-  if (std::system("test -x /usr/bin/python3") != 0) {
-    WARN("/usr/bin/python3 not found: test skipped");
-    return;
-  }
   tune::testing::ScratchDir scratch;
   const auto data = scratch.path() / "shapes";
-  const std::string command = "/usr/bin/python3 " + (std::filesystem::path(TUNE_SOURCE_DIR) / "scripts" /
-                                                     "make_moving_shapes.py").string() +
-                              " --out " + data.string() +
+  const auto script = std::filesystem::path(TUNE_SOURCE_DIR) / "scripts" / "make_moving_shapes.py";
+  const std::string command = std::string(TUNE_PYTHON) + " " + script.string() + " --out " + data.string() +
                               " --videos-per-class 3 --num-frames 10 --size 16 --shape-size 4 > /dev/null";
   REQUIRE(std::system(command.c_str()) == 0);
 

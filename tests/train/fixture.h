@@ -12,7 +12,7 @@ namespace tune::test {
 
 inline nlohmann::json load_train_fixture(const std::string& name) {
   std::ifstream in(std::string(TUNE_SOURCE_DIR) + "/tests/fixtures/train/" + name);
-  if (!in) throw std::runtime_error("missing fixture " + name + ": run /usr/bin/python3 scripts/make_train_fixtures.py");
+  if (!in) throw std::runtime_error("missing fixture " + name + ": run .venv/bin/python scripts/make_train_fixtures.py");
   return nlohmann::json::parse(in);
 }
 

@@ -2,6 +2,7 @@
 #include "tune/config/raw_config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <fstream>
 #include <functional>

@@ -2,6 +2,7 @@
 #include "tune/config/yaml_text.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>

@@ -7,6 +7,7 @@
 // " {reply} " is written "{reply} "). encode_prompt() renders the same parts up to the assistant header, so its
 // ids are exactly the prefix encode() trains on, and decode(prompt ids) + " " + reply reads as the full text.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 

@@ -2,6 +2,7 @@
 #include "tune/models/llama.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <map>

@@ -2,6 +2,7 @@
 #include "tune/nn/attention_mask.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <limits>
 #include <stdexcept>

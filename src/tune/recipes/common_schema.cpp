@@ -3,6 +3,7 @@
 
 #include <torch/cuda.h>
 
+#include "tune/compat/torch_compat.h"
 #include "tune/core/error.h"
 
 namespace tune::recipes {
@@ -22,6 +23,8 @@ config::Schema common_schema(const std::string& recipe_name) {
   schema.integer("checkpointing.k", 2, "every_k: checkpoint blocks 0, k, 2k, ...");
   schema.choice("mixed_precision", {"bf16", "fp16", "no"}, "bf16",
                 "autocast compute dtype; weights and optimizer state stay fp32");
+  schema.real("loss_scale.initial", 65536.0, "fp16: the dynamic loss scale to start from (halved on inf/NaN gradients)");
+  schema.integer("loss_scale.growth_interval", 2000, "fp16: clean steps before the loss scale doubles");
   schema.choice("param_dtype", {"fp32", "bf16"}, "fp32",
                 "storage dtype of frozen weights (LoRA base); trainable weights stay fp32 masters");
   schema.boolean("grad_inference", true, "tune infer keeps autograd on (per-token attribution) unless --no-grad");
@@ -77,10 +80,16 @@ RunSettings read_run_settings(const config::Config& config) {
                                       : memory::Policy::off;
   settings.checkpointing.k = get_int_at_least(config, "checkpointing.k", 1);
   settings.mixed_precision = precision::parse_mixed_precision(config.get_string("mixed_precision"));
-  if (settings.mixed_precision == precision::MixedPrecision::fp16 && settings.device == "cpu") {
-    config.fail("mixed_precision",
-                "is 'fp16', which needs CUDA (LibTorch's CPU autocast computes in bf16 only); use 'bf16' or 'no' on CPU");
+  if (settings.mixed_precision == precision::MixedPrecision::fp16 && settings.device == "cpu" &&
+      !compat::cpu_autocast_supports_fp16()) {
+    config.fail("mixed_precision", "is 'fp16', which needs CUDA on this LibTorch (its CPU autocast computes in bf16 "
+                                   "only); use 'bf16' or 'no' on CPU");
   }
+  settings.loss_scale.initial_scale = config.get_real("loss_scale.initial");
+  if (!(settings.loss_scale.initial_scale >= 1.0)) {
+    config.fail("loss_scale.initial", fmt::format("must be >= 1, got {}", settings.loss_scale.initial_scale));
+  }
+  settings.loss_scale.growth_interval = get_int_at_least(config, "loss_scale.growth_interval", 1);
   settings.grad_inference = config.get_bool("grad_inference");
   settings.frozen_weights_bf16 = config.get_string("param_dtype") == "bf16";
   if (settings.frozen_weights_bf16 && settings.mixed_precision == precision::MixedPrecision::no) {

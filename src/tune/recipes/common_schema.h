@@ -7,6 +7,7 @@
 
 #include "tune/config/config.h"
 #include "tune/memory/checkpoint.h"
+#include "tune/precision/loss_scaler.h"
 #include "tune/precision/mixed_precision.h"
 #include "tune/train/adamw.h"
 #include "tune/train/lr_schedule.h"
@@ -25,6 +26,7 @@ struct RunSettings {
   precision::MixedPrecision mixed_precision = precision::MixedPrecision::bf16;
   bool grad_inference = true;
   bool frozen_weights_bf16 = false;      // param_dtype: bf16
+  precision::LossScalerOptions loss_scale;  // fp16 only
 };
 
 struct TrainingSettings {

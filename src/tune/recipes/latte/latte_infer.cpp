@@ -21,6 +21,7 @@
 #include "tune/io/run_checkpoints.h"
 #include "tune/io/safetensors.h"
 #include "tune/memory/checkpoint.h"
+#include "tune/precision/cpu_gemm.h"
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/latte/latte_checkpoint.h"
 #include "tune/recipes/latte/latte_model.h"
@@ -84,6 +85,7 @@ int infer(const InferRequest& request) {
   // ---- weights: the newest checkpoint's EMA, else model.path
   configure_threads(run.threads);
   memory_tracker::install();
+  precision::install_cpu_gemm();
   const torch::Device device(run.device);
   std::optional<std::filesystem::path> checkpoint;
   if (request.run_dir) checkpoint = io::newest_complete_checkpoint(*request.run_dir);

@@ -12,6 +12,7 @@
 #include "tune/diffusion/gaussian_diffusion.h"
 #include "tune/diffusion/timestep_sampler.h"
 #include "tune/memory/checkpoint.h"
+#include "tune/precision/cpu_gemm.h"
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/latte/latte_checkpoint.h"
 #include "tune/recipes/latte/latte_data.h"
@@ -80,6 +81,7 @@ int train(const TrainRequest& request) {
   // ---- setup
   const int threads = configure_threads(run.threads);
   memory_tracker::install();
+  precision::install_cpu_gemm();
   const torch::Device device(run.device);
   const TrainingData training_data = open_training_data(latte, config);
   prepare_run_directory(output_dir, config, request.resume_from);
@@ -118,7 +120,9 @@ int train(const TrainRequest& request) {
   train::AdamW optimizer(train::make_param_groups(params, training.weight_decay), training.adamw);
   train::ExponentialMovingAverage ema(params, latte.ema_decay);
   std::unique_ptr<precision::DynamicLossScaler> scaler;
-  if (run.mixed_precision == precision::MixedPrecision::fp16) scaler = std::make_unique<precision::DynamicLossScaler>();
+  if (run.mixed_precision == precision::MixedPrecision::fp16) {
+    scaler = std::make_unique<precision::DynamicLossScaler>(run.loss_scale);
+  }
   const int64_t steps_per_epoch = std::max<int64_t>(1, batcher.batches_per_epoch() / training.gradient_accumulation_steps);
   training.schedule.total_steps = training.max_steps > 0 ? training.max_steps : training.epochs * steps_per_epoch;
 
@@ -149,6 +153,9 @@ int train(const TrainRequest& request) {
   log::info("mixed precision: {}", run.mixed_precision == precision::MixedPrecision::no
                                        ? std::string("off (fp32)")
                                        : precision::to_string(run.mixed_precision) + " autocast, fp32 master weights");
+  if (run.mixed_precision != precision::MixedPrecision::no && run.device == "cpu") {
+    log::info("{}", precision::describe_cpu_gemm());
+  }
   const LatteActivationShape shape{training.batch_size,
                                    run.mixed_precision == precision::MixedPrecision::no ? 4 : 2};
   const int64_t activation_estimate = estimate_for_runner(latte_stack(model_config, shape, false),

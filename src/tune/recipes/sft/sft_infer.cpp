@@ -9,6 +9,7 @@
 #include "tune/core/threads.h"
 #include "tune/io/run_checkpoints.h"
 #include "tune/memory/checkpoint.h"
+#include "tune/precision/cpu_gemm.h"
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/sft/generate.h"
 #include "tune/recipes/sft/sft_checkpoint.h"
@@ -131,6 +132,7 @@ int infer(const InferRequest& request) {
 
   configure_threads(run.threads);
   memory_tracker::install();
+  precision::install_cpu_gemm();
   const torch::Device device(run.device);
   auto loaded = load_for_inference(request, sft, run.seed);
   auto& model = loaded.model;

@@ -7,6 +7,7 @@
 #include "tune/core/progress.h"
 #include "tune/core/threads.h"
 #include "tune/data/sft_loader.h"
+#include "tune/precision/cpu_gemm.h"
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/run_directory.h"
 #include "tune/recipes/sft/memory_report.h"
@@ -70,6 +71,7 @@ int train(const TrainRequest& request) {
   // ---- setup
   const int threads = configure_threads(run.threads);
   memory_tracker::install();
+  precision::install_cpu_gemm();
   const torch::Device device(run.device);
   prepare_run_directory(output_dir, config, request.resume_from);
 
@@ -100,7 +102,9 @@ int train(const TrainRequest& request) {
   for (const auto& param : params) param_tensors.push_back(param.tensor);
   // fp16 needs loss scaling so small gradients survive; bf16 has fp32's exponent range and does not.
   std::unique_ptr<precision::DynamicLossScaler> scaler;
-  if (run.mixed_precision == precision::MixedPrecision::fp16) scaler = std::make_unique<precision::DynamicLossScaler>();
+  if (run.mixed_precision == precision::MixedPrecision::fp16) {
+    scaler = std::make_unique<precision::DynamicLossScaler>(run.loss_scale);
+  }
   const int64_t steps_per_epoch =
       std::max<int64_t>(1, loader.batches_per_epoch() / training.gradient_accumulation_steps);
   training.schedule.total_steps = training.max_steps > 0 ? training.max_steps : training.epochs * steps_per_epoch;
@@ -141,6 +145,9 @@ int train(const TrainRequest& request) {
   log::info("mixed precision: {}", run.mixed_precision == precision::MixedPrecision::no
                                        ? std::string("off (fp32)")
                                        : precision::to_string(run.mixed_precision) + " autocast, fp32 master weights");
+  if (run.mixed_precision != precision::MixedPrecision::no && run.device == "cpu") {
+    log::info("{}", precision::describe_cpu_gemm());
+  }
   log::info("memory plan: parameters {}, gradients {}, optimizer state {}, activations {}{} (estimate for batch {} x {} "
             "tokens)", format_bytes(all_param_bytes), format_bytes(total_bytes(param_tensors)),
             format_bytes(optimizer.state_bytes()), "~",

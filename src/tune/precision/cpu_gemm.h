@@ -1,0 +1,42 @@
+// Matrix products of bf16/fp16 tensors on CPUs that LibTorch has no fast kernel for.
+//
+// LibTorch 2.x multiplies bf16 matrices on the CPU through oneDNN only when the CPU has AVX-512 (BW, VL and DQ)
+// or AMX, and fp16 ones only with AVX512-FP16/AMX-FP16; elsewhere (every AVX2-only CPU, this project's AMD EPYC
+// machines among them) it falls back to a reference loop: 0.3-0.5 GFLOP/s on one thread against 11-17 for fp32
+// (measured with torch 2.13), which makes bf16 autocast, tune's default, ~40x slower than fp32 training.
+// `install()` replaces LibTorch's CPU kernels of mm, addmm, bmm and baddbmm (and their out= forms) with ones that,
+// for bf16/fp16 operands, convert them to fp32, multiply with LibTorch's fp32 kernel (MKL) and round the result to
+// the operands' dtype: the numerics oneDNN's bf16 GEMM has (products accumulated in fp32, one rounding at the
+// end), at fp32 speed, for the price of converting the operands (O(n^2) beside the O(n^3) product). Every other
+// dtype goes to LibTorch's own kernel unchanged. linear, matmul and autograd's backward formulas all reach these
+// four operators, so forward and backward of every projection take the fast path.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tune::precision {
+
+// Which kernels bf16/fp16 products use on the CPU.
+enum class CpuGemmMode {
+  native,          // LibTorch's own (fast where the CPU has native bf16/fp16 matrix instructions)
+  fp32_accumulate  // convert to fp32, MKL, round back (this file)
+};
+
+// The mode for a low-precision dtype on this CPU: native when LibTorch has a fast kernel for it here, else
+// fp32_accumulate. The environment variable TUNE_CPU_GEMM=native|fp32 overrides (for side-by-side benchmarks).
+CpuGemmMode cpu_gemm_mode_for_bf16();
+CpuGemmMode cpu_gemm_mode_for_fp16();
+
+// Registers the replacement kernels once per process when either mode above is fp32_accumulate (idempotent; a
+// no-op otherwise). Must run before the first product whose speed matters; it changes no result beyond the
+// summation order of the fp32 accumulation.
+void install_cpu_gemm();
+
+// Number of products that took the fp32_accumulate path in this process: how tests and logs show it is in use.
+int64_t cpu_gemm_fp32_accumulate_calls();
+
+// One line for the run log, e.g. "bf16 CPU matmuls: fp32-accumulate kernels (no native bf16 GEMM on this CPU)".
+std::string describe_cpu_gemm();
+
+}  // namespace tune::precision
