@@ -134,7 +134,8 @@ scales = [r["loss_scale"] for r in rows]
 assert scales[0] == 2.0 ** 30 and scales[1] == 2.0 ** 29, scales[:3]
 assert all(b in (a, a / 2) for a, b in zip(scales, scales[1:])), scales      # only halvings, no growth yet
 skipped = sum(1 for a, b in zip(scales, scales[1:]) if b == a / 2)
-assert 1 <= skipped < 30 and scales[-1] < 65536, (skipped, scales[-1])
+assert skipped >= 1 and scales[0] / scales[-1] == 2 ** skipped, (skipped, scales)
+assert scales[-10:] == [scales[-1]] * 10, scales                               # then the gradients fit fp16
 first, last = rows[0]["loss"], sum(r["loss"] for r in rows[-5:]) / 5
 assert last < 0.8 * first, (first, last)                                       # it trains once the scale fits
 print(f"fp16: {skipped} skipped steps, scale {scales[0]:.0f} -> {scales[-1]:.0f}, loss {first:.3f} -> {last:.3f}")

@@ -10,7 +10,12 @@
 #include <fmt/format.h>
 #include <torch/library.h>
 
+#include <dlfcn.h>
+
+#include <algorithm>
 #include <atomic>
+#include <limits>
+#include <vector>
 #include <cstdlib>
 #include <string_view>
 
@@ -118,56 +123,150 @@ at::Tensor native_baddbmm(const at::Tensor& self, const at::Tensor& batch1, cons
   return call.out();
 }
 
-at::Tensor fp32(const at::Tensor& t) { return t.to(at::kFloat); }
+// MKL's mixed-precision GEMM (cblas_gemm_bf16bf16f32 / cblas_gemm_f16f16f32: low-precision operands, fp32
+// accumulation and result), which LibTorch's wheel links in and exports. It reads the operands where they are, so
+// the only transient is the fp32 result; looked up at run time, so a LibTorch without MKL falls back to converting
+// the operands to fp32 (two more transients, same values).
+using MklMixedGemm = void (*)(int layout, int trans_a, int trans_b, int m, int n, int k, float alpha, const void* a,
+                              int lda, const void* b, int ldb, float beta, float* c, int ldc);
+constexpr int kCblasRowMajor = 101, kCblasNoTrans = 111, kCblasTrans = 112;
 
-// The fp32 result rounded to the operands' dtype; written into `out` for the out= forms.
-at::Tensor rounded(const at::Tensor& result, c10::ScalarType dtype, at::Tensor* out) {
+MklMixedGemm mkl_gemm_for(c10::ScalarType dtype) {
+  static const auto bf16 = reinterpret_cast<MklMixedGemm>(dlsym(RTLD_DEFAULT, "cblas_gemm_bf16bf16f32"));
+  static const auto fp16 = reinterpret_cast<MklMixedGemm>(dlsym(RTLD_DEFAULT, "cblas_gemm_f16f16f32"));
+  return dtype == c10::kBFloat16 ? bf16 : fp16;
+}
+
+// A 2-D operand as cblas sees it in row-major order: as stored (rows contiguous) or transposed (columns
+// contiguous), with its leading dimension. Operands with neither layout are copied contiguous first.
+struct CblasOperand {
+  at::Tensor tensor;
+  int transpose;
+  int64_t leading;
+};
+CblasOperand cblas_operand(const at::Tensor& t) {
+  const int64_t rows = t.size(0), cols = t.size(1);
+  if (t.stride(1) == 1 || cols == 1) {
+    const int64_t leading = rows == 1 ? cols : t.stride(0);
+    if (leading >= std::max<int64_t>(cols, 1)) return {t, kCblasNoTrans, leading};
+  }
+  if (t.stride(0) == 1 || rows == 1) {
+    const int64_t leading = cols == 1 ? rows : t.stride(1);
+    if (leading >= std::max<int64_t>(rows, 1)) return {t, kCblasTrans, leading};
+  }
+  return {t.contiguous(), kCblasNoTrans, cols};
+}
+
+bool fits_cblas_int(std::initializer_list<int64_t> values) {
+  for (const int64_t v : values) {
+    if (v <= 0 || v > std::numeric_limits<int>::max()) return false;
+  }
+  return true;
+}
+
+// result = alpha * a @ b + beta * result for 2-D low-precision a [m, k], b [k, n] and a contiguous fp32 result
+// [m, n] (not read when beta is 0).
+void accumulate_product(const at::Tensor& a, const at::Tensor& b, float alpha, float beta, at::Tensor& result) {
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  const MklMixedGemm gemm = mkl_gemm_for(a.scalar_type());
+  if (gemm != nullptr && fits_cblas_int({m, n, k})) {
+    const CblasOperand lhs = cblas_operand(a), rhs = cblas_operand(b);
+    if (fits_cblas_int({lhs.leading, rhs.leading})) {
+      gemm(kCblasRowMajor, lhs.transpose, rhs.transpose, static_cast<int>(m), static_cast<int>(n),
+           static_cast<int>(k), alpha, lhs.tensor.const_data_ptr(), static_cast<int>(lhs.leading),
+           rhs.tensor.const_data_ptr(), static_cast<int>(rhs.leading), beta, result.mutable_data_ptr<float>(),
+           static_cast<int>(n));
+      return;
+    }
+  }
+  // No MKL, or sizes outside its 32-bit interface (k = 0 among them): LibTorch's fp32 kernel on converted copies.
+  native_addmm(result, a.to(at::kFloat), b.to(at::kFloat), beta, alpha, result);
+}
+
+// The checks LibTorch's own kernels make, with their messages, before the fast path touches memory.
+void check_matrices(const at::Tensor& a, const at::Tensor& b, int64_t dims) {
+  TORCH_CHECK(a.dim() == dims, dims == 2 ? "self must be a matrix" : "batch1 must be a 3D tensor");
+  TORCH_CHECK(b.dim() == dims, dims == 2 ? "mat2 must be a matrix" : "batch2 must be a 3D tensor");
+  TORCH_CHECK(a.size(-1) == b.size(-2), "mat1 and mat2 shapes cannot be multiplied (", a.size(-2), "x", a.size(-1),
+              " and ", b.size(-2), "x", b.size(-1), ")");
+  if (dims == 3) TORCH_CHECK(a.size(0) == b.size(0), "batch1 and batch2 must have same number of batches");
+}
+
+// Rows of the result computed per MKL call: the fp32 result is a transient of at most this many rows (256 KiB at
+// the widths here), not of the whole [m, n], which in a checkpointed block's backward would add to the peak.
+int64_t rows_per_chunk(int64_t columns) {
+  return std::max<int64_t>(64, (int64_t{1} << 16) / std::max<int64_t>(columns, 1));
+}
+
+// beta * bias + alpha * a @ b (bias undefined: the plain product) for matrices or batches of them, accumulated in
+// fp32 and rounded once to the operands' dtype, into `out` for the out= forms (resized) or a new tensor.
+at::Tensor low_precision_product(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias, double beta,
+                                 double alpha, at::Tensor* out) {
   ++fp32_accumulate_calls;
-  if (out == nullptr) return result.to(dtype);
-  at::native::resize_output(*out, result.sizes());
-  out->copy_(result);
-  return *out;
+  const bool batched = a.dim() == 3;
+  check_matrices(a, b, batched ? 3 : 2);
+  std::vector<int64_t> sizes{a.size(-2), b.size(-1)};
+  if (batched) sizes.insert(sizes.begin(), a.size(0));
+  at::Tensor result = out != nullptr ? *out : at::empty(sizes, a.options());
+  if (out != nullptr) at::native::resize_output(result, sizes);
+  const bool with_bias = bias.defined() && beta != 0.0;  // beta 0 ignores the bias, NaNs included, as LibTorch
+  const at::Tensor expanded_bias = with_bias ? bias.expand(sizes) : at::Tensor();
+  const int64_t rows = a.size(-2), columns = b.size(-1), chunk = std::min(rows, rows_per_chunk(columns));
+  at::Tensor buffer = at::empty({std::max<int64_t>(chunk, 1), columns}, a.options().dtype(at::kFloat));
+  const int64_t matrices = batched ? a.size(0) : 1;
+  for (int64_t i = 0; i < matrices; ++i) {
+    const at::Tensor lhs = batched ? a[i] : a, rhs = batched ? b[i] : b;
+    at::Tensor target = batched ? result[i] : result;
+    for (int64_t row = 0; row < rows; row += chunk) {
+      const int64_t count = std::min(chunk, rows - row);
+      at::Tensor partial = buffer.narrow(0, 0, count);
+      if (with_bias) partial.copy_((batched ? expanded_bias[i] : expanded_bias).narrow(0, row, count));
+      accumulate_product(lhs.narrow(0, row, count), rhs, static_cast<float>(alpha),
+                         with_bias ? static_cast<float>(beta) : 0.0f, partial);
+      target.narrow(0, row, count).copy_(partial);
+    }
+  }
+  return result;
 }
 
 at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
   if (!through_fp32({&self, &mat2})) return native_mm(self, mat2);
-  return rounded(native_mm(fp32(self), fp32(mat2)), self.scalar_type(), nullptr);
+  return low_precision_product(self, mat2, {}, 0.0, 1.0, nullptr);
 }
 at::Tensor& mm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out) {
   if (!through_fp32({&self, &mat2, &out})) native_mm(self, mat2, out);
-  else rounded(native_mm(fp32(self), fp32(mat2)), self.scalar_type(), &out);
+  else low_precision_product(self, mat2, {}, 0.0, 1.0, &out);
   return out;
 }
 at::Tensor bmm(const at::Tensor& self, const at::Tensor& mat2) {
   if (!through_fp32({&self, &mat2})) return native_bmm(self, mat2);
-  return rounded(native_bmm(fp32(self), fp32(mat2)), self.scalar_type(), nullptr);
+  return low_precision_product(self, mat2, {}, 0.0, 1.0, nullptr);
 }
 at::Tensor& bmm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out) {
   if (!through_fp32({&self, &mat2, &out})) native_bmm(self, mat2, out);
-  else rounded(native_bmm(fp32(self), fp32(mat2)), self.scalar_type(), &out);
+  else low_precision_product(self, mat2, {}, 0.0, 1.0, &out);
   return out;
 }
 at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2, const at::Scalar& beta,
                  const at::Scalar& alpha) {
   if (!through_fp32({&mat1, &mat2, &self})) return native_addmm(self, mat1, mat2, beta, alpha);
-  return rounded(native_addmm(fp32(self), fp32(mat1), fp32(mat2), beta, alpha), mat1.scalar_type(), nullptr);
+  return low_precision_product(mat1, mat2, self, beta.toDouble(), alpha.toDouble(), nullptr);
 }
 at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2, const at::Scalar& beta,
                       const at::Scalar& alpha, at::Tensor& out) {
   if (!through_fp32({&mat1, &mat2, &self, &out})) native_addmm(self, mat1, mat2, beta, alpha, out);
-  else rounded(native_addmm(fp32(self), fp32(mat1), fp32(mat2), beta, alpha), mat1.scalar_type(), &out);
+  else low_precision_product(mat1, mat2, self, beta.toDouble(), alpha.toDouble(), &out);
   return out;
 }
 at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& batch1, const at::Tensor& batch2,
                    const at::Scalar& beta, const at::Scalar& alpha) {
   if (!through_fp32({&batch1, &batch2, &self})) return native_baddbmm(self, batch1, batch2, beta, alpha);
-  return rounded(native_baddbmm(fp32(self), fp32(batch1), fp32(batch2), beta, alpha), batch1.scalar_type(),
-                 nullptr);
+  return low_precision_product(batch1, batch2, self, beta.toDouble(), alpha.toDouble(), nullptr);
 }
 at::Tensor& baddbmm_out(const at::Tensor& self, const at::Tensor& batch1, const at::Tensor& batch2,
                         const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
   if (!through_fp32({&batch1, &batch2, &self, &out})) native_baddbmm(self, batch1, batch2, beta, alpha, out);
-  else rounded(native_baddbmm(fp32(self), fp32(batch1), fp32(batch2), beta, alpha), batch1.scalar_type(), &out);
+  else low_precision_product(batch1, batch2, self, beta.toDouble(), alpha.toDouble(), &out);
   return out;
 }
 

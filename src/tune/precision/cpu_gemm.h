@@ -4,12 +4,14 @@
 // or AMX, and fp16 ones only with AVX512-FP16/AMX-FP16; elsewhere (every AVX2-only CPU, this project's AMD EPYC
 // machines among them) it falls back to a reference loop: 0.3-0.5 GFLOP/s on one thread against 11-17 for fp32
 // (measured with torch 2.13), which makes bf16 autocast, tune's default, ~40x slower than fp32 training.
-// `install()` replaces LibTorch's CPU kernels of mm, addmm, bmm and baddbmm (and their out= forms) with ones that,
-// for bf16/fp16 operands, convert them to fp32, multiply with LibTorch's fp32 kernel (MKL) and round the result to
-// the operands' dtype: the numerics oneDNN's bf16 GEMM has (products accumulated in fp32, one rounding at the
-// end), at fp32 speed, for the price of converting the operands (O(n^2) beside the O(n^3) product). Every other
-// dtype goes to LibTorch's own kernel unchanged. linear, matmul and autograd's backward formulas all reach these
-// four operators, so forward and backward of every projection take the fast path.
+// `install_cpu_gemm()` replaces LibTorch's CPU kernels of mm, addmm, bmm and baddbmm (and their out= forms) with
+// ones that, for bf16/fp16 operands, accumulate the product in fp32 and round it once to the operands' dtype: the
+// numerics oneDNN's bf16 GEMM has, at fp32 speed. They call MKL's mixed-precision GEMM (cblas_gemm_bf16bf16f32,
+// cblas_gemm_f16f16f32; exported by LibTorch's MKL build, 84 GFLOP/s on one thread here against 81 for sgemm),
+// which reads the low-precision operands in place, so the only transient is the fp32 result; without MKL they
+// convert the operands to fp32 and use LibTorch's fp32 kernel. Every other dtype goes to LibTorch's own kernel
+// unchanged. linear, matmul and autograd's backward formulas all reach these four operators, so forward and
+// backward of every projection take the fast path.
 #pragma once
 
 #include <cstdint>

@@ -23,7 +23,7 @@ config::Schema common_schema(const std::string& recipe_name) {
   schema.integer("checkpointing.k", 2, "every_k: checkpoint blocks 0, k, 2k, ...");
   schema.choice("mixed_precision", {"bf16", "fp16", "no"}, "bf16",
                 "autocast compute dtype; weights and optimizer state stay fp32");
-  schema.real("loss_scale.initial", 65536.0, "fp16: the dynamic loss scale to start from (halved on inf/NaN gradients)");
+  schema.real("loss_scale.initial", 65536.0, "fp16: the loss scale to start from (halved on inf/NaN gradients)");
   schema.integer("loss_scale.growth_interval", 2000, "fp16: clean steps before the loss scale doubles");
   schema.choice("param_dtype", {"fp32", "bf16"}, "fp32",
                 "storage dtype of frozen weights (LoRA base); trainable weights stay fp32 masters");
