@@ -11,7 +11,7 @@
 #  - one thread, every input sentence in file order (input_sentence_size 0: no sampling, shuffle off), fixed
 #    seed, relative paths in the stored trainer flags: the same input gives a byte-identical model.
 set -euo pipefail
-python="$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python"  # scripts/setup.sh: has the sentencepiece module
+python=${PYTHON:-"$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python"}  # scripts/setup.sh's venv (or $PYTHON): has the sentencepiece module
 
 if [[ $# -lt 1 || $# -gt 3 ]]; then
   echo "usage: $0 OUTPUT.model [INPUT.jsonl|INPUT.txt] [VOCAB_SIZE]" >&2

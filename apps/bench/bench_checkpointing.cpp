@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <torch/csrc/autograd/profiler_legacy.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <sys/resource.h>
@@ -26,6 +27,8 @@
 #include "tune/precision/cpu_gemm.h"
 #include "tune/precision/mixed_precision.h"
 #include "tune/recipes/sft/memory_report.h"
+#include "tune/train/adamw.h"
+#include "tune/train/linear_cross_entropy.h"
 #include "tune/train/loss.h"
 
 namespace {
@@ -47,6 +50,12 @@ struct BenchOptions {
   std::string dtype = "bf16";
   uint64_t seed = 0;
   std::string profile;    // non-empty: one more step under the autograd profiler, its trace written here
+  std::string device = "cpu";  // cpu | cuda
+  int64_t lora_rank = 0;  // > 0: LoRA on every projection (q,k,v,o,gate,up,down), base weights frozen
+  bool optimizer = false; // also an AdamW update per step (parameter gradients, moments), as a training step
+  std::string loss = "plain";  // plain: lm_head + fp32 log_softmax | fused: train::causal_lm_linear_loss_sum
+  bool tie_embeddings = false;
+  double rope_theta = 10000.0;
 };
 
 // Resident set size now, from /proc (ru_maxrss only gives the peak).
@@ -80,27 +89,60 @@ struct StepResult {
   double loss;
 };
 
-// One training step without an optimizer: forward under the precision scope, summed next-token loss, backward.
-// Gradients from earlier steps are zeroed in place so backward accumulates into existing storage, as in training.
-StepResult train_step(tune::models::LlamaForCausalLM& model, const torch::Tensor& input_ids,
-                      const torch::Tensor& labels, tune::precision::MixedPrecision precision) {
-  for (auto& parameter : model->parameters()) {
-    if (parameter.grad().defined()) parameter.mutable_grad().zero_();
+// Live and peak tensor bytes on the bench's device: the tracking allocator on CPU, the caching allocator's
+// statistics on CUDA.
+int64_t live_bytes(bool cuda) {
+  return cuda ? tune::memory_tracker::live_bytes(true) : tune::memory_tracker::cpu_live_bytes();
+}
+void reset_peak(bool cuda) {
+  if (cuda) {
+    tune::memory_tracker::reset_peak(true);
+  } else {
+    tune::memory_tracker::reset_cpu_peak();
   }
-  const int64_t before = tune::memory_tracker::cpu_live_bytes();
-  tune::memory_tracker::reset_cpu_peak();
+}
+int64_t peak_bytes(bool cuda) {
+  return cuda ? tune::memory_tracker::peak_bytes(true) : tune::memory_tracker::cpu_peak_bytes();
+}
+
+// One training step: forward under the precision scope, summed next-token loss, backward, and (with
+// --optimizer) an AdamW update. Without the optimizer, gradients from earlier steps are zeroed in place so backward
+// accumulates into existing storage, as in training; with it, they are dropped after the update (set to none, as
+// torch's zero_grad does by default), so the peak includes their allocation, as HF's does.
+StepResult train_step(tune::models::LlamaForCausalLM& model, const torch::Tensor& input_ids,
+                      const torch::Tensor& labels, tune::precision::MixedPrecision precision,
+                      const BenchOptions& options, tune::train::AdamW* optimizer) {
+  const bool cuda = input_ids.is_cuda();
+  if (optimizer == nullptr) {
+    for (auto& parameter : model->parameters()) {
+      if (parameter.grad().defined()) parameter.mutable_grad().zero_();
+    }
+  }
+  if (cuda) torch::cuda::synchronize();
+  const int64_t before = live_bytes(cuda);
+  reset_peak(cuda);
   const auto start = std::chrono::steady_clock::now();
   torch::Tensor loss;
   {
-    tune::precision::AutocastScope autocast(precision, torch::kCPU);
-    loss = tune::train::causal_lm_loss_sum(model->forward(input_ids), labels);
+    tune::precision::AutocastScope autocast(precision, input_ids.device());
+    if (options.loss == "fused") {
+      loss = tune::train::causal_lm_linear_loss_sum(model->forward_hidden(input_ids), model->output_weight(), labels);
+    } else {
+      loss = tune::train::causal_lm_loss_sum(model->forward(input_ids), labels);
+    }
   }
+  if (cuda) torch::cuda::synchronize();
   const auto forward_end = std::chrono::steady_clock::now();
   loss.backward();
+  if (optimizer != nullptr) {
+    optimizer->step(1e-5);
+    optimizer->zero_grad();
+  }
+  const double loss_value = loss.item<double>();  // synchronises the device
   const auto end = std::chrono::steady_clock::now();
-  const int64_t peak = tune::memory_tracker::cpu_peak_bytes();
+  const int64_t peak = peak_bytes(cuda);
   return {std::chrono::duration<double>(end - start).count(),
-          std::chrono::duration<double>(forward_end - start).count(), peak - before, peak, loss.item<double>()};
+          std::chrono::duration<double>(forward_end - start).count(), peak - before, peak, loss_value};
 }
 
 int run(const BenchOptions& options) {
@@ -119,6 +161,10 @@ int run(const BenchOptions& options) {
   result["dtype"] = options.dtype;
   result["steps"] = options.steps;
   result["warmup"] = options.warmup;
+  result["device"] = options.device;
+  result["lora_rank"] = options.lora_rank;
+  result["optimizer"] = options.optimizer ? "adamw" : "none";
+  result["loss"] = options.loss;
 
   tune::memory::Policy policy;
   tune::precision::MixedPrecision precision;
@@ -128,6 +174,13 @@ int run(const BenchOptions& options) {
       throw tune::UsageError("--dtype: expected bf16 or fp32, got '" + options.dtype + "'");
     }
     precision = options.dtype == "bf16" ? tune::precision::MixedPrecision::bf16 : tune::precision::MixedPrecision::no;
+    if (options.device != "cpu" && options.device != "cuda") {
+      throw tune::UsageError("--device: expected cpu or cuda, got '" + options.device + "'");
+    }
+    if (options.device == "cuda" && !torch::cuda::is_available()) throw tune::UsageError("--device cuda: no CUDA device");
+    if (options.loss != "plain" && options.loss != "fused") {
+      throw tune::UsageError("--loss: expected plain or fused, got '" + options.loss + "'");
+    }
   } catch (const tune::Error& error) {
     result["error"] = error.what();
     std::cout << result.dump() << std::endl;
@@ -149,8 +202,26 @@ int run(const BenchOptions& options) {
   config.num_attention_heads = options.heads;
   config.num_key_value_heads = options.kv_heads > 0 ? options.kv_heads : options.heads;
   config.max_position_embeddings = std::max<int64_t>(options.sequence, 2048);
-  tune::models::LlamaForCausalLM model(config);
+  config.tie_word_embeddings = options.tie_embeddings;
+  config.rope_theta = options.rope_theta;
+  tune::models::LlamaLoraOptions lora;
+  lora.lora.rank = options.lora_rank;
+  lora.lora.alpha = 2.0 * static_cast<double>(options.lora_rank);
+  lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  tune::models::LlamaForCausalLM model(config, lora);
+  if (options.lora_rank > 0) model->freeze_base_weights();
+  const torch::Device device = options.device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  model->to(device);
   model->train();
+  std::unique_ptr<tune::train::AdamW> optimizer;
+  if (options.optimizer) {
+    std::vector<tune::train::NamedParameter> trainable;
+    for (const auto& named : model->named_parameters()) {
+      if (named.value().requires_grad()) trainable.push_back({named.key(), named.value()});
+    }
+    optimizer = std::make_unique<tune::train::AdamW>(tune::train::make_param_groups(trainable, 0.0),
+                                                     tune::train::AdamWOptions{});
+  }
 
   tune::memory::CheckpointOptions checkpoint_options;
   checkpoint_options.policy = policy;
@@ -167,20 +238,26 @@ int run(const BenchOptions& options) {
   result["checkpointing"] = runner->describe();
   result["checkpointed_blocks"] = runner->checkpointed_blocks();
 
-  const auto input_ids = torch::randint(0, config.vocab_size, {options.batch, options.sequence}, torch::kLong);
-  const auto labels = torch::randint(0, config.vocab_size, {options.batch, options.sequence}, torch::kLong);
+  const auto input_ids = torch::randint(0, config.vocab_size, {options.batch, options.sequence}, torch::kLong).to(device);
+  const auto labels = torch::randint(0, config.vocab_size, {options.batch, options.sequence}, torch::kLong).to(device);
 
-  int64_t parameter_bytes = 0;
-  for (const auto& parameter : model->parameters()) parameter_bytes += parameter.numel() * parameter.element_size();
+  int64_t parameter_bytes = 0, parameters = 0, trainable_parameters = 0;
+  for (const auto& parameter : model->parameters()) {
+    parameter_bytes += parameter.numel() * parameter.element_size();
+    parameters += parameter.numel();
+    if (parameter.requires_grad()) trainable_parameters += parameter.numel();
+  }
   result["parameter_bytes"] = parameter_bytes;
+  result["parameters"] = parameters;
+  result["trainable_parameters"] = trainable_parameters;
   const int64_t rss_before = current_rss_bytes();
 
-  for (int i = 0; i < options.warmup; ++i) train_step(model, input_ids, labels, precision);
+  for (int i = 0; i < options.warmup; ++i) train_step(model, input_ids, labels, precision, options, optimizer.get());
   std::vector<double> seconds, forward_seconds;
   int64_t activation_bytes = 0, peak_live_bytes = 0;
   double loss = 0.0;
   for (int i = 0; i < options.steps; ++i) {
-    const StepResult step = train_step(model, input_ids, labels, precision);
+    const StepResult step = train_step(model, input_ids, labels, precision, options, optimizer.get());
     seconds.push_back(step.seconds);
     forward_seconds.push_back(step.forward_seconds);
     activation_bytes = std::max(activation_bytes, step.activation_bytes);
@@ -192,7 +269,7 @@ int run(const BenchOptions& options) {
     // Legacy autograd profiler (present in 1.13 and 2.x): a Chrome-trace file of every op of one step;
     // scripts/bench_profile_summary.py sums it per op.
     torch::autograd::profiler::RecordProfile profile(options.profile);
-    train_step(model, input_ids, labels, precision);
+    train_step(model, input_ids, labels, precision, options, optimizer.get());
   }
 
   // The analytic side: the estimate for this policy and layout, and the floor policy full aims at (every block's
@@ -228,17 +305,19 @@ int run(const BenchOptions& options) {
   // checkpointing holds one block input, the recompute's whole working set (attention backward temporaries
   // included) and the head and loss; each further layer should only add its fp32 block input. (Run after the
   // RSS figures above, which it would otherwise disturb.)
-  if (policy == tune::memory::Policy::full && options.layers > 1) {
+  // (CPU only: the tracking allocator's per-step figures; and skipped with the optimizer, whose state would count.)
+  if (policy == tune::memory::Policy::full && options.layers > 1 && options.device == "cpu" && !options.optimizer) {
     torch::manual_seed(options.seed);
     tune::models::LlamaConfig one_layer = config;
     one_layer.num_hidden_layers = 1;
     tune::models::LlamaForCausalLM single(one_layer);
     single->train();
     single->set_block_runner(std::make_shared<tune::memory::CheckpointRunner>(checkpoint_options, 1));
-    for (int i = 0; i < options.warmup; ++i) train_step(single, input_ids, labels, precision);
+    for (int i = 0; i < options.warmup; ++i) train_step(single, input_ids, labels, precision, options, nullptr);
     int64_t single_bytes = 0;
     for (int i = 0; i < options.steps; ++i) {
-      single_bytes = std::max(single_bytes, train_step(single, input_ids, labels, precision).activation_bytes);
+      single_bytes =
+          std::max(single_bytes, train_step(single, input_ids, labels, precision, options, nullptr).activation_bytes);
     }
     const int64_t input_bytes = options.batch * options.sequence * options.hidden * 4;
     const int64_t floor = single_bytes + (options.layers - 1) * input_bytes;
@@ -271,6 +350,13 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", options.dtype, "bf16 (autocast) | fp32")->capture_default_str();
   app.add_option("--seed", options.seed, "RNG seed for weights and tokens")->capture_default_str();
   app.add_option("--profile", options.profile, "also profile one step: write its Chrome trace (JSON) here");
+  app.add_option("--device", options.device, "cpu | cuda")->capture_default_str();
+  app.add_option("--lora-rank", options.lora_rank, "LoRA rank on every projection (0: full fine-tune)")
+      ->capture_default_str();
+  app.add_flag("--optimizer", options.optimizer, "include an AdamW update in each step");
+  app.add_option("--loss", options.loss, "plain | fused (chunked linear cross-entropy)")->capture_default_str();
+  app.add_flag("--tie-embeddings", options.tie_embeddings, "lm_head shares the embedding matrix");
+  app.add_option("--rope-theta", options.rope_theta, "RoPE base")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     return run(options);

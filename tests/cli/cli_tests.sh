@@ -507,6 +507,73 @@ print("motion measurement correct on every generated clip")
 PY
 }
 
+# ---- CUDA: run where the tune binary's LibTorch sees a GPU (scripts/build_cuda.sh on the GPU machine); elsewhere
+# each case exits 77, which CTest reports as skipped (SKIP_RETURN_CODE), never as passed.
+need_cuda() {
+  "$PYTHON" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null ||
+    { echo "SKIP: no CUDA device for $PYTHON's torch"; exit 77; }
+}
+
+case_cuda_train_and_grad_infer() {
+  need_cuda
+  # bf16 on the GPU, checkpointing policies full and offload: both train (loss falls), the caching allocator's peak
+  # is what metrics.jsonl and memory.json report, and offload's peak is not above full's.
+  local peaks=()
+  for policy in full offload; do
+    local run="$WORK/runs/cuda-$policy"
+    rm -rf "$run"
+    write_recipe "$WORK/cuda.yaml" "$run"
+    expect_exit 0 "$TUNE" train "$WORK/cuda.yaml" device=cuda mixed_precision=bf16 checkpointing.policy=$policy \
+      training.max_steps=40 checkpoint.every=40
+    contains "$ERR" "policy $policy"
+    "$PYTHON" - "$run" <<'PY' || fail "cuda run $policy"
+import json, sys
+run = sys.argv[1]
+rows = [json.loads(l) for l in open(f"{run}/metrics.jsonl")]
+memory = json.load(open(f"{run}/memory.json"))
+assert memory["peak_source"] == "CUDA caching allocator", memory
+assert all(r["peak_mem_bytes"] > 0 for r in rows)
+assert memory["peak_bytes"] >= memory["parameters_bytes"] + memory["optimizer_state_bytes"], memory
+first, last = rows[0]["loss"], sum(r["loss"] for r in rows[-5:]) / 5
+assert last < 0.8 * first, (first, last)
+print(f"{run}: loss {first:.3f} -> {last:.3f}, peak {memory['peak_bytes']} bytes")
+PY
+    peaks+=("$("$PYTHON" -c "import json,sys; print(json.load(open(sys.argv[1]))['peak_bytes'])" "$run/memory.json")")
+  done
+  [ "${peaks[1]}" -le "${peaks[0]}" ] || fail "offload peak ${peaks[1]} above full's ${peaks[0]}"
+  # gradient-enabled inference on the GPU: attributions computed through checkpointing, peak reported
+  expect_exit 0 "$TUNE" infer "$WORK/runs/cuda-full" --prompt "Reverse: a b c" --json --grad --max-new-tokens 4 device=cuda
+  "$PYTHON" -c "
+import json, math, sys
+a = json.loads(sys.argv[1])['attribution']
+assert any(t['grad_norm'] > 0 for t in a['tokens']) and all(math.isfinite(t['grad_norm']) for t in a['tokens'])
+assert a['gradient_checkpointing'].startswith('on')" "$OUT" || fail "cuda attribution: $OUT"
+}
+
+case_cuda_fp16_loss_scaler() {
+  need_cuda
+  # fp16 autocast on the GPU with the dynamic loss scaler: an initial scale of 2^30 overflows fp16 gradients, so
+  # the first steps are skipped with the scale halved each time; then it trains.
+  local run="$WORK/runs/cuda-fp16"
+  rm -rf "$run"
+  write_recipe "$WORK/cuda-fp16.yaml" "$run"
+  expect_exit 0 "$TUNE" train "$WORK/cuda-fp16.yaml" device=cuda mixed_precision=fp16 loss_scale.initial=1073741824 \
+    training.max_steps=40 checkpoint.every=0
+  contains "$ERR" "mixed precision: fp16 autocast"
+  contains "$ERR" "step 1: inf/NaN gradients at loss scale 1073741824: update skipped, scale now 536870912"
+  "$PYTHON" - "$run/metrics.jsonl" <<'PY' || fail "cuda fp16 metrics"
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+scales = [r["loss_scale"] for r in rows]
+assert scales[0] == 2.0 ** 30 and scales[1] == 2.0 ** 29, scales[:3]
+skipped = sum(1 for a, b in zip(scales, scales[1:]) if b == a / 2)
+assert skipped >= 1 and scales[-10:] == [scales[-1]] * 10, scales
+first, last = rows[0]["loss"], sum(r["loss"] for r in rows[-5:]) / 5
+assert last < 0.8 * first, (first, last)
+print(f"cuda fp16: {skipped} skipped steps, scale {scales[0]:.0f} -> {scales[-1]:.0f}, loss {first:.3f} -> {last:.3f}")
+PY
+}
+
 case="${1:?case name}"
 mkdir -p "$WORK"
 "case_$case"

@@ -1,5 +1,6 @@
 // Policy offload on CUDA: the kept block inputs go to pinned CPU memory and come back in backward; gradients
-// equal the plain run. Returns with a WARN where no GPU is present (the CPU rejection is in test_checkpoint_policy).
+// equal the plain run and, bit for bit, policy full's; the GPU's forward peak is lower than full's by the saved
+// inputs. Returns with a WARN where no GPU is present (the CPU rejection is in test_checkpoint_policy).
 #include <catch2/catch.hpp>
 #include <torch/cuda.h>
 
@@ -48,7 +49,15 @@ TEST_CASE("offload: grads equal the plain run and kept block inputs leave the GP
     INFO("gradient " << i);
     CHECK(torch::allclose(with_offload.first[i], expected.first[i], 1e-5, 1e-6));
   }
+  // Offload recomputes exactly what full recomputes, from the same values copied back: bitwise-equal gradients.
+  for (size_t i = 0; i < expected.first.size(); ++i) {
+    INFO("gradient " << i << " (offload vs full)");
+    CHECK(torch::equal(with_offload.first[i], with_full.first[i]));
+  }
+  // Full keeps every block's input on the GPU through forward; offload keeps them in pinned host memory. Block 0's
+  // input is the caller's tensor (on the GPU either way), so the saving is the other blocks' inputs.
+  const int64_t saved_inputs = (kBlocks - 1) * kBatch * kDim * static_cast<int64_t>(sizeof(float));
   WARN("forward peak growth on the GPU: full " << with_full.second << " bytes, offload " << with_offload.second
-                                              << " bytes");
-  CHECK(with_offload.second <= with_full.second);
+                                              << " bytes; saved block inputs " << saved_inputs << " bytes");
+  CHECK(with_full.second - with_offload.second >= saved_inputs * 9 / 10);
 }

@@ -1,6 +1,7 @@
 // The attention core against an explicit float64 formula, and its probability-recomputing autograd form against
 // the plain one: same forward bits, same gradients, nothing [B, H, T, S] kept from forward to backward.
 #include <catch2/catch.hpp>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -209,4 +210,52 @@ TEST_CASE("run_attention_core recomputes only for a runner that recomputes the a
   CHECK(node(nullptr).find("RecomputingAttention") == std::string::npos);
   torch::NoGradGuard no_grad;
   CHECK(node(&recomputing) == "none");
+}
+
+TEST_CASE("fused attention (scaled_dot_product_attention) equals the float64 formula and the plain gradients",
+          "[nn][attention]") {
+  const Inputs in = make_inputs(torch::kDouble, true);
+  const auto fused = tune::nn::attention_core_fused(in.query, in.key, in.value, in.mask, in.scale);
+  CHECK(max_diff(fused, reference(in)) < 1e-12);
+  const auto upstream = torch::randn_like(fused);
+  const auto fused_grads = input_grads(in, fused, upstream);
+  const auto plain_grads = input_grads(in, attention_core(in.query, in.key, in.value, in.mask, in.scale), upstream);
+  for (size_t i = 0; i < 3; ++i) {
+    INFO("input " << i);
+    CHECK(max_diff(fused_grads[i], plain_grads[i]) < 1e-12);
+  }
+}
+
+TEST_CASE("fused attention: a plain causal mask may be dropped for is_causal, with the same result",
+          "[nn][attention]") {
+  torch::manual_seed(12);
+  const auto options = torch::TensorOptions().dtype(torch::kDouble);
+  const auto query = torch::randn({2, 4, 6, 3}, options), key = torch::randn({2, 2, 6, 3}, options);
+  const auto value = torch::randn({2, 2, 6, 3}, options);
+  const auto mask = tune::nn::make_causal_mask(6, 0, torch::Tensor(), torch::kCPU);
+  const auto with_mask = tune::nn::attention_core_fused(query, key, value, mask, 0.5, false);
+  const auto as_causal = tune::nn::attention_core_fused(query, key, value, mask, 0.5, true);
+  CHECK(max_diff(with_mask, attention_core(query, key, value, mask, 0.5)) < 1e-12);
+  CHECK(max_diff(as_causal, with_mask) < 1e-12);
+}
+
+TEST_CASE("fused attention on CUDA under bf16 autocast agrees with the plain core", "[nn][attention][cuda]") {
+  if (!torch::cuda::is_available()) {
+    WARN("no CUDA device: the CUDA case is not exercised");
+    return;
+  }
+  torch::manual_seed(13);
+  const torch::Device cuda(torch::kCUDA, 0);
+  const auto options = torch::TensorOptions().device(cuda).dtype(torch::kBFloat16);
+  const auto query = torch::randn({2, 8, 256, 64}, options), key = torch::randn({2, 2, 256, 64}, options);
+  const auto value = torch::randn({2, 2, 256, 64}, options);
+  const auto mask = tune::nn::make_causal_mask(256, 0, torch::Tensor(), cuda);
+  const auto plain = attention_core(query.to(torch::kDouble), key.to(torch::kDouble), value.to(torch::kDouble),
+                                    mask, 0.125);
+  for (bool causal : {true, false}) {  // flash kernel (mask dropped), memory-efficient kernel (mask given)
+    INFO("causal " << causal);
+    const auto fused = tune::nn::attention_core_fused(query, key, value, mask, 0.125, causal);
+    const double relative = ((fused.to(torch::kDouble) - plain).norm() / plain.norm()).item<double>();
+    CHECK(relative < 1e-2);  // bf16 operands: ~3e-3 expected
+  }
 }

@@ -73,3 +73,18 @@ inline void set_autocast_cuda_dtype(at::ScalarType dtype) {
 inline constexpr bool cpu_autocast_supports_fp16() { return TUNE_TORCH_AT_LEAST(2, 4); }
 
 }  // namespace tune::compat
+
+// The parameters of at::impl::MetaBase::set_output_raw_strided, which a structured kernel's caller overrides
+// (precision/cpu_gemm.cpp): LibTorch 2.11 (the GPU machines' build) still passes the output's DimnameList; 2.13
+// and 2.14 do not. 2.12 is unverified and taken to be like 2.13.
+#if TUNE_TORCH_AT_LEAST(2, 12)
+#define TUNE_SET_OUTPUT_RAW_STRIDED_PARAMS(sizes, strides, options) \
+  int64_t, at::IntArrayRef sizes, at::IntArrayRef strides, at::TensorOptions options
+#else
+#define TUNE_SET_OUTPUT_RAW_STRIDED_PARAMS(sizes, strides, options) \
+  int64_t, at::IntArrayRef sizes, at::IntArrayRef strides, at::TensorOptions options, at::DimnameList
+#endif
+
+namespace tune::compat {
+
+}  // namespace tune::compat

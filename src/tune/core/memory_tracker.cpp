@@ -198,9 +198,13 @@ void reset_cpu_peak() { g_peak_bytes.store(g_live_bytes.load(std::memory_order_r
 #if defined(TUNE_WITH_CUDA)
 // The caching allocator's own counters (what torch.cuda.max_memory_allocated reports): bytes of live tensor
 // storage, not the reserved pool. Index 0 of the per-pool stat arrays is StatType::AGGREGATE in every version
-// (the enum moved namespaces in 2.x; its values did not). NOTE: this path is compiled and linked against the CUDA
-// torch wheel by scripts/check_cuda_build.sh (no GPU needed), but has not been run: no CUDA machine was available to
-// this work. On a CPU-only LibTorch TUNE_WITH_CUDA is never defined.
+// (the enum moved namespaces in 2.x; its values did not). Run on an H100 with LibTorch 2.11 (scripts/build_cuda.sh);
+// on a CPU-only LibTorch TUNE_WITH_CUDA is never defined.
+int64_t live_bytes(bool cuda) {
+  if (!cuda) return cpu_live_bytes();
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
+  return static_cast<int64_t>(stats.allocated_bytes[0].current);
+}
 int64_t peak_bytes(bool cuda) {
   if (!cuda) return cpu_peak_bytes();
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
@@ -212,6 +216,7 @@ void reset_peak(bool cuda) {
 }
 #else
 // A LibTorch without CUDA runs nothing on a GPU: the CPU counters are the device's.
+int64_t live_bytes(bool /*cuda*/) { return cpu_live_bytes(); }
 int64_t peak_bytes(bool /*cuda*/) { return cpu_peak_bytes(); }
 void reset_peak(bool /*cuda*/) { reset_cpu_peak(); }
 #endif

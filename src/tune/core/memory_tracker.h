@@ -16,7 +16,9 @@ int64_t cpu_live_bytes();
 int64_t cpu_peak_bytes();
 void reset_cpu_peak();  // peak := live
 
-// Peak on the device in use: CUDA allocator peak when `cuda` is true, else the CPU peak.
+// Live and peak bytes on the device in use: the CUDA caching allocator's counters (torch.cuda.memory_allocated /
+// max_memory_allocated) when `cuda` is true, else the CPU tracker's.
+int64_t live_bytes(bool cuda);
 int64_t peak_bytes(bool cuda);
 void reset_peak(bool cuda);
 

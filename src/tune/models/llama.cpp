@@ -64,6 +64,24 @@ torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& input_ids, Atte
 }
 
 torch::Tensor LlamaForCausalLMImpl::forward_embeddings(const torch::Tensor& input_embeddings, AttentionInputs inputs) {
+  const torch::Tensor hidden = hidden_states(input_embeddings, std::move(inputs));
+  const torch::Tensor logits =
+      lm_head_ ? lm_head_->forward(hidden) : torch::linear(hidden, model_->embed_tokens->weight);
+  return logits.to(torch::kFloat32);
+}
+
+torch::Tensor LlamaForCausalLMImpl::forward_hidden(const torch::Tensor& input_ids, AttentionInputs inputs) {
+  if (input_ids.dim() != 2) {
+    throw std::invalid_argument(fmt::format("input_ids must be [batch, length], got {}", fmt::join(input_ids.sizes(), "x")));
+  }
+  return hidden_states(embed(input_ids), std::move(inputs));
+}
+
+torch::Tensor LlamaForCausalLMImpl::output_weight() const {
+  return lm_head_ ? lm_head_->weight : model_->embed_tokens->weight;
+}
+
+torch::Tensor LlamaForCausalLMImpl::hidden_states(const torch::Tensor& input_embeddings, AttentionInputs inputs) {
   if (input_embeddings.dim() != 3 || input_embeddings.size(2) != config_.hidden_size) {
     throw std::invalid_argument(fmt::format("input embeddings must be [batch, length, {}], got {}", config_.hidden_size,
                                             fmt::join(input_embeddings.sizes(), "x")));
@@ -91,6 +109,9 @@ torch::Tensor LlamaForCausalLMImpl::forward_embeddings(const torch::Tensor& inpu
   LayerInputs layer_inputs;
   std::tie(layer_inputs.cos, layer_inputs.sin) = model_->rotary_emb(positions);
   layer_inputs.mask = nn::make_causal_mask(length, past, inputs.segment_ids, device);
+  // Only the CUDA attention uses it (attention_core_fused); the check of the segments costs a device sync.
+  layer_inputs.causal_mask = device.is_cuda() && past == 0 &&
+                             (!inputs.segment_ids.defined() || inputs.segment_ids.eq(0).all().item<bool>());
 
   torch::Tensor hidden = input_embeddings;
   if (cache != nullptr) {
@@ -112,10 +133,7 @@ torch::Tensor LlamaForCausalLMImpl::forward_embeddings(const torch::Tensor& inpu
     auto params_of = [&layers](int64_t i) { return trainable_parameters(*layers[static_cast<size_t>(i)]); };
     hidden = runner_->run_stack(config_.num_hidden_layers, block, hidden, params_of);
   }
-  hidden = model_->norm(hidden);
-  const torch::Tensor logits =
-      lm_head_ ? lm_head_->forward(hidden) : torch::linear(hidden, model_->embed_tokens->weight);
-  return logits.to(torch::kFloat32);
+  return model_->norm(hidden);
 }
 
 std::vector<std::shared_ptr<torch::nn::Module>> LlamaForCausalLMImpl::blocks() const {

@@ -49,6 +49,11 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   // Same, from input embeddings [B, T, hidden] (gradient-enabled inference differentiates with respect to them).
   torch::Tensor forward_embeddings(const torch::Tensor& input_embeddings, AttentionInputs inputs = {});
   torch::Tensor embed(const torch::Tensor& input_ids);
+  // The final norm's output [B, T, hidden] (the lm_head's input), and the lm_head's weight [vocab, hidden] (the
+  // embedding matrix when tied): training feeds both to train::causal_lm_linear_loss_sum, which never holds the
+  // whole [B, T, vocab] logits.
+  torch::Tensor forward_hidden(const torch::Tensor& input_ids, AttentionInputs inputs = {});
+  torch::Tensor output_weight() const;
 
   // Blocks for the memory machinery and distributed wrapping; the runner decides how each block executes.
   int64_t num_blocks() const { return config_.num_hidden_layers; }
@@ -65,6 +70,9 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   const LlamaConfig& config() const { return config_; }
 
  private:
+  // Embeddings -> decoder layers -> final norm.
+  torch::Tensor hidden_states(const torch::Tensor& input_embeddings, AttentionInputs inputs);
+
   LlamaConfig config_;
   LlamaLoraOptions lora_;
   std::shared_ptr<nn::BlockRunner> runner_;

@@ -88,7 +88,8 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& hidden, const Lay
   }
 
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-  const torch::Tensor context = nn::run_attention_core(inputs.runner.get(), query, key, value, inputs.mask, scale);
+  const torch::Tensor context = nn::run_attention_core(inputs.runner.get(), query, key, value, inputs.mask, scale,
+                                                        inputs.causal_mask);
   return o_proj(context.transpose(1, 2).reshape({batch, length, num_heads * head_dim}));
 }
 

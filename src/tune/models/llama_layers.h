@@ -24,7 +24,8 @@ struct LlamaLoraOptions;
 struct LayerInputs {
   torch::Tensor cos;            // [B, T, head_dim] float32, from the positions
   torch::Tensor sin;
-  torch::Tensor mask;           // [B or 1, 1, T, past + T] additive float32
+  torch::Tensor mask;           // [B or 1, 1, T, past + T] additive (nn/attention_mask.h)
+  bool causal_mask = false;     // mask is the plain causal one (no cache, one segment): fused kernels may drop it
   torch::Tensor* cached_keys = nullptr;    // decoding: this layer's cache slots (grown in place), else null
   torch::Tensor* cached_values = nullptr;
   // Runs the layer's norm, attention-core and activation regions (selective checkpointing); null: plain calls.

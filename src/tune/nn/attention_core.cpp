@@ -3,6 +3,7 @@
 
 #include <c10/core/DispatchKeySet.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <ATen/ops/scaled_dot_product_attention.h>
 #include <torch/autograd.h>
 
 #include <algorithm>
@@ -241,8 +242,27 @@ torch::Tensor attention_core_recomputing_probabilities(const torch::Tensor& quer
   return RecomputingAttention::apply(query, key, value, optional_mask, scale);
 }
 
+torch::Tensor attention_core_fused(const torch::Tensor& query, const torch::Tensor& key_in, const torch::Tensor& value_in,
+                                   const torch::Tensor& mask, double scale, bool causal) {
+  const int64_t groups = query_groups(query, key_in);
+  // Repeated rather than enable_gqa: every backend of every 2.x release takes equal head counts.
+  const torch::Tensor key = repeat_kv(key_in, groups);
+  const torch::Tensor value = repeat_kv(value_in, groups);
+  // Dropping a plain causal mask for is_causal is what lets the flash kernel run (it takes no explicit mask). Other
+  // masks stay additive, in query's dtype as the kernels require (bf16's lowest becomes -inf in fp16: harmless,
+  // since our masks never hide a whole row, attention_mask.h).
+  const bool drop_mask = causal && query.size(2) == key.size(2);
+  c10::optional<torch::Tensor> additive;
+  if (mask.defined() && !drop_mask) additive = mask.to(query.scalar_type());
+  return at::scaled_dot_product_attention(query, key.to(query.scalar_type()), value.to(query.scalar_type()), additive,
+                                          /*dropout_p=*/0.0, /*is_causal=*/drop_mask, scale);
+}
+
 torch::Tensor run_attention_core(BlockRunner* runner, const torch::Tensor& query, const torch::Tensor& key,
-                                 const torch::Tensor& value, const torch::Tensor& mask, double scale) {
+                                 const torch::Tensor& value, const torch::Tensor& mask, double scale, bool causal) {
+  // On CUDA, LibTorch's fused kernels for every policy: their backward recomputes the probabilities from q, k and
+  // the saved log-sum-exp (what the recomputing form does by hand) in tiles that never hold [T, S] at once.
+  if (query.is_cuda()) return attention_core_fused(query, key, value, mask, scale, causal);
   const bool recompute =
       runner != nullptr && runner->recomputes(RegionKind::attention_core) && torch::GradMode::is_enabled();
   return recompute ? attention_core_recomputing_probabilities(query, key, value, mask, scale)

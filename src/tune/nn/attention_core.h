@@ -29,9 +29,18 @@ torch::Tensor attention_core_recomputing_probabilities(const torch::Tensor& quer
                                                        const torch::Tensor& value, const torch::Tensor& mask,
                                                        double scale);
 
-// What a block calls: the recomputing form when `runner` recomputes the attention core (selective checkpointing)
-// and grad mode is on, else the plain form.
+// LibTorch's fused scaled_dot_product_attention (on CUDA: FlashAttention-2 for bf16/fp16 without an explicit
+// mask, the memory-efficient kernel with one), the same values to rounding. Autograd keeps q, k, v, the output and
+// a log-sum-exp per row; backward recomputes the probabilities tile by tile. `causal`: `mask` is exactly the
+// causal mask of T == S tokens (no cache, no packing), so it is dropped for is_causal and the flash kernel can run.
+torch::Tensor attention_core_fused(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+                                   const torch::Tensor& mask, double scale, bool causal = false);
+
+// What a block calls. On CUDA: the fused form, for every checkpointing policy. On CPU: the recomputing form when
+// `runner` recomputes the attention core (selective checkpointing) and grad mode is on, else the plain form (the
+// fused CPU kernels were measured slower here: README, attention table).
 torch::Tensor run_attention_core(BlockRunner* runner, const torch::Tensor& query, const torch::Tensor& key,
-                                 const torch::Tensor& value, const torch::Tensor& mask, double scale);
+                                 const torch::Tensor& value, const torch::Tensor& mask, double scale,
+                                 bool causal = false);
 
 }  // namespace tune::nn

@@ -1,6 +1,8 @@
 // bf16/fp16 matrix products through fp32 kernels on CPUs without native low-precision GEMM (see cpu_gemm.h).
 #include "tune/precision/cpu_gemm.h"
 
+#include "tune/compat/torch_compat.h"
+
 #include <ATen/native/Resize.h>
 #include <ATen/ops/addmm_native.h>
 #include <ATen/ops/baddbmm_native.h>
@@ -80,8 +82,7 @@ class StructuredCall final : public Kernel {
  public:
   explicit StructuredCall(at::Tensor out) : out_(std::move(out)) {}
   const at::Tensor& maybe_get_output(int64_t) override { return out_; }
-  void set_output_raw_strided(int64_t, at::IntArrayRef sizes, at::IntArrayRef strides,
-                              at::TensorOptions options) override {
+  void set_output_raw_strided(TUNE_SET_OUTPUT_RAW_STRIDED_PARAMS(sizes, strides, options)) override {
     if (!out_.defined()) {
       out_ = strides.empty() ? at::empty(sizes, options) : at::empty_strided(sizes, strides, options);
       return;

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Run on the development machine (Debian 12), in the project's root: downloads the Debian packages that a CUDA
+# build of tune needs besides LibTorch into .deps/debs (git-ignored). The GPU machine has PyTorch, nvcc, CMake and
+# ninja but no package registry; scripts/build_cuda.sh unpacks these there into a private prefix.
+#
+# Debian 12's binaries (glibc 2.36, GCC 12, CXX11 ABI) run on the GPU image's newer glibc; their C++ ABI matches
+# the torch wheels' LibTorch (built with the CXX11 ABI). FFmpeg (libav*, ~90 MB with its codecs) is left out:
+# the CUDA build is configured with TUNE_WITH_FFMPEG=OFF, and tests that need video are not run there.
+#   bash scripts/gpu/pack_deps.sh [extra packages...]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+mkdir -p .deps/debs
+packages=(
+  libyaml-cpp-dev libyaml-cpp0.7
+  libcli11-dev nlohmann-json3-dev catch2
+  libsentencepiece-dev libsentencepiece0 sentencepiece libprotobuf-lite32
+  libgloo-dev                      # headers only (the wheel's libtorch_cpu holds Gloo itself)
+  pkgconf libpkgconf3 pkgconf-bin  # pkg-config for sentencepiece's .pc (the image may lack it)
+  "$@"
+)
+(cd .deps/debs && apt-get download "${packages[@]}" >/dev/null)
+echo "pack_deps: $(ls .deps/debs | wc -l) packages, $(du -sh .deps | cut -f1) in .deps/debs"
