@@ -16,6 +16,12 @@ processes (so they share the machine's noise):
     trained above: sampling time and peak memory.
 Ratios are policy / off. --quick: a small model for a smoke test of the script. Needs the project built
 (scripts/build.sh); generates its data with scripts/make_moving_shapes.py in a temporary folder.
+
+--xl: Latte-XL/2 (hidden 1152, depth 28, 16 heads, patch 2) on 16 frames of 32x32x4 latents (the latent size of
+256x256 videos through the SD VAE), batch 1, on --device (cuda on the GPU machine). The data are random latents
+(scripts/make_random_latents.py, tune-latents-v1) next to the test fixture VAE (tests/fixtures/vae, which
+downsamples by 2: image_size 64), so no video decoding is needed; guided sampling uses the smoothness objective
+only (a reference frame would need FFmpeg to read). Peak memory on CUDA is the caching allocator's.
 """
 import argparse
 import json
@@ -32,6 +38,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def write_recipe(path, args, data, out, policy):
     lines = [
         "recipe: latte", f"output_dir: {out}", "seed: 0", f"threads: {args.threads}", "mixed_precision: bf16",
+        f"device: {args.device}",
         f"gradient_checkpointing: {'false' if policy == 'off' else 'true'}",
     ]
     if policy != "off":
@@ -39,8 +46,10 @@ def write_recipe(path, args, data, out, policy):
     lines += [
         "model:", "  variant: Latte-S/2", f"  hidden_size: {args.hidden}", f"  depth: {args.depth}",
         f"  num_heads: {args.heads}", f"  patch_size: {args.patch}",
+    ] + ([f"  vae: {os.path.join(ROOT, 'tests/fixtures/vae')}"] if args.xl else []) + [
         "data:", f"  path: {data}", f"  num_frames: {args.frames}", "  frame_interval: 1",
         f"  image_size: {args.size}", "  flip: false", "  cache_frames: true",
+    ] + ([f"  latents: {data}"] if args.xl else []) + [
         "training:", f"  batch_size: {args.batch}", f"  max_steps: {args.steps + 1}",
         "logging:", "  every: 1", "checkpoint:", f"  every: {args.steps + 1}",
     ]
@@ -79,9 +88,10 @@ def train_once(args, work, data, policy):
 def sample_once(args, run_dir, reference, policy):
     overrides = ["gradient_checkpointing=false"] if policy == "off" else ["gradient_checkpointing=true",
                                                                           f"checkpointing.policy={policy}"]
+    guidance = [f"guidance.reference={reference}"] if reference else []
     completed = run([args.tune, "infer", run_dir, "--class", "0", "--grad", "--json", "--steps", str(args.sample_steps),
-                     "--out", os.path.join(os.path.dirname(run_dir), f"sample-{policy}.safetensors"),
-                     f"guidance.reference={reference}"] + overrides)
+                     "--out", os.path.join(os.path.dirname(run_dir), f"sample-{policy}.safetensors")] + guidance +
+                    overrides)
     summary = json.loads(completed.stdout.strip().splitlines()[-1])
     return {"sampling_s": summary["sampling_s"], "peak_bytes": summary["peak_mem_bytes"],
             "checkpointing": summary["gradient_checkpointing"]}
@@ -102,8 +112,12 @@ def main():
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--policies", default="off full", help="checkpointing policies; off is always included")
     parser.add_argument("--out", help="write all results as JSON here")
+    parser.add_argument("--device", default="cpu", help="cpu | cuda")
+    parser.add_argument("--xl", action="store_true", help="Latte-XL/2 on 16x32x32x4 random latents (see above)")
     args = parser.parse_args()
     args.hidden, args.depth, args.heads, args.patch, args.frames, args.size = 384, 12, 6, 2, 16, 32
+    if args.xl:
+        args.hidden, args.depth, args.heads, args.patch, args.frames, args.size = 1152, 28, 16, 2, 16, 64
     if args.quick:
         args.hidden, args.depth, args.heads, args.patch, args.frames, args.size = 64, 4, 2, 4, 4, 16
     policies = ["off"] + [p for p in args.policies.split() if p != "off"]
@@ -111,11 +125,18 @@ def main():
         raise SystemExit(f"bench_latte: {args.tune} not found; build first (bash scripts/build.sh)")
 
     with tempfile.TemporaryDirectory(prefix="bench-latte-") as work:
-        data = os.path.join(work, "shapes")
-        run([sys.executable, os.path.join(ROOT, "scripts/make_moving_shapes.py"), "--out", data,
-             "--videos-per-class", "2", "--num-frames", str(args.frames), "--size", str(args.size),
-             "--shape-size", str(args.size // 4)])
-        reference = os.path.join(data, "0_right", "v0000", "frame_00000.png")
+        if args.xl:
+            data = os.path.join(work, "latents")
+            run([sys.executable, os.path.join(ROOT, "scripts/make_random_latents.py"), "--out", data,
+                 "--vae", os.path.join(ROOT, "tests/fixtures/vae"), "--image-size", str(args.size),
+                 "--num-frames", str(args.frames)])
+            reference = None
+        else:
+            data = os.path.join(work, "shapes")
+            run([sys.executable, os.path.join(ROOT, "scripts/make_moving_shapes.py"), "--out", data,
+                 "--videos-per-class", "2", "--num-frames", str(args.frames), "--size", str(args.size),
+                 "--shape-size", str(args.size // 4)])
+            reference = os.path.join(data, "0_right", "v0000", "frame_00000.png")
         results = {p: {"train": [], "sample": []} for p in policies}
         for repeat in range(args.repeat):
             trained = {}
@@ -135,7 +156,7 @@ def main():
 
     print(f"\nLatte {'(quick) ' if args.quick else ''}hidden {args.hidden}, depth {args.depth}, heads {args.heads}, "
           f"patch {args.patch}, {args.frames} frames of {args.size}x{args.size} pixels "
-          f"({(args.size // args.patch) ** 2} tokens/frame), batch {args.batch}, bf16, {args.threads} threads; "
+          f"({(args.size // (2 if args.xl else 1) // args.patch) ** 2} tokens/frame{', latents' if args.xl else ''}), batch {args.batch}, bf16, {args.threads} threads; "
           f"medians of {args.repeat} runs\n")
     print("| policy | train step | x off | activations + temporaries | x off | peak | peak / plan | "
           f"infer --grad ({args.sample_steps} DDIM steps) | x off | infer peak | x off |")

@@ -274,7 +274,9 @@ int run(const BenchOptions& options) {
 
   // The analytic side: the estimate for this policy and layout, and the floor policy full aims at (every block's
   // fp32 input kept, plus one block's working set while it is recomputed and differentiated).
-  const tune::recipes::sft::ActivationShape shape{options.batch, options.sequence, options.dtype == "bf16" ? 2 : 4};
+  tune::recipes::sft::ActivationShape shape{options.batch, options.sequence, options.dtype == "bf16" ? 2 : 4};
+  shape.fused_attention = options.device == "cuda";
+  shape.lora = lora;
   const int64_t estimate = tune::recipes::estimate_for_runner(tune::recipes::sft::llama_stack(config, shape, false),
                                                               tune::recipes::sft::llama_stack(config, shape, true),
                                                               *runner);

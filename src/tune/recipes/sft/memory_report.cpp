@@ -17,6 +17,7 @@ struct Sizes {
   models::LlamaLoraOptions lora;
   bool base_weights_in_compute_dtype;
   bool low_precision;  // compute dtype narrower than the fp32 weights: autocast makes copies
+  bool fused_attention;
 };
 
 Sizes sizes_of(const models::LlamaConfig& config, const ActivationShape& shape) {
@@ -37,6 +38,7 @@ Sizes sizes_of(const models::LlamaConfig& config, const ActivationShape& shape) 
   s.lora = shape.lora;
   s.base_weights_in_compute_dtype = shape.base_weights_in_compute_dtype;
   s.low_precision = shape.compute_bytes < kFloat32;
+  s.fused_attention = shape.fused_attention;
   return s;
 }
 
@@ -130,6 +132,18 @@ int64_t mlp_half_saved(const Sizes& s, int64_t swiglu_tensors, int64_t norm_save
 // weight being accumulated.
 int64_t gradients_in_flight(const Sizes& s) { return s.tokens * s.hidden * kFloat32 + largest_weight_gradient(s); }
 
+// The fused attention core (CUDA, nn::attention_core_fused): scaled_dot_product_attention keeps q, the repeated k
+// and v, its output and an fp32 log-sum-exp per query row and head; no [B, H, T, T] tensor survives forward.
+int64_t fused_attention_saved(const Sizes& s) {
+  return s.tokens * (2 * s.q_width + 2 * s.repeated_kv_width) * s.c + s.tokens * s.heads * kFloat32;
+}
+// Its backward, with the MLP half freed: the saved set above, the gradients of q, k and v, and the kernel's fp32
+// accumulator for dq (FlashAttention-2; the memory-efficient kernel's workspace is of the same order).
+int64_t fused_attention_phase(const Sizes& s, int64_t layer_saved_without_mlp) {
+  return layer_saved_without_mlp + gradients_in_flight(s) + s.tokens * (s.q_width + 2 * s.repeated_kv_width) * s.c +
+         s.tokens * s.q_width * kFloat32;
+}
+
 }  // namespace
 
 // Plain layer: its backward peaks either at the start (the MLP: everything saved, plus the gradient into
@@ -141,6 +155,11 @@ LayerFootprint plain_layer_footprint(const models::LlamaConfig& config, const Ac
   LayerFootprint layer;
   layer.saved = estimate_layer_activation_bytes(config, shape);
   const int64_t mlp_phase = layer.saved + gradients_in_flight(s) + 3 * s.tokens * s.intermediate * s.c;
+  if (s.fused_attention) {
+    layer.backward_peak =
+        std::max(mlp_phase, fused_attention_phase(s, layer.saved - mlp_half_saved(s, 3, rms_norm_saved(s))));
+    return layer;
+  }
   const int64_t probabilities_copy = s.low_precision ? score_elements(s) * s.c : 0;
   const int64_t attention_phase = layer.saved - mlp_half_saved(s, 3, rms_norm_saved(s)) - probabilities_copy +
                                   2 * score_elements(s) * kFloat32 + gradients_in_flight(s) +
@@ -157,14 +176,20 @@ LayerFootprint selective_layer_footprint(const models::LlamaConfig& config, cons
   // The two norms keep only their fp32 inputs; their outputs as the projections' inputs as in a plain layer.
   layer.saved = 2 * s.tokens * s.hidden * kFloat32 + base_inputs_from_norm(s, 3) + base_inputs_from_norm(s, 2);
   if (s.low_precision) layer.saved += 4 * s.tokens * s.head_dim * s.c;  // RoPE's cos/sin casts
-  // The attention core keeps rotated q, k and v (keys and values at their own width: it repeats them itself);
-  // o_proj keeps the context.
-  layer.saved += s.tokens * (s.q_width + 2 * s.kv_width) * s.c + base_input(s, s.q_width);
+  // The attention core keeps rotated q, k and v (keys and values at their own width: it repeats them itself), or
+  // on CUDA what the fused kernel keeps; o_proj keeps the context.
+  layer.saved += (s.fused_attention ? fused_attention_saved(s) : s.tokens * (s.q_width + 2 * s.kv_width) * s.c) +
+                 base_input(s, s.q_width);
   // The SwiGLU region keeps gate and up; down_proj keeps the product.
   layer.saved += 2 * s.tokens * s.intermediate * s.c + base_input(s, s.intermediate);
   layer.saved += weight_copies(s) + lora_saved(s);
   // MLP phase: the SwiGLU recomputed (silu and the product) beside the three gradients of the plain backward.
   const int64_t mlp_phase = layer.saved + gradients_in_flight(s) + 5 * s.tokens * s.intermediate * s.c;
+  if (s.fused_attention) {
+    layer.backward_peak =
+        std::max(mlp_phase, fused_attention_phase(s, layer.saved - mlp_half_saved(s, 2, s.tokens * s.hidden * kFloat32)));
+    return layer;
+  }
   // Attention phase: one chunk of query rows (backward's chunking: max(512, T/4) rows) against at most every key,
   // 12 bytes per score as in the plain backward, plus the scaled queries, the fp32 key and value gradient
   // accumulators and, under grouped-query attention, the repeated keys and values.
@@ -212,10 +237,14 @@ int64_t estimate_layer_activation_bytes(const models::LlamaConfig& config, const
   // The attention matmuls keep their operands, each a contiguous copy (the heads are transposed views): scaled
   // rotated queries, keys and values (at the query heads' width under grouped-query attention), and the context
   // reshaped to [tokens, heads * head_dim] for o_proj.
-  bytes += s.tokens * (s.q_width + 2 * s.repeated_kv_width) * s.c + base_input(s, s.q_width);
-  // Attention probabilities: softmax's fp32 output, plus under autocast its compute-dtype copy for the value
-  // matmul. (The scores, masked in place, and their fp32 conversion are not kept: neither needs a saved input.)
-  bytes += scores * kFloat32 + (s.low_precision ? scores * s.c : 0);
+  if (s.fused_attention) {
+    bytes += fused_attention_saved(s) + base_input(s, s.q_width);
+  } else {
+    bytes += s.tokens * (s.q_width + 2 * s.repeated_kv_width) * s.c + base_input(s, s.q_width);
+    // Attention probabilities: softmax's fp32 output, plus under autocast its compute-dtype copy for the value
+    // matmul. (The scores, masked in place, and their fp32 conversion are not kept: neither needs a saved input.)
+    bytes += scores * kFloat32 + (s.low_precision ? scores * s.c : 0);
+  }
   // SwiGLU: gate output (silu's input), silu output and up output (the product's inputs), and the product
   // (down_proj's input).
   bytes += 3 * s.tokens * s.intermediate * s.c + base_input(s, s.intermediate);

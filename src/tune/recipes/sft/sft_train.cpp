@@ -129,6 +129,7 @@ int train(const TrainRequest& request) {
   shape.mask_batch = training.batch_size;  // SFT rows carry segment ids (packing, padding): one mask per row
   shape.lora = model->lora_options();
   shape.base_weights_in_compute_dtype = run.frozen_weights_bf16 && model->has_lora();
+  shape.fused_attention = device.is_cuda();  // nn::run_attention_core takes the fused kernels on CUDA
   const int64_t activation_estimate = estimate_for_runner(llama_stack(model->config(), shape, false),
                                                           llama_stack(model->config(), shape, true), *checkpointing);
   const nlohmann::json memory_plan = {
