@@ -43,7 +43,9 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
 grep -q 'tune: LibTorch with CUDA' "$build/configure.log" ||
   { tail -n 40 "$build/configure.log"; echo "build_cuda: LibTorch has no CUDA (TUNE_WITH_CUDA not set)"; exit 1; }
 start=$SECONDS
-if ! cmake --build "$build" -j"$(nproc)" -- -k 0 >"$build/build.log" 2>&1; then
+# TUNE_BUILD_TARGETS="tune tune-bench" builds only those (a short device session); default: everything.
+if ! cmake --build "$build" -j"$(nproc)" ${TUNE_BUILD_TARGETS:+--target $TUNE_BUILD_TARGETS} -- -k 0 \
+    >"$build/build.log" 2>&1; then
   grep -E '^FAILED:|error:|undefined reference' "$build/build.log" | head -n 60
   echo "build_cuda: build FAILED (log: $build/build.log)"
   exit 1

@@ -3,9 +3,13 @@
 #include <c10/util/Exception.h>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <torch/version.h>
+
 #include <cstdio>
 
 #include "tune/core/error.h"
+#include "tune/data/video_reader.h"
 #include "tune/recipes/commands.h"
 
 namespace {
@@ -21,7 +25,14 @@ int main(int argc, char** argv) {
   using namespace tune::recipes;
   CLI::App app{"tune: fine-tune LLMs and video diffusion models from a YAML recipe"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "tune 0.1.0");
+  // What this build can do: tests and users ask it (tests/cli/cli_tests.sh skips video cases without FFmpeg).
+#if defined(TUNE_WITH_CUDA)
+  constexpr const char* kCudaBuild = "yes";
+#else
+  constexpr const char* kCudaBuild = "no";
+#endif
+  app.set_version_flag("--version", fmt::format("tune 0.1.0 (LibTorch {}, CUDA build: {}, video: {})", TORCH_VERSION,
+                                                kCudaBuild, tune::data::video_support_available() ? "yes" : "no"));
 
   TrainArguments train;
   std::string resume_value;

@@ -303,7 +303,9 @@ estimated = off["activations_estimate_bytes"] - on["activations_estimate_bytes"]
 ratio = measured / estimated
 print(f"peak on {on['peak_bytes']} off {off['peak_bytes']}: measured saving {measured}, estimated {estimated}, ratio {ratio:.3f}")
 assert 0.75 <= ratio <= 1.25, ratio
-assert off["peak_bytes"] > 1.5 * on["peak_bytes"]
+# On the CPU the attention probabilities dominate what checkpointing frees; on CUDA the fused attention keeps none,
+# so the toggle frees less of the peak (measured on an H100: 1.25x).
+assert off["peak_bytes"] > (1.5 if on["peak_source"].startswith("CPU") else 1.15) * on["peak_bytes"]
 PY
 }
 
@@ -344,12 +346,18 @@ YAML
   for line in "$@"; do echo "$line" >> "$file"; done
 }
 
+# Video cases need a build with FFmpeg (the GPU machine's build has none): elsewhere they exit 77, reported skipped.
+need_video() {
+  "$TUNE" --version | grep -q "video: yes" || { echo "SKIP: tune built without FFmpeg"; exit 77; }
+}
+
 make_shapes() {
   [ -d "$SHAPES" ] || "$PYTHON" "$TUNE_SOURCE/scripts/make_moving_shapes.py" --out "$SHAPES" \
     --videos-per-class 4 --num-frames 4 --size 8 --shape-size 2 >/dev/null || fail "shapes generation"
 }
 
 case_latte_train_resume_sample() {
+  need_video
   make_shapes
   local run="$WORK/runs/latte"
   rm -rf "$run" "$run-resume"
@@ -386,6 +394,7 @@ assert float(v.min()) >= -1 and float(v.max()) <= 1 and int(d['label'][0]) == 1"
 }
 
 case_latte_prepare_latents() {
+  need_video
   # tune prepare encodes every video with the VAE; training from data.latents then loads no VAE weights, and
   # tune infer decodes its samples with the VAE. Keys that disagree with the prepared latents are config errors.
   make_shapes
@@ -432,6 +441,7 @@ assert list(v.shape) == [4, 3, 8, 8] and float(v.abs().max()) <= 1, v.shape" || 
 }
 
 case_latte_guided_sampling_memory() {
+  need_video
   # Gradient-guided sampling (reference frame + smoothness) through a model whose activations dominate:
   # checkpointing must lower the measured peak of the same sampling run.
   make_shapes
@@ -463,6 +473,7 @@ PY
 }
 
 case_latte_bad_videos() {
+  need_video
   make_shapes
   rm -rf "$WORK/badshapes"; cp -r "$SHAPES" "$WORK/badshapes"
   head -c 2000 /dev/urandom > "$WORK/badshapes/1_left/broken.mp4"

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "../common/scratch_dir.h"
+#include "tune/data/video_reader.h"
 #include "tune/recipes/latte/latte_data.h"
 
 namespace {
@@ -27,6 +28,10 @@ std::pair<double, double> centroid(const torch::Tensor& frame) {
 }  // namespace
 
 TEST_CASE("Latte training batches keep frames in time order and labels with their clips", "[recipes][latte]") {
+  if (!tune::data::video_support_available()) {
+    WARN("built without FFmpeg: video batches not exercised");
+    return;
+  }
   tune::testing::ScratchDir scratch;
   const auto data = scratch.path() / "shapes";
   const auto script = std::filesystem::path(TUNE_SOURCE_DIR) / "scripts" / "make_moving_shapes.py";

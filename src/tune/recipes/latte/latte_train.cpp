@@ -10,6 +10,7 @@
 #include "tune/core/progress.h"
 #include "tune/core/threads.h"
 #include "tune/diffusion/gaussian_diffusion.h"
+#include "tune/diffusion/sampler.h"
 #include "tune/diffusion/timestep_sampler.h"
 #include "tune/memory/checkpoint.h"
 #include "tune/precision/cpu_gemm.h"
@@ -181,7 +182,9 @@ int train(const TrainRequest& request) {
                                ? batch.clips.to(device)
                                : to_model_space(parts, batch.clips.to(device), latte.model.vae_chunk_frames);
       const auto draw = timesteps.sample(x_start.size(0), noise_generator, device);
-      const auto noise = torch::randn(x_start.sizes(), noise_generator, x_start.options());
+      // Drawn on the CPU generator, then moved: the same noise on every device (a CPU generator cannot fill a CUDA
+      // tensor; this line failed on the first CUDA run).
+      const auto noise = diffusion::standard_normal(x_start.sizes(), noise_generator, x_start.options());
       const auto labels = model_config.class_conditional() ? batch.labels.to(device) : torch::Tensor();
       torch::Tensor loss;
       {

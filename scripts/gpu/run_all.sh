@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Everything issue 9 measures, in one go, on the GPU machine (carry .deps from scripts/gpu/pack_deps.sh):
+#   bash scripts/gpu/run_all.sh [build] [test] [llm] [latte]     (no argument: all four, in this order)
+# build: scripts/build_cuda.sh (every target against the machine's CUDA LibTorch, ~200 s on 16 cores);
+# test:  the whole CTest suite there (CUDA cases included; video cases skip: no FFmpeg on that machine);
+# llm:   scripts/bench_gpu.py, tune vs Hugging Face transformers + peft, Llama-3.2-1B shape, seq 2048 (~5 min);
+# latte: scripts/bench_latte.py --xl --device cuda, Latte-XL/2 per checkpointing policy and guided sampling.
+# Logs and JSON go to $OUT when set (the device tool's output folder), else build-cuda/results. One device call
+# runs at most 10 minutes: split the phases over calls (build persists while the machine stays warm).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+results=${OUT:-build-cuda/results}
+mkdir -p "$results"
+phases=("$@")
+[[ ${#phases[@]} -gt 0 ]] || phases=(build test llm latte)
+for phase in "${phases[@]}"; do
+  case $phase in
+    build) bash scripts/build_cuda.sh 2>&1 | tee "$results/build.txt" ;;
+    test)
+      # shellcheck disable=SC1091
+      source build-cuda/env.sh
+      OMP_WAIT_POLICY=passive ctest --test-dir build-cuda --output-on-failure -j8 >"$results/ctest.txt" 2>&1 || true
+      grep -E "tests passed|\(Failed\)|Not Run|Timeout" "$results/ctest.txt" | tail -20 ;;
+    llm)
+      source build-cuda/env.sh
+      PYTHONUNBUFFERED=1 python3 scripts/bench_gpu.py --tune-bench build-cuda/apps/bench/tune-bench \
+        --out "$results/bench_gpu.json" 2>&1 | tee "$results/bench_gpu.txt" ;;
+    latte)
+      source build-cuda/env.sh
+      PYTHONUNBUFFERED=1 python3 scripts/bench_latte.py --tune build-cuda/apps/tune/tune --xl --device cuda \
+        --repeat 1 --steps 3 --sample-steps 4 --policies "off full selective" --out "$results/latte_xl.json" 2>&1 |
+        tee "$results/latte_xl.txt" ;;
+    *) echo "run_all: unknown phase '$phase' (build, test, llm, latte)" >&2; exit 2 ;;
+  esac
+done
