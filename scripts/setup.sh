@@ -11,6 +11,7 @@ packages=(
   libgloo-dev                        # c10d Gloo backend headers (the torch wheel ships none)
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev catch2
   libsentencepiece-dev sentencepiece # tokenizer library + spm_train for the tiny tokenizer
+  libpcre2-dev libutf8proc-dev       # tokenizer.json: Unicode regexes (pre-tokenizers), normalization forms
   libavformat-dev libavcodec-dev libswscale-dev libavutil-dev  # video I/O (Latte)
   ffmpeg                             # ffmpeg/ffprobe CLI: test videos made by an independent tool
   python3 python3-venv               # the virtual environment below

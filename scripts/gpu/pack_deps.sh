@@ -15,6 +15,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev catch2
   libsentencepiece-dev libsentencepiece0 sentencepiece libprotobuf-lite32
   libgloo-dev                      # headers only (the wheel's libtorch_cpu holds Gloo itself)
+  libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libutf8proc-dev libutf8proc2  # tokenizer.json
   pkgconf libpkgconf3 pkgconf-bin  # pkg-config for sentencepiece's .pc (the image may lack it)
   "$@"
 )

@@ -1,4 +1,4 @@
-// The sentencepiece tokenizer wrapper: HF LlamaTokenizer's BOS/EOS conventions over sentencepiece.
+// The Tokenizer facade over the tokenizer.json and sentencepiece backends.
 #include "tune/data/tokenizer.h"
 
 #include <fmt/format.h>
@@ -6,60 +6,126 @@
 #include <algorithm>
 
 #include "tune/core/error.h"
+#include "tune/data/hf/tokenizer_json.h"
 #include "tune/data/sentencepiece_backend.h"
+#include "tune/data/tokenizer_backend.h"
 
 namespace tune::data {
+namespace {
 
-Tokenizer Tokenizer::load(const std::filesystem::path& model_path) {
-  std::error_code ignored;
-  if (!std::filesystem::is_regular_file(model_path, ignored)) {
-    throw InputError(fmt::format("tokenizer model '{}' does not exist or is not a file; HINT: set the tokenizer "
-                                 "path to a sentencepiece tokenizer.model (scripts/train_tokenizer.sh makes one)",
-                                 model_path.string()));
+constexpr const char* kTokenizerJson = "tokenizer.json";
+constexpr const char* kTokenizerModel = "tokenizer.model";
+constexpr const char* kTokenizerConfig = "tokenizer_config.json";
+
+// sentencepiece behind the generic backend interface: its ids are int, and it adds BOS/EOS itself as
+// Hugging Face's LlamaTokenizer does.
+class SentencePieceTokenizer final : public TokenizerBackend {
+ public:
+  explicit SentencePieceTokenizer(std::shared_ptr<SentencePieceBackend> model) : model_(std::move(model)) {}
+
+  std::vector<int64_t> encode(const std::string& text, bool add_bos, bool add_eos) const override {
+    const std::vector<int> pieces = model_->encode(text);
+    std::vector<int64_t> ids;
+    ids.reserve(pieces.size() + 2);
+    if (add_bos && bos_id() >= 0) ids.push_back(bos_id());
+    ids.insert(ids.end(), pieces.begin(), pieces.end());
+    if (add_eos && eos_id() >= 0) ids.push_back(eos_id());
+    return ids;
   }
-  auto backend = load_sentencepiece_model(model_path.string());
+  std::string decode(const std::vector<int64_t>& ids) const override {
+    std::vector<int> kept(ids.begin(), ids.end());
+    return model_->decode(kept);
+  }
+  std::string id_to_piece(int64_t id) const override { return model_->id_to_piece(static_cast<int>(id)); }
+  int64_t piece_to_id(const std::string& piece) const override {
+    const int id = model_->piece_to_id(piece);
+    // sentencepiece answers unk_id for unknown pieces; only the unknown piece itself really maps there.
+    if (id == model_->unk_id() && piece != model_->id_to_piece(id)) return -1;
+    return id;
+  }
+  int64_t vocab_size() const override { return model_->piece_size(); }
+  int64_t bos_id() const override { return model_->bos_id(); }
+  int64_t eos_id() const override { return model_->eos_id(); }
+  int64_t pad_id() const override { return model_->pad_id(); }
+  int64_t unk_id() const override { return model_->unk_id(); }
+
+ private:
+  std::shared_ptr<SentencePieceBackend> model_;
+};
+
+}  // namespace
+
+bool Tokenizer::directory_has_tokenizer(const std::filesystem::path& directory) {
+  std::error_code ignored;
+  return std::filesystem::is_regular_file(directory / kTokenizerJson, ignored) ||
+         std::filesystem::is_regular_file(directory / kTokenizerModel, ignored);
+}
+
+Tokenizer Tokenizer::load(const std::filesystem::path& path) {
+  std::error_code ignored;
+  std::filesystem::path file = path;
+  if (std::filesystem::is_directory(path, ignored)) {
+    file = std::filesystem::is_regular_file(path / kTokenizerJson, ignored) ? path / kTokenizerJson
+                                                                            : path / kTokenizerModel;
+    if (!std::filesystem::is_regular_file(file, ignored)) {
+      throw InputError(fmt::format("{}: no tokenizer.json or tokenizer.model in this directory; HINT: point "
+                                   "`tokenizer:` at one", path.string()));
+    }
+  } else if (!std::filesystem::is_regular_file(path, ignored)) {
+    throw InputError(fmt::format("tokenizer '{}' does not exist or is not a file; HINT: set the tokenizer path to a "
+                                 "tokenizer.json, a sentencepiece tokenizer.model (scripts/train_tokenizer.sh makes "
+                                 "one) or a directory holding one",
+                                 path.string()));
+  }
   Tokenizer tokenizer;
-  tokenizer.backend_ = std::move(backend);
-  tokenizer.path_ = model_path;
+  tokenizer.path_ = file;
+  if (file.extension() == ".json") {
+    tokenizer.backend_ = hf::load_tokenizer_json(file);
+  } else {
+    tokenizer.backend_ = std::make_shared<SentencePieceTokenizer>(load_sentencepiece_model(file.string()));
+  }
   return tokenizer;
 }
 
 std::vector<int64_t> Tokenizer::encode(const std::string& text, bool add_bos, bool add_eos) const {
-  const std::vector<int> pieces = backend_->encode(text);
-  std::vector<int64_t> ids;
-  ids.reserve(pieces.size() + 2);
-  if (add_bos && bos_id() >= 0) ids.push_back(bos_id());
-  ids.insert(ids.end(), pieces.begin(), pieces.end());
-  if (add_eos && eos_id() >= 0) ids.push_back(eos_id());
-  return ids;
+  return backend_->encode(text, add_bos, add_eos);
 }
 
 std::string Tokenizer::decode(const std::vector<int64_t>& ids) const {
-  std::vector<int> kept;
+  std::vector<int64_t> kept;
   kept.reserve(ids.size());
   for (int64_t id : ids) {
     if (id == bos_id() || id == eos_id() || id == pad_id()) continue;
     // A model's embedding may be padded past the tokenizer's vocabulary; such ids read as unknown, not a crash.
-    kept.push_back(id >= 0 && id < vocab_size() ? static_cast<int>(id) : backend_->unk_id());
+    if (id < 0 || id >= vocab_size()) {
+      if (backend_->unk_id() >= 0) kept.push_back(backend_->unk_id());
+      continue;
+    }
+    kept.push_back(id);
   }
   return backend_->decode(kept);
 }
 
 std::string Tokenizer::piece(int64_t id) const {
-  if (id < 0 || id >= vocab_size()) return backend_->id_to_piece(backend_->unk_id());
-  return backend_->id_to_piece(static_cast<int>(id));
+  if (id < 0 || id >= vocab_size()) return backend_->unk_id() >= 0 ? backend_->id_to_piece(backend_->unk_id()) : "";
+  return backend_->id_to_piece(id);
 }
 
-int64_t Tokenizer::piece_to_id(const std::string& piece) const {
-  const int id = backend_->piece_to_id(piece);
-  // sentencepiece answers unk_id for unknown pieces; only the unknown piece itself really maps there.
-  if (id == backend_->unk_id() && piece != backend_->id_to_piece(id)) return -1;
-  return id;
-}
+int64_t Tokenizer::piece_to_id(const std::string& piece) const { return backend_->piece_to_id(piece); }
 
-int64_t Tokenizer::vocab_size() const { return backend_->piece_size(); }
+int64_t Tokenizer::vocab_size() const { return backend_->vocab_size(); }
 int64_t Tokenizer::bos_id() const { return backend_->bos_id(); }
 int64_t Tokenizer::eos_id() const { return backend_->eos_id(); }
 int64_t Tokenizer::pad_id() const { return backend_->pad_id() >= 0 ? backend_->pad_id() : eos_id(); }
+
+bool Tokenizer::is_tokenizer_json() const { return path_.extension() == ".json"; }
+
+std::vector<std::filesystem::path> Tokenizer::files() const {
+  std::vector<std::filesystem::path> result{path_};
+  std::error_code ignored;
+  const auto config = path_.parent_path() / kTokenizerConfig;
+  if (std::filesystem::is_regular_file(config, ignored)) result.push_back(config);
+  return result;
+}
 
 }  // namespace tune::data

@@ -1,6 +1,7 @@
-// A sentencepiece tokenizer (tokenizer.model), with BOS/EOS handled as Hugging Face's LlamaTokenizer does:
-// encode() adds BOS (add_bos default true) and no EOS; special tokens are recognised when the model defines them
-// as user-defined or control symbols (e.g. <|im_start|> in the project's tiny tokenizer).
+// A model's tokenizer: Hugging Face's tokenizer.json (byte-level or sentencepiece-style BPE: Llama 3, Qwen, Gemma,
+// Mistral; data/hf/) or a sentencepiece tokenizer.model. encode() adds the model's leading special tokens (BOS)
+// when add_bos (default true) and trailing ones when add_eos; special-token text in the input maps to its id.
+// tokenizer_config.json beside either file names BOS, EOS and pad (sentencepiece models also carry their own).
 #pragma once
 
 #include <cstdint>
@@ -11,12 +12,15 @@
 
 namespace tune::data {
 
-class SentencePieceBackend;  // sentencepiece_backend.h: why sentencepiece sits behind an interface
+class TokenizerBackend;  // tokenizer_backend.h
 
 class Tokenizer {
  public:
-  // Throws tune::InputError naming the file when it is missing or not a sentencepiece model.
-  static Tokenizer load(const std::filesystem::path& model_path);
+  // `path`: a tokenizer.json, a tokenizer.model, or a directory holding one (tokenizer.json wins when both are
+  // there, as in transformers). Throws tune::InputError naming the file when it is missing or cannot be read.
+  static Tokenizer load(const std::filesystem::path& path);
+  // True when `directory` holds a tokenizer.json or tokenizer.model.
+  static bool directory_has_tokenizer(const std::filesystem::path& directory);
 
   std::vector<int64_t> encode(const std::string& text, bool add_bos = true, bool add_eos = false) const;
   std::string decode(const std::vector<int64_t>& ids) const;  // skips BOS/EOS/pad
@@ -27,10 +31,13 @@ class Tokenizer {
   int64_t bos_id() const;
   int64_t eos_id() const;
   int64_t pad_id() const;  // the model's pad id, or eos_id when it has none
-  const std::filesystem::path& model_path() const { return path_; }
+  const std::filesystem::path& model_path() const { return path_; }  // the tokenizer.json or tokenizer.model
+  // The files that define it (model_path() and a tokenizer_config.json beside it): what a checkpoint copies.
+  std::vector<std::filesystem::path> files() const;
+  bool is_tokenizer_json() const;
 
  private:
-  std::shared_ptr<SentencePieceBackend> backend_;
+  std::shared_ptr<TokenizerBackend> backend_;
   std::filesystem::path path_;
 };
 

@@ -1,0 +1,48 @@
+// Evaluation of a parsed template: statements append to the output, expressions produce values. Scoping follows
+// jinja2: `for` bodies and macros get a scope of their own (fresh for each iteration), `if` does not, and
+// variables resolve through the scopes, then the render context, then the globals.
+#pragma once
+
+#include <string>
+
+#include "tune/jinja/ast.h"
+#include "tune/jinja/builtins.h"
+
+namespace tune::jinja {
+
+struct Scope {
+  Map variables;
+  const Scope* parent = nullptr;
+};
+
+class Renderer {
+ public:
+  Renderer(std::string template_name, Map context, Map globals);
+
+  std::string render(const Body& body);
+
+  // Public for the macro values, which render their body when called.
+  Value evaluate(const Expression& expression, const Scope& scope);
+
+ private:
+  enum class Flow { next, break_loop, continue_loop };
+
+  Flow render_body(const Body& body, Scope& scope, std::string& out);
+  Flow render_statement(const Statement& statement, Scope& scope, std::string& out);
+  void render_for(const ForStatement& loop, Scope& scope, std::string& out);
+  void render_set(const SetStatement& set, Scope& scope);
+  Value make_macro(const MacroStatement& macro, const Scope& scope);
+
+  Value lookup(const std::string& name, const Scope& scope) const;
+  Value evaluate_node(const Expression& expression, const Scope& scope);
+  Value evaluate_call(const Call& call, const Scope& scope);
+  Value evaluate_slice(const Slice& slice, const Scope& scope);
+  CallArguments evaluate_arguments(const Arguments& arguments, const Scope& scope);
+  [[noreturn]] void fail(Location location, const std::string& message) const;
+
+  std::string template_name_;
+  Map context_;
+  Map globals_;
+};
+
+}  // namespace tune::jinja

@@ -1,0 +1,134 @@
+// tokenizer.json support against Hugging Face's `tokenizers` (Rust) on real tokenizer files: identical ids for ~2,500
+// strings per model (English, code, CJK, Arabic, emoji, whitespace runs, digits, special-token text, invalid UTF-8),
+// with and without the post-processor's special tokens, and identical decoded text.
+// Fixtures: scripts/make_tokenizer_fixtures.py (a CTest setup fixture) downloads the files and writes the ids.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sstream>
+
+#include "../common/scratch_dir.h"
+#include "tune/core/error.h"
+#include "tune/data/tokenizer.h"
+
+namespace {
+
+const std::filesystem::path kFixtures = TUNE_TOKENIZER_FIXTURES;
+
+nlohmann::json load_expected() {
+  std::ifstream in(kFixtures / "expected.json");
+  REQUIRE(in.good());
+  return nlohmann::json::parse(in);
+}
+
+std::string from_hex(const std::string& hex) {
+  std::string bytes;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) bytes += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  return bytes;
+}
+
+std::string show(const std::vector<int64_t>& ids) {
+  std::ostringstream out;
+  for (size_t i = 0; i < ids.size() && i < 40; ++i) out << (i ? " " : "") << ids[i];
+  if (ids.size() > 40) out << " ...";
+  return out.str();
+}
+
+}  // namespace
+
+TEST_CASE("tokenizer.json: ids and decoded text equal Hugging Face tokenizers on real tokenizer files",
+          "[data][tokenizer][hf]") {
+  const nlohmann::json expected = load_expected();
+  if (expected.contains("unavailable")) {
+    WARN("SKIPPED: the real tokenizer files could not be fetched (" << expected["unavailable"].get<std::string>()
+                                                                    << "): tokenizer.json parity NOT checked");
+    return;
+  }
+  for (const auto& [name, rows] : expected["models"].items()) {
+    const auto tokenizer = tune::data::Tokenizer::load(kFixtures / name);
+    CHECK(tokenizer.is_tokenizer_json());
+    int64_t checked = 0, id_mismatches = 0, special_mismatches = 0, decode_mismatches = 0, decode_checked = 0;
+    for (const auto& row : rows) {
+      const std::string text = row.contains("hex") ? from_hex(row["hex"].get<std::string>()) : row["text"].get<std::string>();
+      const auto want = row["ids"].get<std::vector<int64_t>>();
+      const auto got = tokenizer.encode(text, false, false);
+      ++checked;
+      if (got != want) {
+        if (++id_mismatches <= 5) {
+          UNSCOPED_INFO(name << ": " << text << "\n  tune: " << show(got) << "\n  hf:   " << show(want));
+        }
+      }
+      if (tokenizer.encode(text, true, true) != row["ids_special"].get<std::vector<int64_t>>()) ++special_mismatches;
+      // tune's decode drops BOS/EOS/pad; compare it where the ids hold none of them.
+      const bool plain = std::none_of(want.begin(), want.end(), [&](int64_t id) {
+        return id == tokenizer.bos_id() || id == tokenizer.eos_id() || id == tokenizer.pad_id();
+      });
+      if (plain) {
+        ++decode_checked;
+        if (tokenizer.decode(want) != row["decoded"].get<std::string>() && ++decode_mismatches <= 3) {
+          UNSCOPED_INFO(name << " decode: " << text << "\n  tune: " << tokenizer.decode(want)
+                             << "\n  hf:   " << row["decoded"].get<std::string>());
+        }
+      }
+    }
+    INFO(name << ": " << checked << " strings, " << id_mismatches << " id mismatches, " << special_mismatches
+              << " with special tokens, " << decode_mismatches << "/" << decode_checked << " decode mismatches");
+    CHECK(checked > 2000);
+    CHECK(id_mismatches == 0);
+    CHECK(special_mismatches == 0);
+    CHECK(decode_mismatches == 0);
+  }
+}
+
+TEST_CASE("tokenizer.json: BOS/EOS/pad come from tokenizer_config.json; a directory prefers tokenizer.json",
+          "[data][tokenizer][hf]") {
+  const nlohmann::json expected = load_expected();
+  if (expected.contains("unavailable")) {
+    WARN("SKIPPED: real tokenizer files unavailable");
+    return;
+  }
+  const auto llama3 = tune::data::Tokenizer::load(kFixtures / "llama3" / "tokenizer.json");
+  CHECK(llama3.piece(llama3.bos_id()) == "<|begin_of_text|>");
+  CHECK(llama3.piece(llama3.eos_id()) == "<|end_of_text|>");
+  CHECK(llama3.vocab_size() == 128256);
+  CHECK(llama3.piece_to_id("<|eot_id|>") == 128009);
+  const auto qwen3 = tune::data::Tokenizer::load(kFixtures / "qwen3");
+  CHECK(qwen3.bos_id() == -1);  // Qwen has no BOS
+  CHECK(qwen3.piece(qwen3.eos_id()) == "<|im_end|>");
+  CHECK(qwen3.piece(qwen3.pad_id()) == "<|endoftext|>");
+  const auto gemma3 = tune::data::Tokenizer::load(kFixtures / "gemma3");
+  CHECK(gemma3.encode("hi", true, false).front() == gemma3.bos_id());
+  CHECK(gemma3.files().size() == 2);  // tokenizer.json and tokenizer_config.json travel with checkpoints
+}
+
+TEST_CASE("tokenizer.json: unsupported components and broken files are errors naming the file and the component",
+          "[data][tokenizer][hf]") {
+  tune::testing::ScratchDir dir;
+  auto write = [&](const std::string& json) {
+    std::ofstream(dir / "tokenizer.json") << json;
+    return dir / "tokenizer.json";
+  };
+  const std::string minimal_model = R"("model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]})";
+  auto message_of = [](const std::filesystem::path& path) {
+    try {
+      tune::data::Tokenizer::load(path);
+    } catch (const tune::InputError& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  CHECK_THAT(message_of(write("{" + minimal_model + R"(, "normalizer": {"type": "BertNormalizer"}})")),
+             Catch::Contains("tokenizer.json") && Catch::Contains("BertNormalizer"));
+  CHECK_THAT(message_of(write(R"({"model": {"type": "WordPiece", "vocab": {}}})")), Catch::Contains("WordPiece"));
+  CHECK_THAT(message_of(write("{" + minimal_model + R"(, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "("}, "behavior": "Isolated"}})")),
+             Catch::Contains("regex"));
+  CHECK_THAT(message_of(write("{ not json")), Catch::Contains("not valid JSON"));
+  CHECK_THAT(message_of(write(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}})")),
+             Catch::Contains("merge 0"));
+  // A tiny valid one: merges apply by rank.
+  write("{" + minimal_model + "}");
+  const auto tiny = tune::data::Tokenizer::load(dir.path());
+  CHECK(tiny.encode("abab", false, false) == std::vector<int64_t>{2, 2});
+  CHECK(tiny.encode("ba", false, false) == std::vector<int64_t>{1, 0});
+}
