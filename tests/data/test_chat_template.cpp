@@ -70,7 +70,7 @@ TEST_CASE("decoded masked and trained parts read as the template's text", "[data
 }
 
 TEST_CASE("train_on_prompt trains every token", "[data][template]") {
-  for (const auto& name : ChatTemplate::names()) {
+  for (const auto& name : ChatTemplate::built_in_names()) {
     const auto example = ChatTemplate::by_name(name).encode(tiny_tokenizer(), two_turns(), true);
     CHECK(example.labels == example.input_ids);
   }
@@ -78,7 +78,7 @@ TEST_CASE("train_on_prompt trains every token", "[data][template]") {
 
 TEST_CASE("encode_prompt is exactly the prefix training sees before each reply", "[data][template]") {
   const Tokenizer& tokenizer = tiny_tokenizer();
-  for (const auto& name : ChatTemplate::names()) {
+  for (const auto& name : ChatTemplate::built_in_names()) {
     INFO("template " << name);
     const auto chat_template = ChatTemplate::by_name(name);
     const auto full = chat_template.encode(tokenizer, two_turns(), false);

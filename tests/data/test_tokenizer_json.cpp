@@ -10,6 +10,7 @@
 
 #include "../common/scratch_dir.h"
 #include "tune/core/error.h"
+#include "tune/data/sft_dataset.h"
 #include "tune/data/tokenizer.h"
 
 namespace {
@@ -131,4 +132,56 @@ TEST_CASE("tokenizer.json: unsupported components and broken files are errors na
   const auto tiny = tune::data::Tokenizer::load(dir.path());
   CHECK(tiny.encode("abab", false, false) == std::vector<int64_t>{2, 2});
   CHECK(tiny.encode("ba", false, false) == std::vector<int64_t>{1, 0});
+}
+
+TEST_CASE("data.template auto: the model's own chat template gives transformers' apply_chat_template ids, and the "
+          "loss covers each reply and its end-of-turn token",
+          "[data][tokenizer][hf][template]") {
+  const nlohmann::json expected = load_expected();
+  if (expected.contains("unavailable")) {
+    WARN("SKIPPED: real tokenizer files unavailable: chat templates NOT checked");
+    return;
+  }
+  int64_t cases = 0;
+  for (const auto& [name, rows] : expected["chat"].items()) {
+    if (rows.empty()) continue;  // no chat_template in that tokenizer_config.json
+    const auto tokenizer = tune::data::Tokenizer::load(kFixtures / name);
+    const auto chat = tune::data::ChatTemplate::resolve("auto", tokenizer);
+    REQUIRE(chat.is_jinja());
+    for (const auto& row : rows) {
+      INFO(name << " case " << cases);
+      tune::data::Conversation conversation;
+      for (const auto& message : row["messages"]) {
+        conversation.messages.push_back({message["role"].get<std::string>(), message["content"].get<std::string>()});
+      }
+      CHECK(chat.render_text(conversation.messages, false) == row["text"].get<std::string>());
+      const auto example = chat.encode(tokenizer, conversation, false);
+      CHECK(example.input_ids == row["ids"].get<std::vector<int64_t>>());
+      // Trained runs: one per assistant message, each ending with its content and one end-of-turn special token.
+      std::vector<std::vector<int64_t>> runs;
+      for (size_t t = 0; t < example.labels.size(); ++t) {
+        if (example.labels[t] == tune::data::kIgnoreIndex) continue;
+        if (t == 0 || example.labels[t - 1] == tune::data::kIgnoreIndex) runs.emplace_back();
+        runs.back().push_back(example.input_ids[t]);
+      }
+      std::vector<std::string> replies;
+      for (const auto& message : conversation.messages) {
+        if (message.role == "assistant") replies.push_back(message.content);
+      }
+      REQUIRE(runs.size() == replies.size());
+      for (size_t r = 0; r < runs.size(); ++r) {
+        CHECK(tokenizer.is_special_token(runs[r].back()));
+        std::vector<int64_t> content(runs[r].begin(), runs[r].end() - 1);
+        // The reply as rendered: what the template puts before it after the generation prompt (Qwen3's empty
+        // <think></think> block on the last turn) is what the model is asked to produce, so it is trained too.
+        CHECK_THAT(tokenizer.decode(content), Catch::EndsWith(replies[r]));
+      }
+      // The prompt for the last reply: the conversation before it with the generation prompt.
+      tune::data::Conversation prompt = conversation;
+      prompt.messages.pop_back();
+      CHECK(chat.encode_prompt(tokenizer, prompt) == row["prompt_ids"].get<std::vector<int64_t>>());
+      ++cases;
+    }
+  }
+  CHECK(cases >= 6);
 }

@@ -12,6 +12,8 @@
 #include <algorithm>
 
 #include "tune/core/error.h"
+#include "tune/data/jinja_chat_template.h"
+#include "tune/data/model_chat_template.h"
 #include "tune/data/sft_dataset.h"
 
 namespace tune::data {
@@ -118,8 +120,16 @@ void check_turns(const Conversation& conversation, const char* ends_with, const 
   }
 }
 
+// "none": the contents back to back, BOS first; the assistant's contents trained, EOS after the last message.
+void render_none(const std::vector<ChatMessage>& messages, Rendering& out) {
+  out.bos(kPrompt);
+  for (const auto& message : messages) out.text(message.content, message.role == "assistant" ? kTrained : kPrompt);
+  if (!messages.empty() && messages.back().role == "assistant") out.eos(kTrained);
+}
+
 Rendering render(const std::string& name, const std::vector<ChatMessage>& messages) {
   Rendering rendering;
+  if (name == "none") render_none(messages, rendering);
   if (name == "plain") render_plain(messages, rendering);
   if (name == "llama2") render_llama2(messages, rendering);
   if (name == "chatml") render_chatml(messages, rendering);
@@ -146,24 +156,51 @@ TokenizedExample tokenize(const Tokenizer& tokenizer, const Rendering& rendering
 
 }  // namespace
 
-std::vector<std::string> ChatTemplate::names() { return {"plain", "llama2", "chatml"}; }
+std::vector<std::string> ChatTemplate::names() { return {"auto", "plain", "llama2", "chatml", "llama3", "none"}; }
+
+std::vector<std::string> ChatTemplate::built_in_names() { return {"plain", "llama2", "chatml", "none"}; }
 
 ChatTemplate ChatTemplate::by_name(const std::string& name) {
-  const auto valid = names();
-  if (std::find(valid.begin(), valid.end(), name) == valid.end()) {
-    throw UsageError(fmt::format("unknown chat template '{}'; valid templates: {}", name, fmt::join(valid, ", ")));
+  const std::vector<std::string> built_in = built_in_names();
+  if (std::find(built_in.begin(), built_in.end(), name) == built_in.end()) {
+    throw UsageError(fmt::format("unknown chat template '{}' (or one that needs the tokenizer: auto, llama3); valid "
+                                 "built-in templates: {}",
+                                 name, fmt::join(built_in, ", ")));
   }
   return ChatTemplate(name);
+}
+
+ChatTemplate ChatTemplate::resolve(const std::string& name, const Tokenizer& tokenizer) {
+  const auto token_text = [&](int64_t id) { return id >= 0 ? tokenizer.piece(id) : std::string(); };
+  if (name == "llama3") {
+    ChatTemplate chat("llama3");
+    chat.jinja_ = std::make_shared<JinjaChatTemplate>(llama3_chat_template_source(), "llama3",
+                                                      token_text(tokenizer.bos_id()), token_text(tokenizer.eos_id()));
+    return chat;
+  }
+  if (name != "auto") return by_name(name);
+  const auto config = model_chat_template(tokenizer);
+  if (!config) return by_name("plain");
+  ChatTemplate chat("auto");
+  chat.jinja_ = std::make_shared<JinjaChatTemplate>(config->source, config->name, token_text(tokenizer.bos_id()),
+                                                    token_text(tokenizer.eos_id()));
+  return chat;
+}
+
+std::string ChatTemplate::render_text(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+  return jinja_ ? jinja_->render(messages, add_generation_prompt) : std::string();
 }
 
 TokenizedExample ChatTemplate::encode(const Tokenizer& tokenizer, const Conversation& conversation,
                                       bool train_on_prompt) const {
   check_turns(conversation, "assistant", "chat template encode()");
+  if (jinja_) return jinja_->encode(tokenizer, conversation, train_on_prompt);
   return tokenize(tokenizer, render(name_, conversation.messages), train_on_prompt);
 }
 
 std::vector<int64_t> ChatTemplate::encode_prompt(const Tokenizer& tokenizer, const Conversation& conversation) const {
   check_turns(conversation, "user", "chat template encode_prompt()");
+  if (jinja_) return jinja_->encode_prompt(tokenizer, conversation);
   return tokenize(tokenizer, render(name_, conversation.messages), false).input_ids;
 }
 

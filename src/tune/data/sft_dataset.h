@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,11 +48,26 @@ struct TokenizedExample {
 // or <|im_end|> followed by EOS (chatml) so a fine-tuned model learns to stop.
 // Each run of text between mask boundaries is tokenized as its own string (so sentencepiece gives it a leading
 // "▁"), as Meta's Llama 2 code does; chat_template.cpp documents the exact layouts.
+//
+// Jinja templates (jinja_chat_template.h) are the other kind: the model's own chat_template from the
+// tokenizer_config.json beside its tokenizer ("auto"), or the built-in "llama3"; rendered whole and encoded once.
+// "none": the messages' contents back to back (base models, completion-style data), BOS first and EOS last.
+class JinjaChatTemplate;
+
 class ChatTemplate {
  public:
-  static ChatTemplate by_name(const std::string& name);  // throws UsageError listing valid names
+  // The built-ins that need no tokenizer (plain, llama2, chatml, none); throws UsageError listing valid names.
+  static ChatTemplate by_name(const std::string& name);
+  // Any name of names(): "auto" is the model's own chat_template when the tokenizer_config.json beside the
+  // tokenizer has one, else "plain"; "llama3" renders with the tokenizer's BOS text. Throws tune::InputError for a
+  // model template that does not parse (naming line and column).
+  static ChatTemplate resolve(const std::string& name, const Tokenizer& tokenizer);
   static std::vector<std::string> names();
+  static std::vector<std::string> built_in_names();  // by_name's: plain, llama2, chatml, none
   const std::string& name() const { return name_; }
+  bool is_jinja() const { return jinja_ != nullptr; }
+  // The text a Jinja template renders (what `tune tokenize --messages` shows); empty for the part-based built-ins.
+  std::string render_text(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
 
   // Tokenizes a whole conversation; labels mask everything except assistant turns unless train_on_prompt.
   TokenizedExample encode(const Tokenizer& tokenizer, const Conversation& conversation, bool train_on_prompt) const;
@@ -62,6 +78,7 @@ class ChatTemplate {
  private:
   explicit ChatTemplate(std::string name) : name_(std::move(name)) {}
   std::string name_;
+  std::shared_ptr<const JinjaChatTemplate> jinja_;
 };
 
 // Tokenizes every conversation and truncates to max_length (keeping the start); examples left with no loss

@@ -48,6 +48,7 @@ class SentencePieceTokenizer final : public TokenizerBackend {
   int64_t eos_id() const override { return model_->eos_id(); }
   int64_t pad_id() const override { return model_->pad_id(); }
   int64_t unk_id() const override { return model_->unk_id(); }
+  bool is_special_token(int64_t id) const override { return id == bos_id() || id == eos_id() || id == pad_id(); }
 
  private:
   std::shared_ptr<SentencePieceBackend> model_;
@@ -112,6 +113,7 @@ std::string Tokenizer::piece(int64_t id) const {
 }
 
 int64_t Tokenizer::piece_to_id(const std::string& piece) const { return backend_->piece_to_id(piece); }
+bool Tokenizer::is_special_token(int64_t id) const { return backend_->is_special_token(id); }
 
 int64_t Tokenizer::vocab_size() const { return backend_->vocab_size(); }
 int64_t Tokenizer::bos_id() const { return backend_->bos_id(); }

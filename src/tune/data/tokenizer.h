@@ -26,6 +26,7 @@ class Tokenizer {
   std::string decode(const std::vector<int64_t>& ids) const;  // skips BOS/EOS/pad
   std::string piece(int64_t id) const;                         // the raw piece, for per-token displays
   int64_t piece_to_id(const std::string& piece) const;         // -1 when unknown
+  bool is_special_token(int64_t id) const;                     // BOS/EOS/pad, <|eot_id|>, <|im_end|>, ...
 
   int64_t vocab_size() const;
   int64_t bos_id() const;

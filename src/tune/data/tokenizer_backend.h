@@ -22,6 +22,8 @@ class TokenizerBackend {
   virtual int64_t eos_id() const = 0;
   virtual int64_t pad_id() const = 0;
   virtual int64_t unk_id() const = 0;
+  // A control token (BOS/EOS, <|eot_id|>, <|im_end|>, ...): never produced from ordinary text.
+  virtual bool is_special_token(int64_t id) const = 0;
 };
 
 }  // namespace tune::data

@@ -47,6 +47,16 @@ struct PrepareArguments {
   int64_t clips_per_video = 1;
 };
 
+struct TokenizeArguments {
+  std::filesystem::path target;  // model directory, tokenizer.json, tokenizer.model, or a directory holding one
+  std::optional<std::string> text;
+  std::optional<std::filesystem::path> messages;  // JSON list of {role, content}
+  std::string chat_template = "auto";
+  bool add_generation_prompt = false;
+  bool no_special = false;  // --text: without the leading special tokens (BOS)
+  bool json = false;
+};
+
 int run_train(const TrainArguments& arguments);
 int run_infer(const InferArguments& arguments);
 int run_validate(const std::filesystem::path& recipe, const std::vector<std::string>& overrides);
@@ -54,5 +64,6 @@ int run_list();
 int run_copy(const std::string& name, const std::filesystem::path& destination);
 int run_export(const ExportArguments& arguments);
 int run_prepare(const PrepareArguments& arguments);
+int run_tokenize(const TokenizeArguments& arguments);
 
 }  // namespace tune::recipes

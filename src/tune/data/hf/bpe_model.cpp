@@ -4,15 +4,57 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <bit>
 #include <queue>
 
 #include "tune/core/error.h"
 #include "tune/data/hf/text_utils.h"
 
 namespace tune::data::hf {
+
+template <class Value>
+void FlatTable<Value>::reserve(size_t count) {
+  size_t capacity = 16;
+  while (capacity < 2 * count) capacity *= 2;
+  slots_.assign(capacity, Slot{});
+  mask_ = capacity - 1;
+  shift_ = 64 - std::countr_zero(capacity);
+}
+
+template <class Value>
+void FlatTable<Value>::insert(uint64_t key, Value value) {
+  for (size_t slot = slot_of(key);; slot = (slot + 1) & mask_) {
+    if (slots_[slot].key == key) return;
+    if (slots_[slot].key == kEmpty) {
+      slots_[slot] = {key, value};
+      return;
+    }
+  }
+}
+
+template <class Value>
+const Value* FlatTable<Value>::find(uint64_t key) const {
+  if (slots_.empty()) return nullptr;
+  for (size_t slot = slot_of(key);; slot = (slot + 1) & mask_) {
+    if (slots_[slot].key == key) return &slots_[slot].value;
+    if (slots_[slot].key == kEmpty) return nullptr;
+  }
+}
+
 namespace {
 
 constexpr size_t kCacheCapacity = 100000;
+constexpr size_t kMaxCachedPiece = 256;
+
+// 1 to 4 bytes packed with their count, so that "a" and "a\0" differ: the key of units_.
+uint64_t unit_key(std::string_view unit) {
+  uint64_t key = unit.size();
+  for (size_t i = 0; i < unit.size(); ++i) {
+    key |= static_cast<uint64_t>(static_cast<unsigned char>(unit[i])) << (8 * (i + 1));
+  }
+  return key;
+}
 
 uint64_t pair_key(int64_t left, int64_t right) {
   return (static_cast<uint64_t>(left) << 32) | static_cast<uint64_t>(static_cast<uint32_t>(right));
@@ -47,9 +89,18 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source) {
   ignore_merges_ = model.value("ignore_merges", false);
   continuing_subword_prefix_ = json_string_or_empty(model, "continuing_subword_prefix");
   end_of_word_suffix_ = json_string_or_empty(model, "end_of_word_suffix");
+  units_.reserve(vocab_.size());
+  for (const auto& [token, id] : vocab_) {
+    if (!token.empty() && token.size() <= 4) units_.insert(unit_key(token), id);
+  }
+  for (int byte = 0; byte < 256; ++byte) {
+    const auto found = vocab_.find(fmt::format("<0x{:02X}>", byte));
+    byte_tokens_[static_cast<size_t>(byte)] = found == vocab_.end() ? -1 : found->second;
+  }
 
   // Merges come as "left right" strings (older files) or [left, right] pairs (tokenizers >= 0.20).
   int32_t rank = 0;
+  merges_.reserve(model.at("merges").size());
   for (const auto& entry : model.at("merges")) {
     std::string left, right;
     if (entry.is_string()) {
@@ -74,7 +125,7 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source) {
       throw InputError(fmt::format("{}: merge {} ('{}' + '{}') names a token missing from the vocabulary", where, rank,
                                    left, right));
     }
-    merges_.emplace(pair_key(l->second, r->second), std::make_pair(rank, static_cast<int32_t>(m->second)));
+    merges_.insert(pair_key(l->second, r->second), Merge{rank, static_cast<int32_t>(m->second)});
     ++rank;
   }
 }
@@ -98,7 +149,8 @@ void BpeModel::encode(const std::string& piece, std::vector<int64_t>& ids) const
       return;
     }
   }
-  {
+  const bool cacheable = piece.size() < kMaxCachedPiece;
+  if (cacheable) {
     std::lock_guard<std::mutex> lock(cache_mutex_);
     const auto cached = cache_.find(piece);
     if (cached != cache_.end()) {
@@ -108,54 +160,62 @@ void BpeModel::encode(const std::string& piece, std::vector<int64_t>& ids) const
   }
   std::vector<int64_t> result = merge(piece);
   ids.insert(ids.end(), result.begin(), result.end());
+  if (!cacheable) return;
   std::lock_guard<std::mutex> lock(cache_mutex_);
   if (cache_.size() < kCacheCapacity) cache_.emplace(piece, std::move(result));
 }
 
-std::vector<int64_t> BpeModel::merge(const std::string& piece) const {
-  // Initial symbols: one per code point (with the subword prefix/suffix), or its bytes as <0xXX> tokens under
-  // byte fallback, or the unknown token (consecutive unknowns fused when fuse_unk).
-  struct Symbol {
-    int64_t id;
-    int prev, next;
-    bool alive;
-  };
-  std::vector<Symbol> symbols;
-  const std::vector<std::string> chars = split_code_points(piece);
-  for (size_t i = 0; i < chars.size(); ++i) {
-    std::string token = chars[i];
-    if (i > 0 && !continuing_subword_prefix_.empty()) token = continuing_subword_prefix_ + token;
-    if (i + 1 == chars.size() && !end_of_word_suffix_.empty()) token += end_of_word_suffix_;
+void BpeModel::push_unit(std::string_view unit, bool first, bool last, std::vector<Symbol>& symbols) const {
+  if (continuing_subword_prefix_.empty() && end_of_word_suffix_.empty()) {
+    if (const int64_t* id = units_.find(unit_key(unit))) {
+      symbols.push_back({*id, 0, 0, true});
+      return;
+    }
+  } else {
+    std::string token(unit);
+    if (!first) token = continuing_subword_prefix_ + token;
+    if (last) token += end_of_word_suffix_;
     const auto found = vocab_.find(token);
     if (found != vocab_.end()) {
       symbols.push_back({found->second, 0, 0, true});
-      continue;
+      return;
     }
-    if (byte_fallback_) {
-      bool all_bytes = true;
-      std::vector<int64_t> byte_ids;
-      for (unsigned char byte : chars[i]) {
-        const auto byte_token = vocab_.find(fmt::format("<0x{:02X}>", byte));
-        if (byte_token == vocab_.end()) {
-          all_bytes = false;
-          break;
-        }
-        byte_ids.push_back(byte_token->second);
-      }
-      if (all_bytes) {
-        for (int64_t id : byte_ids) symbols.push_back({id, 0, 0, true});
-        continue;
-      }
+  }
+  if (byte_fallback_) {
+    const bool all_bytes = std::all_of(unit.begin(), unit.end(), [&](char byte) {
+      return byte_tokens_[static_cast<unsigned char>(byte)] >= 0;
+    });
+    if (all_bytes) {
+      for (unsigned char byte : unit) symbols.push_back({byte_tokens_[byte], 0, 0, true});
+      return;
     }
-    if (unk_id_ < 0) continue;  // no unknown token: the character is dropped, as the tokenizers library does
-    if (fuse_unk_ && !symbols.empty() && symbols.back().id == unk_id_) continue;
-    symbols.push_back({unk_id_, 0, 0, true});
+  }
+  if (unk_id_ < 0) return;  // no unknown token: the character is dropped, as the tokenizers library does
+  if (fuse_unk_ && !symbols.empty() && symbols.back().id == unk_id_) return;
+  symbols.push_back({unk_id_, 0, 0, true});
+}
+
+// One symbol per code point (with the subword prefix/suffix), or its bytes as <0xXX> tokens under byte fallback,
+// or the unknown token (consecutive unknowns fused when fuse_unk); linked as a list for merging.
+std::vector<BpeModel::Symbol> BpeModel::initial_symbols(std::string_view piece) const {
+  std::vector<Symbol> symbols;
+  symbols.reserve(piece.size());
+  for (size_t i = 0; i < piece.size();) {
+    const size_t length = std::min<size_t>(utf8_length(static_cast<unsigned char>(piece[i])), piece.size() - i);
+    push_unit(piece.substr(i, length), i == 0, i + length == piece.size(), symbols);
+    i += length;
   }
   const int count = static_cast<int>(symbols.size());
   for (int i = 0; i < count; ++i) {
     symbols[static_cast<size_t>(i)].prev = i - 1;
     symbols[static_cast<size_t>(i)].next = i + 1 < count ? i + 1 : -1;
   }
+  return symbols;
+}
+
+std::vector<int64_t> BpeModel::merge(const std::string& piece) const {
+  std::vector<Symbol> symbols = initial_symbols(piece);
+  const int count = static_cast<int>(symbols.size());
 
   // Lowest rank first, leftmost among equal ranks. Entries go stale when a neighbour merges; they are checked on
   // pop against the pair they were made for.
@@ -163,6 +223,7 @@ std::vector<int64_t> BpeModel::merge(const std::string& piece) const {
     int32_t rank;
     int position;
     int64_t left, right;
+    int32_t merged;
     bool operator>(const Candidate& other) const {
       return rank != other.rank ? rank > other.rank : position > other.position;
     }
@@ -173,8 +234,9 @@ std::vector<int64_t> BpeModel::merge(const std::string& piece) const {
     const Symbol& s = symbols[static_cast<size_t>(position)];
     if (s.next < 0) return;
     const int64_t right = symbols[static_cast<size_t>(s.next)].id;
-    const auto found = merges_.find(pair_key(s.id, right));
-    if (found != merges_.end()) queue.push({found->second.first, position, s.id, right});
+    if (const Merge* found = merges_.find(pair_key(s.id, right))) {
+      queue.push({found->rank, position, s.id, right, found->id});
+    }
   };
   for (int i = 0; i < count; ++i) push(i);
   while (!queue.empty()) {
@@ -184,7 +246,7 @@ std::vector<int64_t> BpeModel::merge(const std::string& piece) const {
     if (!left.alive || left.id != top.left || left.next < 0) continue;
     Symbol& right = symbols[static_cast<size_t>(left.next)];
     if (right.id != top.right) continue;
-    left.id = merges_.at(pair_key(top.left, top.right)).second;
+    left.id = top.merged;
     right.alive = false;
     left.next = right.next;
     if (right.next >= 0) symbols[static_cast<size_t>(right.next)].prev = top.position;

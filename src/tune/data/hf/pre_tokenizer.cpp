@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <string_view>
 #include <utility>
 
 #include "tune/core/error.h"
@@ -29,35 +30,40 @@ Behavior parse_behavior(const std::string& name, const std::string& where) {
 }
 
 // Splits `piece` at the given matches (sorted, non-overlapping) as the tokenizers library's split behaviours do.
+// Segments are views into the piece; each part's text is built once (no intermediate copies per segment).
 std::vector<Piece> split_at(const Piece& piece, const std::vector<std::pair<size_t, size_t>>& found, Behavior behavior,
                             bool invert) {
   // Segments in order, each flagged as a match (after inversion) or not.
-  std::vector<std::pair<std::string, bool>> segments;
+  const std::string_view text = piece.text;
+  std::vector<std::pair<std::string_view, bool>> segments;
+  segments.reserve(2 * found.size() + 1);
   size_t last = 0;
   for (const auto& [begin, end] : found) {
-    if (begin > last) segments.emplace_back(piece.text.substr(last, begin - last), invert);
-    segments.emplace_back(piece.text.substr(begin, end - begin), !invert);
+    if (begin > last) segments.emplace_back(text.substr(last, begin - last), invert);
+    segments.emplace_back(text.substr(begin, end - begin), !invert);
     last = end;
   }
-  if (last < piece.text.size()) segments.emplace_back(piece.text.substr(last), invert);
+  if (last < text.size()) segments.emplace_back(text.substr(last), invert);
 
-  std::vector<std::string> parts;
+  std::vector<Piece> parts;
+  parts.reserve(segments.size());
+  auto start_part = [&](std::string_view segment) { parts.push_back({std::string(segment), false}); };
   switch (behavior) {
     case Behavior::removed:
-      for (auto& [text, is_match] : segments) {
-        if (!is_match) parts.push_back(std::move(text));
+      for (const auto& [segment, is_match] : segments) {
+        if (!is_match) start_part(segment);
       }
       break;
     case Behavior::isolated:
-      for (auto& [text, is_match] : segments) parts.push_back(std::move(text));
+      for (const auto& [segment, is_match] : segments) start_part(segment);
       break;
     case Behavior::merged_with_previous: {
       bool previous_was_match = false;
-      for (auto& [text, is_match] : segments) {
+      for (const auto& [segment, is_match] : segments) {
         if (is_match && !parts.empty() && !previous_was_match) {
-          parts.back() += text;
+          parts.back().text += segment;
         } else {
-          parts.push_back(std::move(text));
+          start_part(segment);
         }
         previous_was_match = is_match;
       }
@@ -65,11 +71,11 @@ std::vector<Piece> split_at(const Piece& piece, const std::vector<std::pair<size
     }
     case Behavior::merged_with_next: {
       bool previous_was_match = false;
-      for (auto& [text, is_match] : segments) {
+      for (const auto& [segment, is_match] : segments) {
         if (!is_match && previous_was_match && !parts.empty()) {
-          parts.back() += text;
+          parts.back().text += segment;
         } else {
-          parts.push_back(std::move(text));
+          start_part(segment);
         }
         previous_was_match = is_match;
       }
@@ -77,28 +83,29 @@ std::vector<Piece> split_at(const Piece& piece, const std::vector<std::pair<size
     }
     case Behavior::contiguous: {
       bool previous_was_match = false;
-      for (auto& [text, is_match] : segments) {
+      for (const auto& [segment, is_match] : segments) {
         if (is_match && previous_was_match && !parts.empty()) {
-          parts.back() += text;
+          parts.back().text += segment;
         } else {
-          parts.push_back(std::move(text));
+          start_part(segment);
         }
         previous_was_match = is_match;
       }
       break;
     }
   }
-  std::vector<Piece> out;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    if (!parts[i].empty()) out.push_back({std::move(parts[i]), piece.at_start && out.empty() && i == 0});
-  }
-  return out;
+  // Only the first part, when not empty, can begin the input; empty parts are dropped.
+  if (!parts.empty() && !parts.front().text.empty()) parts.front().at_start = piece.at_start;
+  std::erase_if(parts, [](const Piece& part) { return part.text.empty(); });
+  return parts;
 }
 
-// Applies `split` to every piece and concatenates the results.
+// Applies `split` to every piece (which it may move from) and concatenates the results.
 template <class Split>
 std::vector<Piece> for_each_piece(std::vector<Piece> pieces, Split split) {
+  if (pieces.size() == 1) return split(pieces.front());  // the common case: one piece per added-token segment
   std::vector<Piece> out;
+  out.reserve(pieces.size());
   for (auto& piece : pieces) {
     auto parts = split(piece);
     for (auto& part : parts) out.push_back(std::move(part));
@@ -150,10 +157,14 @@ PreTokenizer make_pre_tokenizer(const nlohmann::json& spec, const std::string& s
     const bool use_regex = spec.value("use_regex", true);
     const Regex gpt2(kGpt2Pattern, where);
     return [add_prefix_space, use_regex, gpt2](std::vector<Piece> pieces) {
-      auto split = for_each_piece(std::move(pieces), [&](const Piece& input) {
-        Piece piece = input;
-        if (add_prefix_space && piece.text.rfind(' ', 0) != 0) piece.text = " " + piece.text;
-        if (!use_regex) return std::vector<Piece>{piece};
+      auto split = for_each_piece(std::move(pieces), [&](Piece& input) {
+        Piece piece = std::move(input);
+        if (add_prefix_space && piece.text.rfind(' ', 0) != 0) piece.text.insert(0, 1, ' ');
+        if (!use_regex) {
+          std::vector<Piece> whole;
+          whole.push_back(std::move(piece));
+          return whole;
+        }
         return split_at(piece, gpt2.find_all(piece.text), Behavior::isolated, false);
       });
       for (auto& piece : split) piece.text = bytes_to_alphabet(piece.text);

@@ -160,6 +160,10 @@ class TokenizerJson final : public TokenizerBackend {
   int64_t eos_id() const override { return eos_; }
   int64_t pad_id() const override { return pad_; }
   int64_t unk_id() const override { return unk_; }
+  bool is_special_token(int64_t id) const override {
+    const AddedToken* token = added_.by_id(id);
+    return token != nullptr && token->special;
+  }
 
  private:
   static const nlohmann::json& checked_model(const nlohmann::json& model, const std::string& source) {

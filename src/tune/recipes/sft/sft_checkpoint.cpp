@@ -26,8 +26,9 @@ void write_checkpoint(const std::filesystem::path& dir, const models::LlamaForCa
     write_json_file(dir / "config.json", model->config().to_json());
   }
   // The tokenizer travels with every checkpoint so the directory is self-contained for inference and export.
-  std::filesystem::copy_file(tokenizer.model_path(), dir / "tokenizer.model",
-                             std::filesystem::copy_options::overwrite_existing);
+  for (const auto& file : tokenizer.files()) {
+    std::filesystem::copy_file(file, dir / file.filename(), std::filesystem::copy_options::overwrite_existing);
+  }
   if (optimizer == nullptr) return;
   io::save_safetensors(dir / "optimizer.safetensors", optimizer->state_tensors());
   io::save_safetensors(dir / "rng_state.safetensors", {{"cpu", cpu_rng_state()}});

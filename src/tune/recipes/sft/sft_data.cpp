@@ -11,11 +11,13 @@ std::vector<data::TokenizedExample> read_and_tokenize(const std::string& path, c
   data::ReadReport read_report;
   const auto conversations = data::read_jsonl(path, settings.format, settings.on_bad_line, &read_report);
   data::TokenizeReport tokenize_report;
-  auto examples = data::tokenize_all(conversations, tokenizer, data::ChatTemplate::by_name(settings.chat_template),
-                                     settings.max_length, settings.train_on_prompt, &tokenize_report);
+  const auto chat_template = data::ChatTemplate::resolve(settings.chat_template, tokenizer);
+  auto examples = data::tokenize_all(conversations, tokenizer, chat_template, settings.max_length,
+                                     settings.train_on_prompt, &tokenize_report);
   log::info("data: {}: {} rows read, {} skipped as malformed, {} truncated to {} tokens, {} dropped with no "
-            "response tokens", path, read_report.lines_read, read_report.lines_skipped, tokenize_report.truncated,
-            settings.max_length, tokenize_report.dropped_no_loss);
+            "response tokens; chat template {}{}", path, read_report.lines_read, read_report.lines_skipped,
+            tokenize_report.truncated, settings.max_length, tokenize_report.dropped_no_loss, chat_template.name(),
+            chat_template.is_jinja() ? " (Jinja, rendered whole)" : "");
   return examples;
 }
 

@@ -20,6 +20,13 @@ void copy_into(const std::filesystem::path& from_dir, const std::filesystem::pat
   }
 }
 
+// The tokenizer files the checkpoint holds (tokenizer.json or tokenizer.model, and tokenizer_config.json).
+void copy_tokenizer(const std::filesystem::path& from_dir, const std::filesystem::path& to_dir) {
+  for (const char* name : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json"}) {
+    if (std::filesystem::exists(from_dir / name)) copy_into(from_dir, to_dir, {name});
+  }
+}
+
 }  // namespace
 
 int export_model(const ExportRequest& request) {
@@ -34,19 +41,21 @@ int export_model(const ExportRequest& request) {
   std::filesystem::create_directories(temporary);
   if (!lora) {
     if (request.merge_lora) log::warn("{} is a full fine-tuning checkpoint: there is no LoRA adapter to merge", checkpoint.string());
-    copy_into(checkpoint, temporary, {"config.json", "model.safetensors", "tokenizer.model"});
+    copy_into(checkpoint, temporary, {"config.json", "model.safetensors"});
+    copy_tokenizer(checkpoint, temporary);
   } else if (!request.merge_lora) {
-    copy_into(checkpoint, temporary, {"adapter_config.json", "adapter_model.safetensors", "tokenizer.model"});
+    copy_into(checkpoint, temporary, {"adapter_config.json", "adapter_model.safetensors"});
+    copy_tokenizer(checkpoint, temporary);
   } else {
     SftSettings sft = read_sft_settings(request.config);
     sft.model.lora = lora_from_peft_config(checkpoint / "adapter_config.json");
-    sft.tokenizer_path = (checkpoint / "tokenizer.model").string();
+    sft.tokenizer_path = checkpoint.string();
     const auto tokenizer = load_tokenizer(sft);
     auto model = build_model(sft, tokenizer, 0);
     load_checkpoint_weights(checkpoint, model);
     io::save_safetensors(std::filesystem::path(temporary) / "model.safetensors", model->merged_state(), {{"format", "pt"}});
     std::ofstream(std::filesystem::path(temporary) / "config.json") << model->config().to_json().dump(2) << "\n";
-    copy_into(checkpoint, temporary, {"tokenizer.model"});
+    copy_tokenizer(checkpoint, temporary);
   }
   std::filesystem::remove_all(request.out);
   std::filesystem::rename(temporary, request.out);

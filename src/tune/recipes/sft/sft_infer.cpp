@@ -59,9 +59,9 @@ LoadedForInference load_for_inference(const InferRequest& request, SftSettings s
     // A full fine-tuning checkpoint is itself a Hugging Face model directory.
     sft.model.path = checkpoint->string();
     sft.model.lora = {};
-    sft.tokenizer_path = (*checkpoint / "tokenizer.model").string();
+    sft.tokenizer_path = checkpoint->string();  // the tokenizer files travel with every checkpoint
   } else if (checkpoint) {
-    sft.tokenizer_path = (*checkpoint / "tokenizer.model").string();
+    sft.tokenizer_path = checkpoint->string();
   }
   loaded.tokenizer = load_tokenizer(sft);
   loaded.model = build_model(sft, *loaded.tokenizer, seed);
@@ -149,7 +149,7 @@ int infer(const InferRequest& request) {
   sampling.stop_ids = model->config().eos_token_ids;
   sampling.stop_ids.push_back(tokenizer.eos_id());
   std::optional<data::ChatTemplate> chat_template;
-  if (request.config) chat_template = data::ChatTemplate::by_name(sft.data.chat_template);
+  if (request.config) chat_template = data::ChatTemplate::resolve(sft.data.chat_template, tokenizer);
   auto runner = std::make_shared<memory::CheckpointRunner>(run.checkpointing, model->num_blocks());
   model->set_block_runner(runner);
 

@@ -11,12 +11,13 @@ namespace tune::recipes::sft {
 
 data::Tokenizer load_tokenizer(const SftSettings& settings) {
   if (settings.tokenizer_path) return data::Tokenizer::load(*settings.tokenizer_path);
-  const auto path = std::filesystem::path(*settings.model.path) / "tokenizer.model";
-  if (!std::filesystem::exists(path)) {
-    throw InputError(fmt::format("{}: no tokenizer.model in the model directory; set `tokenizer:` in the recipe to a "
-                                 "sentencepiece tokenizer.model", path.parent_path().string()));
+  const std::filesystem::path directory(*settings.model.path);
+  if (!data::Tokenizer::directory_has_tokenizer(directory)) {
+    throw InputError(fmt::format("{}: no tokenizer.json or tokenizer.model in the model directory; set `tokenizer:` "
+                                 "in the recipe to one",
+                                 directory.string()));
   }
-  return data::Tokenizer::load(path);
+  return data::Tokenizer::load(directory);  // tokenizer.json wins over tokenizer.model, as in transformers
 }
 
 namespace {

@@ -63,7 +63,8 @@ config::Schema sft_schema() {
   optional_key("model.rms_norm_eps", config::ValueType::real, "random init: RMSNorm epsilon (default 1e-6)");
   optional_key("model.tie_word_embeddings", config::ValueType::boolean,
                "random init: share embed_tokens and lm_head (default false)");
-  schema.path("tokenizer", "sentencepiece tokenizer.model; default <model.path>/tokenizer.model");
+  schema.path("tokenizer", "tokenizer.json, sentencepiece tokenizer.model, or a directory holding one; default: "
+                           "<model.path> (tokenizer.json preferred)");
 
   schema.integer("lora.rank", 0, "LoRA rank; 0 = full fine-tuning");
   schema.real("lora.alpha", 16.0, "LoRA scaling numerator (scaling = alpha / rank)");
@@ -75,7 +76,9 @@ config::Schema sft_schema() {
   schema.path("data.eval", "evaluation JSONL; unset = hold out data.eval_fraction of data.train");
   schema.real("data.eval_fraction", 0.02, "held-out fraction of data.train when data.eval is unset");
   schema.choice("data.format", {"auto", "instruction", "chat"}, "auto", "row format; auto = by the fields present");
-  schema.choice("data.template", data::ChatTemplate::names(), "plain", "chat template");
+  schema.choice("data.template", data::ChatTemplate::names(), "auto",
+                "chat template; auto = the model's own (tokenizer_config.json chat_template) when it has one, else "
+                "plain; none = the messages back to back (base models)");
   schema.integer("data.max_length", 512, "tokens per row; longer samples are truncated");
   schema.boolean("data.packing", true, "pack several samples per row (attention kept within each sample)");
   schema.boolean("data.train_on_prompt", false, "also compute the loss on prompt tokens");

@@ -23,7 +23,7 @@ struct DataSettings {
   std::optional<std::string> eval_path;  // else a held-out fraction of train
   double eval_fraction = 0.02;
   data::DataFormat format = data::DataFormat::automatic;
-  std::string chat_template = "plain";
+  std::string chat_template = "auto";
   int64_t max_length = 512;
   bool packing = true;
   bool train_on_prompt = false;

@@ -1,0 +1,40 @@
+// A chat template written in Jinja (the model's own, from tokenizer_config.json, or a built-in such as llama3),
+// applied as transformers' apply_chat_template does: the whole conversation is rendered to text and encoded once,
+// special-token text matched as special tokens. The loss mask comes from prefix renderings: the conversation cut
+// before an assistant message (with the generation prompt) and cut after it; each cut's text must be a prefix of
+// the whole (the template renders history stably), and its position in tokens is where the encodings of the
+// prefix and of the whole part ways.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tune/data/sft_dataset.h"
+
+namespace tune::jinja {
+class Template;
+}
+
+namespace tune::data {
+
+class JinjaChatTemplate {
+ public:
+  // Throws tune::InputError naming `name` (and line/column) when the source does not parse.
+  JinjaChatTemplate(const std::string& source, std::string name, std::string bos_token, std::string eos_token);
+
+  std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  TokenizedExample encode(const Tokenizer& tokenizer, const Conversation& conversation, bool train_on_prompt) const;
+  std::vector<int64_t> encode_prompt(const Tokenizer& tokenizer, const Conversation& conversation) const;
+  const std::string& name() const { return name_; }
+
+ private:
+  std::shared_ptr<const jinja::Template> template_;
+  std::string name_, bos_token_, eos_token_;
+};
+
+// Meta's Llama 3 chat format as a Jinja template (the built-in `llama3`), what Llama 3 Instruct's
+// tokenizer_config.json ships without its tool-calling branches.
+const std::string& llama3_chat_template_source();
+
+}  // namespace tune::data
