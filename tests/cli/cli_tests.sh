@@ -117,17 +117,19 @@ case_data_errors_name_line() {
   expect_exit 1 "$TUNE" train "$WORK/baddata.yaml" data.train="$WORK/baddata/missing.jsonl"; contains "$ERR" "missing.jsonl"
 }
 
-# fp16 autocast on the CPU (LibTorch >= 2.4) with the dynamic loss scaler, in a real run. A starting scale of 2^30
-# makes the first backward overflow fp16 for certain (any gradient above ~6e-5 times 2^30 exceeds fp16's 65504):
-# the update is skipped and the scale halved until the gradients fit, then the run trains.
-case_fp16_on_cpu_trains_with_loss_scaler() {
-  rm -rf "$WORK/runs/fp16"
-  write_recipe "$WORK/fp16.yaml" "$WORK/runs/fp16"
-  expect_exit 0 "$TUNE" train "$WORK/fp16.yaml" mixed_precision=fp16 device=cpu loss_scale.initial=1073741824 \
-    training.max_steps=40 checkpoint.every=0
+# fp16_trains_with_loss_scaler DEVICE RUN: fp16 autocast (CPU with LibTorch >= 2.4, or CUDA) with the dynamic loss
+# scaler, in a real run. A starting scale of 2^30 makes the first backward overflow fp16 for certain (any gradient
+# above ~6e-5 times 2^30 exceeds fp16's 65504): the update is skipped and the scale halved until the gradients fit,
+# then the run trains.
+fp16_trains_with_loss_scaler() {
+  local device=$1 run=$2
+  rm -rf "$run"
+  write_recipe "$WORK/fp16-$device.yaml" "$run"
+  expect_exit 0 "$TUNE" train "$WORK/fp16-$device.yaml" mixed_precision=fp16 device=$device \
+    loss_scale.initial=1073741824 training.max_steps=40 checkpoint.every=0
   contains "$ERR" "mixed precision: fp16 autocast"
   contains "$ERR" "step 1: inf/NaN gradients at loss scale 1073741824: update skipped, scale now 536870912"
-  "$PYTHON" - "$WORK/runs/fp16/metrics.jsonl" <<'PY' || fail "fp16 metrics"
+  "$PYTHON" - "$run/metrics.jsonl" "$device" <<'PY' || fail "fp16 metrics on $device"
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 scales = [r["loss_scale"] for r in rows]
@@ -138,8 +140,14 @@ assert skipped >= 1 and scales[0] / scales[-1] == 2 ** skipped, (skipped, scales
 assert scales[-10:] == [scales[-1]] * 10, scales                               # then the gradients fit fp16
 first, last = rows[0]["loss"], sum(r["loss"] for r in rows[-5:]) / 5
 assert last < 0.8 * first, (first, last)                                       # it trains once the scale fits
-print(f"fp16: {skipped} skipped steps, scale {scales[0]:.0f} -> {scales[-1]:.0f}, loss {first:.3f} -> {last:.3f}")
+print(f"fp16 on {sys.argv[2]}: {skipped} skipped steps, scale {scales[0]:.0f} -> {scales[-1]:.0f}, "
+      f"loss {first:.3f} -> {last:.3f}")
 PY
+}
+
+case_fp16_on_cpu_trains_with_loss_scaler() {
+  fp16_trains_with_loss_scaler cpu "$WORK/runs/fp16"
+  write_recipe "$WORK/fp16.yaml" "$WORK/runs/fp16"
   # The key is checked like every other: a scale below 1 is a config error naming it.
   expect_exit 2 "$TUNE" train "$WORK/fp16.yaml" mixed_precision=fp16 loss_scale.initial=0.5
   contains "$ERR" "loss_scale.initial"
@@ -626,26 +634,8 @@ assert a['gradient_checkpointing'].startswith('on')" "$OUT" || fail "cuda attrib
 
 case_cuda_fp16_loss_scaler() {
   need_cuda
-  # fp16 autocast on the GPU with the dynamic loss scaler: an initial scale of 2^30 overflows fp16 gradients, so
-  # the first steps are skipped with the scale halved each time; then it trains.
-  local run="$WORK/runs/cuda-fp16"
-  rm -rf "$run"
-  write_recipe "$WORK/cuda-fp16.yaml" "$run"
-  expect_exit 0 "$TUNE" train "$WORK/cuda-fp16.yaml" device=cuda mixed_precision=fp16 loss_scale.initial=1073741824 \
-    training.max_steps=40 checkpoint.every=0
-  contains "$ERR" "mixed precision: fp16 autocast"
-  contains "$ERR" "step 1: inf/NaN gradients at loss scale 1073741824: update skipped, scale now 536870912"
-  "$PYTHON" - "$run/metrics.jsonl" <<'PY' || fail "cuda fp16 metrics"
-import json, sys
-rows = [json.loads(line) for line in open(sys.argv[1])]
-scales = [r["loss_scale"] for r in rows]
-assert scales[0] == 2.0 ** 30 and scales[1] == 2.0 ** 29, scales[:3]
-skipped = sum(1 for a, b in zip(scales, scales[1:]) if b == a / 2)
-assert skipped >= 1 and scales[-10:] == [scales[-1]] * 10, scales
-first, last = rows[0]["loss"], sum(r["loss"] for r in rows[-5:]) / 5
-assert last < 0.8 * first, (first, last)
-print(f"cuda fp16: {skipped} skipped steps, scale {scales[0]:.0f} -> {scales[-1]:.0f}, loss {first:.3f} -> {last:.3f}")
-PY
+  # fp16 autocast on the GPU with the dynamic loss scaler, the same overflow-then-train run as on the CPU.
+  fp16_trains_with_loss_scaler cuda "$WORK/runs/cuda-fp16"
 }
 
 case="${1:?case name}"
