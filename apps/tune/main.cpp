@@ -14,6 +14,22 @@
 
 namespace {
 
+// What a --nproc worker runs: this very command line minus `--nproc N` / `--nproc=N` (argv[0] is kept as given; the
+// launcher executes /proc/self/exe, so a relative argv[0] does not matter).
+std::vector<std::string> command_line_without_nproc(int argc, char** argv) {
+  std::vector<std::string> arguments;
+  for (int i = 0; i < argc; ++i) {
+    const std::string argument = argv[i];
+    if (argument == "--nproc") {
+      ++i;
+      continue;
+    }
+    if (argument.rfind("--nproc=", 0) == 0) continue;
+    arguments.push_back(argument);
+  }
+  return arguments;
+}
+
 int report(const char* kind, const std::string& message, int exit_code) {
   std::fprintf(stderr, "%s: %s\n", kind, message.c_str());
   return exit_code;
@@ -43,6 +59,9 @@ int main(int argc, char** argv) {
   auto* resume_option = train_command->add_option(
       "--resume", resume_value, "continue from the newest complete checkpoint of the run (or of RUN_OR_CHECKPOINT)");
   resume_option->expected(0, 1);
+  train_command->add_option("--nproc", train.nproc,
+                            "launch N worker processes on this machine (data-parallel; see distributed.* keys)")
+      ->check(CLI::PositiveNumber);
 
   InferArguments infer;
   bool grad = false;
@@ -122,6 +141,7 @@ int main(int argc, char** argv) {
     if (*train_command) {
       train.resume = resume_option->count() > 0;
       if (!resume_value.empty()) train.resume_from = resume_value;
+      train.worker_command = command_line_without_nproc(argc, argv);
       return run_train(train);
     }
     if (*infer_command) {

@@ -216,6 +216,82 @@ case_refuses_to_overwrite_run() {
   [ "$before" = "$(md5sum "$WORK/runs/again/checkpoints/step-2/model.safetensors")" ] || fail "checkpoint changed"
 }
 
+# One process owns a run directory (RUN/.lock): a second train, or a --resume, while the first runs exits 2 naming
+# the PID that holds it; kill -9 leaves no stale lock, so a --resume afterwards takes it over.
+case_run_directory_is_locked() {
+  local run="$WORK/runs/locked"
+  rm -rf "$run"
+  write_recipe "$WORK/locked.yaml" "$run"
+  # Long enough to still run, a checkpoint every step (and pruning): what a second process would trample.
+  sed -i 's/max_steps: 20/max_steps: 100000/; s/every: 10/every: 1/; s/keep_last: 0/keep_last: 2/' "$WORK/locked.yaml"
+  "$TUNE" train "$WORK/locked.yaml" 2>"$WORK/locked.err" & local pid=$!
+  for _ in $(seq 1 600); do
+    ls "$run/checkpoints" 2>/dev/null | grep -q '^step-' && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  ls "$run/checkpoints" 2>/dev/null | grep -q '^step-' || { kill -9 "$pid"; fail "first run saved no checkpoint: $(cat "$WORK/locked.err")"; }
+  [ -f "$run/.lock" ] || { kill -9 "$pid"; fail "no $run/.lock"; }
+  # `timeout`: without the lock, the resumed run would train on (100000 steps) beside the first.
+  for args in "" "--resume"; do
+    expect_exit 2 timeout 120 "$TUNE" train "$WORK/locked.yaml" $args
+    contains "$ERR" "$run"; contains "$ERR" "PID $pid"; contains "$ERR" "in use"
+  done
+  kill -0 "$pid" 2>/dev/null || fail "the first run stopped: $(cat "$WORK/locked.err")"
+  kill -9 "$pid"; wait "$pid" 2>/dev/null
+  local newest; newest=$(ls "$run/checkpoints" | sed -n 's/^step-\([0-9]*\)$/\1/p' | sort -n | tail -1)
+  expect_exit 0 "$TUNE" train "$WORK/locked.yaml" training.max_steps=$((newest + 2)) --resume
+  contains "$ERR" "resumed from"
+  local leftovers; leftovers=$(ls -a "$run/checkpoints" | grep -- "-$pid\$")
+  [ -z "$leftovers" ] || fail "the resumed run left the killed run's temporaries: $leftovers"
+}
+
+# Config files are bounded (regular files of at most 1 MiB: /dev/zero used to end in bad_alloc, /dev/urandom never
+# ended), and an unknown recipe name points at the line that gave it.
+case_config_files_bounded_recipe_located() {
+  for device in /dev/zero /dev/urandom; do
+    write_recipe "$WORK/device.yaml" "$WORK/runs/device" "include: [$device]"
+    expect_exit 2 timeout 60 "$TUNE" validate "$WORK/device.yaml"
+    contains "$ERR" "device.yaml:"; contains "$ERR" "included file '$device'"; contains "$ERR" "at most 1 MiB"
+  done
+  write_recipe "$WORK/unknown-recipe.yaml" "$WORK/runs/unknown"
+  sed -i 's/^recipe: sft$/recipe: sfx/' "$WORK/unknown-recipe.yaml"
+  expect_exit 2 "$TUNE" validate "$WORK/unknown-recipe.yaml"
+  contains "$ERR" "unknown-recipe.yaml:1:9: recipe: unknown recipe 'sfx'"; contains "$ERR" "sft, latte"
+  expect_exit 2 "$TUNE" train "$WORK/unknown-recipe.yaml" recipe=nope
+  contains "$ERR" "command line (recipe=nope)"; contains "$ERR" "unknown recipe 'nope'"
+}
+
+# A checkpoint marked COMPLETE that lost a file, and weights holding NaN, are named in the error (exit 1), on
+# --resume, export and load, not found later as a missing-file trace or "step 1: loss is nan".
+case_damaged_files_are_named() {
+  local run="$WORK/runs/damaged"
+  rm -rf "$run" "$WORK/runs/damaged-hf"; cp -r "$WORK/runs/full" "$run"
+  sed -i "s|output_dir: .*|output_dir: $run|" "$run/config.yaml"
+  mv "$run/checkpoints/step-20/model.safetensors" "$WORK/model.safetensors.aside"
+  expect_exit 1 "$TUNE" train "$run/config.yaml" --resume
+  contains "$ERR" "step-20: damaged checkpoint: model.safetensors is missing"
+  expect_exit 1 "$TUNE" export "$run" --out "$WORK/runs/damaged-hf"
+  contains "$ERR" "step-20: damaged checkpoint: model.safetensors is missing"
+  mv "$WORK/model.safetensors.aside" "$run/checkpoints/step-20/model.safetensors"
+  rm "$run/checkpoints/step-20/optimizer.safetensors"
+  expect_exit 1 "$TUNE" train "$run/config.yaml" --resume
+  contains "$ERR" "step-20: damaged checkpoint: optimizer.safetensors is missing"
+  grep -q "Exception raised from" <<<"$ERR" && fail "a LibTorch trace instead of a clear error: $ERR"
+  # NaN in one weight of an exported model: loading names the file and the tensor.
+  expect_exit 0 "$TUNE" export "$run/checkpoints/step-10" --out "$WORK/runs/damaged-hf"
+  "$PYTHON" - "$WORK/runs/damaged-hf/model.safetensors" "$TUNE_SOURCE/scripts" <<'PY' || fail "corrupting weights"
+import sys
+sys.path.insert(0, sys.argv[2])
+import safetensors_io as s
+tensors = s.load(sys.argv[1])
+tensors["model.layers.1.mlp.up_proj.weight"][3, 5] = float("nan")
+s.save(sys.argv[1], tensors, {"format": "pt"})
+PY
+  expect_exit 1 "$TUNE" infer "$WORK/runs/damaged-hf" --prompt "Reverse: a b" --no-grad
+  contains "$ERR" "damaged-hf/model.safetensors: tensor 'model.layers.1.mlp.up_proj.weight' holds 1 non-finite value(s)"
+}
+
 case_infer_json_and_attribution() {
   local run="$WORK/runs/full"
   expect_exit 0 "$TUNE" infer "$run" --prompt "Reverse: a b c" --json --no-grad
@@ -638,6 +714,8 @@ case_cuda_fp16_loss_scaler() {
   fp16_trains_with_loss_scaler cuda "$WORK/runs/cuda-fp16"
 }
 
+# Sourced by other case scripts (distributed_tests.sh) for the helpers above: stop before running a case.
+[ "${CLI_TESTS_AS_LIBRARY:-0}" = 1 ] && return 0
 case="${1:?case name}"
 mkdir -p "$WORK"
 "case_$case"

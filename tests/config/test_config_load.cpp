@@ -1,5 +1,7 @@
-// Reading config files: nested and dotted keys, include order, overrides, include errors and syntax errors.
+// Reading config files: nested and dotted keys, include order, overrides, include errors and syntax errors, and
+// the bounds on what counts as a config file (regular, at most 1 MiB).
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <catch2/catch.hpp>
 
@@ -192,5 +194,50 @@ TEST_CASE("YAML syntax errors and missing files become ConfigErrors with a locat
     const auto problems = load_problems(recipe);
     REQUIRE(problems.size() == 1);
     CHECK_THAT(problems[0], Catch::StartsWith(recipe.string() + ":1:1: expected settings as `key: value` lines"));
+  }
+}
+
+TEST_CASE("included and top-level files must be regular files of at most 1 MiB", "[config]") {
+  TempDir dir;
+  constexpr size_t kLimit = size_t{1} << 20;
+  // Each of these used to end in std::bad_alloc (/dev/zero) or never end (/dev/urandom, a FIFO with no writer).
+  SECTION("devices and FIFOs are refused at the include entry, before anything is read") {
+    const auto fifo = dir.path() / "pipe.yaml";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    for (const std::string& device : std::vector<std::string>{"/dev/zero", "/dev/urandom", fifo.string()}) {
+      INFO(device);
+      if (!fs::exists(device)) continue;
+      const auto recipe = dir.write("r.yaml", kTrain + "include: [" + device + "]\n");
+      const auto problems = load_problems(recipe);
+      REQUIRE(problems.size() == 1);
+      CHECK_THAT(problems[0], Catch::StartsWith(recipe.string() + ":2:11: included file '" + device + "' is a "));
+      CHECK_THAT(problems[0], Catch::Contains("is a character device") || Catch::Contains("is a FIFO"));
+      CHECK_THAT(problems[0], Catch::EndsWith("expected a YAML file of at most 1 MiB"));
+    }
+  }
+  SECTION("a file over 1 MiB is refused, included or not; one of exactly 1 MiB loads") {
+    const std::string padding = "# padding\n";
+    std::string exact = kTrain + "seed: 7\n";
+    while (exact.size() + padding.size() <= kLimit) exact += padding;
+    exact += std::string(kLimit - exact.size() - 1, '#') + "\n";
+    REQUIRE(exact.size() == kLimit);
+    const auto fits = dir.write("fits.yaml", exact);
+    CHECK(load(fits, {}, test_schema()).get_int("seed") == 7);
+
+    const auto big = dir.write("big.yaml", exact + "\n");
+    const auto top_problems = load_problems(big);
+    REQUIRE(top_problems.size() == 1);
+    CHECK(top_problems[0] == fmt::format("{}: is {} bytes; expected a YAML file of at most 1 MiB", big.string(), kLimit + 1));
+
+    const auto recipe = dir.write("r.yaml", kTrain + "include:\n  - big.yaml\n");
+    const auto problems = load_problems(recipe);
+    REQUIRE(problems.size() == 1);
+    CHECK(problems[0] == fmt::format("{}:3:5: included file '{}' is {} bytes; expected a YAML file of at most 1 MiB",
+                                     recipe.string(), big.string(), kLimit + 1));
+  }
+  SECTION("a top-level device is refused by name") {
+    const auto problems = load_problems("/dev/zero");
+    REQUIRE(problems.size() == 1);
+    CHECK(problems[0] == "/dev/zero: is a character device; expected a YAML file of at most 1 MiB");
   }
 }

@@ -94,6 +94,9 @@ TEST_CASE("peek_recipe_name reads recipe after includes and overrides, without a
   const auto recipe = dir.write("r.yaml", "include: base.yaml\nseed: 1\n");
   CHECK(peek_recipe_name(recipe, {}) == "sft");
   CHECK(peek_recipe_name(recipe, {"recipe=latte"}) == "latte");
+  // Where the name was written, for "unknown recipe" errors (recipes::find_recipe): the included file's line.
+  CHECK(peek_recipe_name(recipe, {}).location.to_string() == (dir.path() / "base.yaml").string() + ":1:9");
+  CHECK(peek_recipe_name(recipe, {"recipe=latte"}).location.to_string() == "command line (recipe=latte)");
 
   const auto without = dir.write("none.yaml", "seed: 1\n");
   const auto problems = problems_of([&] { peek_recipe_name(without, {}); });

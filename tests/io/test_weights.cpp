@@ -1,9 +1,11 @@
 // Weight directories (single and sharded, from the Python fixture) and load_into_module: success, dtype
-// conversion, and each way a checkpoint can disagree with the model.
+// conversion, and each way a checkpoint can disagree with the model (corrupted, non-finite values included).
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 
 #include "io_test_helpers.h"
 #include "tune/io/weights.h"
@@ -209,4 +211,29 @@ TEST_CASE("a Linear without bias needs no bias tensor", "[io][weights][load]") {
   tune::io::save_safetensors(dir / "w.safetensors", {{"weight", torch::ones({2, 3})}});
   CHECK(load_into_module(*linear, WeightSource::open_file(dir / "w.safetensors")) == 1);
   CHECK(torch::equal(linear->weight, torch::ones({2, 3})));
+}
+
+TEST_CASE("non-finite weights are refused naming the file and the tensor", "[io][weights][load][errors]") {
+  ScratchDir dir;
+  const auto expected = expected_sequential();
+  for (const torch::ScalarType dtype : {torch::kFloat32, torch::kBFloat16, torch::kFloat16}) {
+    for (const double bad : {std::nan(""), std::numeric_limits<double>::infinity()}) {
+      INFO(c10::toString(dtype) << " " << bad);
+      std::vector<std::pair<std::string, torch::Tensor>> tensors;
+      for (const auto& [name, tensor] : expected) tensors.emplace_back(name, tensor.to(dtype));
+      tensors[3].second = tensors[3].second.clone();  // "1.weight" (the map's order): one bad value in the middle
+      tensors[3].second.view(-1)[5] = bad;
+      const auto file = dir / fmt::format("corrupt-{}.safetensors", c10::toString(dtype));
+      tune::io::save_safetensors(file, tensors);
+      auto model = make_sequential();
+      const std::string message =
+          input_error_message([&] { load_into_module(*model, WeightSource::open_file(file)); });
+      CHECK_THAT(message, Contains(file.string()) && Contains("'1.weight'") && Contains("1 non-finite value(s)"));
+    }
+  }
+  // Integer tensors have no NaN to look for, and finite floating ones load as before.
+  WithBuffer module;
+  const auto file = dir / "finite.safetensors";
+  tune::io::save_safetensors(file, {{"scale", torch::ones({3})}, {"positions", torch::arange(4, torch::kInt64)}});
+  CHECK(load_into_module(module, WeightSource::open_file(file)) == 2);
 }

@@ -2,6 +2,12 @@
 #include "tune/io/run_checkpoints.h"
 
 #include <catch2/catch.hpp>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
 
 #include "scratch_dir.h"
 #include "tune/core/error.h"
@@ -92,7 +98,7 @@ TEST_CASE("prune_checkpoints keeps the newest N and removes stale temporaries", 
   write_text(checkpoints / ".tmp-step-60-999999999" / "sub" / "model.safetensors", "half");
   // This process's own save in progress must survive.
   const fs::path in_progress = begin_checkpoint(dir.path(), 60);
-  fs::create_directories(checkpoints / "step-5");  // incomplete: not counted, not deleted
+  fs::create_directories(checkpoints / "step-5");  // incomplete: not counted, removed as a crash leftover
 
   prune_checkpoints(dir.path(), 0);  // keeps all complete ones, still cleans up
   CHECK(list_complete_checkpoints(dir.path()) == std::vector<int64_t>{10, 20, 30, 40, 50});
@@ -101,12 +107,88 @@ TEST_CASE("prune_checkpoints keeps the newest N and removes stale temporaries", 
 
   prune_checkpoints(dir.path(), 2);
   CHECK(list_complete_checkpoints(dir.path()) == std::vector<int64_t>{40, 50});
-  CHECK(names_in(checkpoints) ==
-        std::vector<std::string>{in_progress.filename().string(), "step-40", "step-5", "step-50"});
+  CHECK(names_in(checkpoints) == std::vector<std::string>{in_progress.filename().string(), "step-40", "step-50"});
 
   commit_checkpoint(in_progress, 60);
   prune_checkpoints(dir.path(), 1);
   CHECK(list_complete_checkpoints(dir.path()) == std::vector<int64_t>{60});
+}
+
+TEST_CASE("prune_checkpoints removes what a crashed prune or save left", "[run][checkpoints]") {
+  ScratchDir dir;
+  for (int64_t step : {10, 20, 40}) save(dir.path(), step);
+  const fs::path checkpoints = checkpoints_dir(dir.path());
+  // A prune killed midway: step-10 was renamed out of sight and partly deleted, COMPLETE still in it.
+  fs::rename(checkpoints / "step-10", checkpoints / ".pruning-step-10-999999999");
+  fs::remove(checkpoints / ".pruning-step-10-999999999" / "model.safetensors");
+  // A checkpoint that lost its marker (an older tune's file-by-file prune, killed): never a checkpoint again.
+  fs::remove(checkpoints / "step-20" / kCheckpointCompleteMarker);
+  CHECK(list_complete_checkpoints(dir.path()) == std::vector<int64_t>{40});
+  const fs::path pruning = checkpoints / ".pruning-step-10-999999999";
+  CHECK_THAT(usage_error_message(pruning), Catch::Contains(pruning.string()) && Catch::Contains("being deleted"));
+
+  prune_checkpoints(dir.path(), 0);
+  CHECK(names_in(checkpoints) == std::vector<std::string>{"step-40"});
+  CHECK(read_text(checkpoints / "step-40" / "optimizer" / "state.bin") == "weights");
+}
+
+// Every step-N directory holds all its files: a checkpoint is whole or out of sight, never half deleted (whether
+// or not its COMPLETE went first: the order a directory is deleted in is the filesystem's).
+void check_step_directories_are_whole(const fs::path& run, size_t files_per_checkpoint) {
+  for (const auto& checkpoint : fs::directory_iterator(checkpoints_dir(run))) {
+    if (checkpoint.path().filename().string().rfind("step-", 0) != 0) continue;
+    size_t files = 0;
+    for (const auto& entry : fs::recursive_directory_iterator(checkpoint.path())) files += entry.is_regular_file();
+    INFO(checkpoint.path());
+    CHECK(files == files_per_checkpoint);
+  }
+}
+
+TEST_CASE("A prune killed midway leaves no checkpoint with missing files", "[run][checkpoints]") {
+  ScratchDir dir;
+  const fs::path run = dir.path();
+  // Enough files that deleting them takes a while: the kill lands in the middle of it.
+  constexpr int kExtraFiles = 4000;
+  for (int64_t step : {10, 20}) {
+    const fs::path temporary = begin_checkpoint(run, step);
+    write_text(temporary / "model.safetensors", "weights");
+    fs::create_directories(temporary / "shards");
+    for (int i = 0; i < kExtraFiles; ++i) write_text(temporary / "shards" / fmt::format("{}.bin", i), "x");
+    commit_checkpoint(temporary, step);
+  }
+  const size_t files_per_checkpoint = kExtraFiles + 2;  // + model.safetensors and COMPLETE
+  const fs::path doomed = checkpoint_path(run, 10);
+  const auto count_files = [](const fs::path& directory) {
+    std::error_code error;
+    size_t count = 0;
+    for (fs::recursive_directory_iterator it(directory, error), end; !error && it != end; it.increment(error)) ++count;
+    return count;
+  };
+  const size_t entries_before = count_files(doomed);
+
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    try {
+      prune_checkpoints(run, 1);
+    } catch (...) {
+      ::_exit(1);
+    }
+    ::_exit(0);
+  }
+  // Kill as soon as the deletion has visibly started: step-10 is gone from its place or has lost entries.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (fs::exists(doomed) && count_files(doomed) == entries_before && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+
+  check_step_directories_are_whole(run, files_per_checkpoint);
+  CHECK(list_complete_checkpoints(run).back() == 20);
+  prune_checkpoints(run, 1);  // the next run's prune finishes the job
+  CHECK(names_in(checkpoints_dir(run)) == std::vector<std::string>{"step-20"});
+  check_step_directories_are_whole(run, files_per_checkpoint);
 }
 
 TEST_CASE("Re-committing a step replaces it and leaves no aside copy", "[run][checkpoints]") {

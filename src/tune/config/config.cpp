@@ -202,7 +202,7 @@ Config load(const std::filesystem::path& file, const std::vector<std::string>& o
   return config;
 }
 
-std::string peek_recipe_name(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
+RecipeName peek_recipe_name(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
   const RawConfig raw = read_raw_config(file, overrides);
   if (!raw.problems.empty()) throw ConfigError(raw.problems);
   const auto recipe = raw.leaves.find("recipe");
@@ -220,7 +220,7 @@ std::string peek_recipe_name(const std::filesystem::path& file, const std::vecto
                      : value.IsSequence() ? "a list"
                                           : "an empty string")});
   }
-  return value.Scalar();
+  return RecipeName{value.Scalar(), recipe->second.value_location};
 }
 
 }  // namespace tune::config

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tune/config/schema.h"
@@ -73,8 +74,17 @@ class Config {
 // key itself is consumed by loading; every other key (including `recipe`) must be in the schema.
 Config load(const std::filesystem::path& file, const std::vector<std::string>& overrides, const Schema& schema);
 
+// The top-level `recipe:` value and where it was written, so that a name no recipe has can be reported at its
+// file:line:col (recipes::find_recipe). Converts to the plain name for callers that need only that.
+struct RecipeName {
+  std::string name;
+  SourceLocation location;
+  operator const std::string&() const { return name; }
+  friend bool operator==(const RecipeName& recipe, std::string_view other) { return recipe.name == other; }
+};
+
 // Reads only the top-level `recipe:` value (after includes and overrides), to choose which schema applies.
 // Throws ConfigError naming the file when it is missing.
-std::string peek_recipe_name(const std::filesystem::path& file, const std::vector<std::string>& overrides);
+RecipeName peek_recipe_name(const std::filesystem::path& file, const std::vector<std::string>& overrides);
 
 }  // namespace tune::config

@@ -4,9 +4,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstdint>
 #include <fstream>
 #include <functional>
-#include <sstream>
 
 #include "tune/core/paths.h"
 
@@ -17,6 +17,21 @@ namespace fs = std::filesystem;
 namespace {
 
 using LocationOf = std::function<SourceLocation(const YAML::Mark&)>;
+
+// Config files are small; anything bigger (or not a regular file: /dev/zero, /dev/urandom, a FIFO) is a mistake
+// that would otherwise exhaust memory or never finish reading.
+constexpr std::uintmax_t kMaxConfigBytes = std::uintmax_t{1} << 20;
+constexpr const char* kExpectedConfigFile = "expected a YAML file of at most 1 MiB";
+
+std::string describe_file_type(fs::file_type type) {
+  switch (type) {
+    case fs::file_type::character: return "a character device";
+    case fs::file_type::block: return "a block device";
+    case fs::file_type::fifo: return "a FIFO (named pipe)";
+    case fs::file_type::socket: return "a socket";
+    default: return "not a regular file";
+  }
+}
 
 std::string describe_node_kind(const YAML::Node& node) {
   if (node.IsMap()) return "a map";
@@ -37,7 +52,7 @@ class RawReader {
 
   void read_top_file(const fs::path& file) {
     std::vector<std::pair<fs::path, std::string>> chain;
-    read_file(file, file.string(), chain);
+    read_file(file, file.string(), "", chain);
   }
 
   void apply_overrides(const std::vector<std::string>& overrides) {
@@ -54,10 +69,11 @@ class RawReader {
     result.incomplete = true;
   }
 
-  // `chain` holds the files being read, outermost first, to detect include cycles.
-  void read_file(const fs::path& file, const std::string& display_name,
+  // `chain` holds the files being read, outermost first, to detect include cycles. `included_at` is the
+  // file:line:col of the include entry that named `file` (empty for the top-level file).
+  void read_file(const fs::path& file, const std::string& display_name, const std::string& included_at,
                  std::vector<std::pair<fs::path, std::string>>& chain) {
-    std::optional<YAML::Node> document = parse_file(file, display_name);
+    std::optional<YAML::Node> document = parse_file(file, display_name, included_at);
     if (!document || document->IsNull()) return;
     const LocationOf location_of = [&display_name](const YAML::Mark& mark) {
       SourceLocation location;
@@ -87,25 +103,47 @@ class RawReader {
     flatten(*document, "", location_of, seen_in_this_file, /*top_level=*/true);
   }
 
-  std::optional<YAML::Node> parse_file(const fs::path& file, const std::string& display_name) {
+  std::optional<YAML::Node> parse_file(const fs::path& file, const std::string& display_name,
+                                       const std::string& included_at) {
+    // "r.yaml:3:12: included file 'x.yaml' is ..." for includes, "x.yaml: is ..." for the top-level file.
+    const auto refuse = [&](const std::string& what) {
+      unreadable(included_at.empty() ? fmt::format("{}: {}", display_name, what)
+                                     : fmt::format("{}: included file '{}' {}", included_at, display_name, what));
+    };
     std::error_code error;
-    if (!fs::exists(file, error)) {
+    const fs::file_status status = fs::status(file, error);
+    if (!fs::exists(status)) {
       unreadable(fmt::format("{}: no such file", display_name));
       return std::nullopt;
     }
-    if (fs::is_directory(file, error)) {
-      unreadable(fmt::format("{}: is a directory; expected a YAML file", display_name));
+    if (fs::is_directory(status)) {
+      refuse("is a directory; expected a YAML file");
+      return std::nullopt;
+    }
+    if (!fs::is_regular_file(status)) {
+      refuse(fmt::format("is {}; {}", describe_file_type(status.type()), kExpectedConfigFile));
+      return std::nullopt;
+    }
+    const std::uintmax_t size = fs::file_size(file, error);
+    if (!error && size > kMaxConfigBytes) {
+      refuse(fmt::format("is {} bytes; {}", size, kExpectedConfigFile));
       return std::nullopt;
     }
     std::ifstream stream(file, std::ios::binary);
-    std::stringstream text;
-    text << stream.rdbuf();
-    if (!stream) {
-      unreadable(fmt::format("{}: cannot be read (check its permissions)", display_name));
+    // At most one byte over the limit is read, so a file that grows after the size check cannot run away either.
+    std::string text(kMaxConfigBytes + 1, '\0');
+    stream.read(text.data(), static_cast<std::streamsize>(text.size()));
+    if (stream.bad() || (!stream && !stream.eof())) {
+      refuse("cannot be read (check its permissions)");
+      return std::nullopt;
+    }
+    text.resize(static_cast<size_t>(stream.gcount()));
+    if (text.size() > kMaxConfigBytes) {
+      refuse(fmt::format("is larger than 1 MiB; {}", kExpectedConfigFile));
       return std::nullopt;
     }
     try {
-      return YAML::Load(text.str());
+      return YAML::Load(text);
     } catch (const YAML::ParserException& e) {
       unreadable(
           fmt::format("{}:{}:{}: YAML syntax error: {}", display_name, e.mark.line + 1, e.mark.column + 1, e.msg));
@@ -177,7 +215,7 @@ class RawReader {
         resolved.clear();
         break;
       }
-      if (!resolved.empty()) read_file(resolved, resolved.string(), chain);
+      if (!resolved.empty()) read_file(resolved, resolved.string(), where.to_string(), chain);
     }
   }
 

@@ -147,4 +147,17 @@ std::vector<SftBatch> SftLoader::all_batches_in_order() const {
   return batches;
 }
 
+SftBatch slice_rows(const SftBatch& batch, int64_t begin, int64_t end) {
+  SftBatch slice;
+  slice.input_ids = batch.input_ids.slice(0, begin, end);
+  slice.labels = batch.labels.slice(0, begin, end);
+  slice.position_ids = batch.position_ids.slice(0, begin, end);
+  slice.segment_ids = batch.segment_ids.slice(0, begin, end);
+  if (end <= begin) return slice;
+  slice.loss_tokens = slice.labels.slice(1, 1).ne(kIgnoreIndex).sum().item<int64_t>();
+  slice.tokens = slice.segment_ids.ge(0).sum().item<int64_t>();
+  slice.samples = (std::get<0>(slice.segment_ids.max(1)) + 1).sum().item<int64_t>();
+  return slice;
+}
+
 }  // namespace tune::data

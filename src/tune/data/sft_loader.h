@@ -34,6 +34,10 @@ struct LoaderPosition {
   int64_t batch_in_epoch = 0;
 };
 
+// Rows [begin, end) of a batch with their counts recomputed: a data-parallel rank's share of a global batch. The
+// padded width stays the global batch's, so every rank computes exactly what one process would for those rows.
+SftBatch slice_rows(const SftBatch& batch, int64_t begin, int64_t end);
+
 class SftLoader {
  public:
   SftLoader(std::vector<TokenizedExample> examples, LoaderOptions options);

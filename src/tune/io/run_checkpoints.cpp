@@ -2,6 +2,7 @@
 #include "tune/io/run_checkpoints.h"
 
 #include "tune/core/error.h"
+#include "tune/io/run_directory_lock.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -21,6 +22,7 @@ namespace {
 
 constexpr const char* kTemporaryPrefix = ".tmp-";
 constexpr const char* kReplacedPrefix = ".replaced-step-";
+constexpr const char* kPruningPrefix = ".pruning-step-";
 
 bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
 
@@ -168,6 +170,8 @@ std::optional<fs::path> newest_complete_checkpoint(const fs::path& output_dir) {
 }
 
 void recover_checkpoints(const fs::path& output_dir) {
+  // A live run's .replaced-* may be mid-commit; only the process that owns the directory repairs it.
+  if (run_directory_lock_holder(output_dir)) return;
   for (const fs::directory_entry& entry : entries(checkpoints_dir(output_dir))) {
     const std::string name = entry.path().filename().string();
     const auto step = parse_replaced_name(name);
@@ -184,15 +188,30 @@ void recover_checkpoints(const fs::path& output_dir) {
 }
 
 void prune_checkpoints(const fs::path& output_dir, int keep_last) {
+  // Another process's run: its temporary directories are in progress, not leftovers.
+  if (run_directory_lock_holder(output_dir)) return;
   recover_checkpoints(output_dir);
+  // Leftovers of crashed runs: checkpoints being written or deleted, and step-N directories without COMPLETE (after
+  // recovery, no commit can still need them: an in-progress checkpoint is never named step-N before it is complete).
+  std::error_code error;
   for (const fs::directory_entry& entry : entries(checkpoints_dir(output_dir))) {
     const std::string name = entry.path().filename().string();
-    if (starts_with(name, kTemporaryPrefix) && !belongs_to_this_process(name)) remove_all_or_throw(entry.path());
+    const bool leftover = (starts_with(name, kTemporaryPrefix) && !belongs_to_this_process(name)) ||
+                          starts_with(name, kPruningPrefix) ||
+                          (parse_step_name(name) && entry.is_directory(error) && !is_complete(entry.path()));
+    if (leftover) remove_all_or_throw(entry.path());
   }
   if (keep_last <= 0) return;
   const std::vector<int64_t> steps = list_complete_checkpoints(output_dir);
   const size_t keep = static_cast<size_t>(keep_last);
-  for (size_t i = 0; i + keep < steps.size(); ++i) remove_all_or_throw(checkpoint_path(output_dir, steps[i]));
+  for (size_t i = 0; i + keep < steps.size(); ++i) {
+    // Deleting file by file in place would leave, if killed midway, a step-N that says COMPLETE but lacks files.
+    // One rename takes it out of every reader's sight first; what remains of a crash here is removed above.
+    const fs::path doomed = checkpoints_dir(output_dir) / fmt::format("{}{}-{}", kPruningPrefix, steps[i], ::getpid());
+    remove_all_or_throw(doomed);
+    rename_or_throw(checkpoint_path(output_dir, steps[i]), doomed);
+    remove_all_or_throw(doomed);
+  }
 }
 
 fs::path resolve_resume_target(const fs::path& run_or_checkpoint) {
@@ -206,8 +225,14 @@ fs::path resolve_resume_target(const fs::path& run_or_checkpoint) {
         "checkpoints/step-N directories",
         target.string()));
   }
-  if (is_complete(target)) return target;
   const std::string name = target.filename().string();
+  if (starts_with(name, kPruningPrefix) || starts_with(name, kReplacedPrefix)) {
+    throw UsageError(fmt::format(
+        "--resume: '{}' is an old checkpoint being deleted or replaced, not one to resume from. HINT: resume from "
+        "the run directory '{}' to use its newest complete checkpoint",
+        target.string(), fs::absolute(target).parent_path().parent_path().string()));
+  }
+  if (is_complete(target)) return target;
   if (parse_step_name(name) || starts_with(name, kTemporaryPrefix)) {
     throw UsageError(fmt::format(
         "--resume: checkpoint '{}' is incomplete (no {} marker): it was interrupted while being written. "

@@ -37,18 +37,21 @@ std::vector<int64_t> list_complete_checkpoints(const std::filesystem::path& outp
 std::optional<std::filesystem::path> newest_complete_checkpoint(const std::filesystem::path& output_dir);
 
 // Undoes a commit that crashed between its two renames: a complete .replaced-step-N-* whose step-N is missing is
-// renamed back to step-N; one whose step-N is complete is removed.
+// renamed back to step-N; one whose step-N is complete is removed. Does nothing while another process holds the
+// run directory's lock (io/run_directory_lock.h): that run may be in the middle of a commit.
 void recover_checkpoints(const std::filesystem::path& output_dir);
 
 // Runs recover_checkpoints, deletes the oldest complete checkpoints beyond the newest `keep_last` (keep_last <= 0
-// keeps all), and removes .tmp-* directories left by crashed runs (those of this process are in progress and
-// kept). Call it only from the process that writes the checkpoints.
+// keeps all), and removes what crashed runs left: .tmp-* directories (those of this process are in progress and
+// kept), .pruning-* directories and step-N directories without COMPLETE. A checkpoint is deleted by first renaming
+// it to .pruning-step-N-<pid>, so a kill midway never leaves a step-N that says COMPLETE but lacks files. Call it
+// only from the process that writes the checkpoints; it does nothing while another process holds the lock.
 void prune_checkpoints(const std::filesystem::path& output_dir, int keep_last);
 
 // The checkpoint directory `--resume ARG` names: ARG itself when it is a complete checkpoint, else the newest
 // complete checkpoint of the run directory ARG (or of ARG/.. when ARG is a run's checkpoints/ directory).
-// Throws tune::UsageError naming the directory when ARG does not exist, is an incomplete checkpoint, or holds
-// no complete checkpoint.
+// Throws tune::UsageError naming the directory when ARG does not exist, is an incomplete checkpoint or one being
+// deleted (.pruning-*) or replaced (.replaced-*), or holds no complete checkpoint.
 std::filesystem::path resolve_resume_target(const std::filesystem::path& run_or_checkpoint);
 
 }  // namespace tune::io

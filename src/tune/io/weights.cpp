@@ -149,6 +149,14 @@ const SafetensorsFile& WeightSource::file_of(const std::string& name) const {
 
 torch::Tensor WeightSource::load(const std::string& name) const { return file_of(name).load(name); }
 
+void require_finite(const torch::Tensor& tensor, const std::filesystem::path& file, const std::string& name) {
+  if (!c10::isFloatingType(tensor.scalar_type()) || torch::isfinite(tensor).all().item<bool>()) return;
+  const int64_t bad = tensor.numel() - torch::isfinite(tensor).sum().item<int64_t>();
+  throw InputError(fmt::format("{}: tensor '{}' holds {} non-finite value(s) (NaN or infinity) among its {}; the file "
+                               "is corrupted or was saved from a diverged run",
+                               file.string(), name, bad, tensor.numel()));
+}
+
 size_t load_into_module(torch::nn::Module& module, const WeightSource& source, const LoadOptions& options) {
   struct Target {
     std::string file_name;
@@ -160,7 +168,7 @@ size_t load_into_module(torch::nn::Module& module, const WeightSource& source, c
   std::set<std::string> used;
 
   // Everything is checked against the headers before anything is copied, so a failed load leaves the module as it
-  // was and the user sees every problem at once.
+  // was and the user sees every problem at once (only non-finite values, which need the data, are found later).
   auto check = [&](const std::string& module_name, const torch::Tensor& tensor) {
     if (!tensor.defined()) return;  // e.g. a Linear registered without bias
     const std::string name = options.prefix + module_name;
@@ -220,7 +228,12 @@ size_t load_into_module(torch::nn::Module& module, const WeightSource& source, c
   }
 
   torch::NoGradGuard no_grad;
-  for (Target& target : targets) target.tensor.copy_(source.load(target.file_name));  // copy_ converts dtype
+  for (Target& target : targets) {
+    const torch::Tensor loaded = source.load(target.file_name);
+    // Found only now that the data is read, so the module may be partly overwritten: the caller stops anyway.
+    require_finite(loaded, source.file_of(target.file_name).path(), target.file_name);
+    target.tensor.copy_(loaded);  // copy_ converts dtype
+  }
   return targets.size();
 }
 

@@ -201,7 +201,9 @@ size_t load_autoencoder_kl_weights(AutoencoderKLImpl& model, const io::WeightSou
   const size_t loaded = io::load_into_module(model, source, options);
   torch::NoGradGuard no_grad;
   for (LegacyTensor& tensor : legacy) {
-    tensor.parameter.copy_(source.load(tensor.file_name).reshape(tensor.parameter.sizes()));
+    const torch::Tensor value = source.load(tensor.file_name);
+    io::require_finite(value, source.file_of(tensor.file_name).path(), tensor.file_name);
+    tensor.parameter.copy_(value.reshape(tensor.parameter.sizes()));
   }
   return loaded + legacy.size();
 }

@@ -8,7 +8,10 @@
 #include "tune/core/error.h"
 #include "tune/core/log.h"
 #include "tune/core/paths.h"
+#include "tune/distributed/launch_environment.h"
+#include "tune/distributed/local_launcher.h"
 #include "tune/io/run_checkpoints.h"
+#include "tune/recipes/data_parallel.h"
 #include "tune/recipes/recipe.h"
 
 namespace tune::recipes {
@@ -85,6 +88,16 @@ std::vector<std::string> read_prompts(const InferArguments& arguments) {
 
 int run_train(const TrainArguments& arguments) {
   LoadedConfig loaded = load_recipe_config(arguments.recipe, arguments.overrides);
+  if (arguments.nproc > 1) {
+    // The launcher checks the config once (errors print once, not once per worker), then becomes a supervisor.
+    if (distributed::read_launch_environment()) {
+      throw UsageError("--nproc was given inside a distributed launch (RANK/WORLD_SIZE or SLURM_PROCID are set): "
+                       "let one launcher start the processes, torchrun/srun or --nproc, not both");
+    }
+    (void)read_distributed_settings(loaded.config);
+    return distributed::launch_local_workers(arguments.nproc, arguments.worker_command);
+  }
+  join_distributed_run(loaded.config);
   TrainRequest request{loaded.config, arguments.output_dir ? *arguments.output_dir
                                                            : std::filesystem::path(loaded.config.get_string("output_dir")),
                        std::nullopt};

@@ -14,6 +14,8 @@ struct TrainArguments {
   std::optional<std::filesystem::path> output_dir;
   bool resume = false;
   std::optional<std::filesystem::path> resume_from;  // --resume VALUE; unset with resume=true: output_dir
+  int nproc = 0;                                     // --nproc N: launch N local worker processes (0: not given)
+  std::vector<std::string> worker_command;           // this command line without --nproc (what workers run)
 };
 
 struct InferArguments {

@@ -50,6 +50,16 @@ config::Schema common_schema(const std::string& recipe_name) {
   schema.integer("logging.every", 10, "log (and write metrics.jsonl) every N optimizer steps");
   schema.integer("checkpoint.every", 0, "save every N steps; 0 = only at the end");
   schema.integer("checkpoint.keep_last", 2, "complete checkpoints kept; 0 = all");
+
+  // Read only when a launcher (tune train --nproc N, torchrun, srun) starts several processes; validated always.
+  schema.choice("distributed.backend", {"auto", "gloo", "nccl"}, "auto", "c10d backend; auto = gloo (NCCL not built)");
+  schema.choice("distributed.strategy", {"ddp", "full_shard", "shard_grad_op"}, "ddp",
+                "ddp: replicated parameters, gradients all-reduced in buckets during backward; full_shard and "
+                "shard_grad_op are not implemented yet");
+  schema.real("distributed.bucket_mb", 25.0, "ddp: gradient bucket size in MiB (one all-reduce per bucket)");
+  schema.choice("distributed.reduce_dtype", {"fp32", "bf16"}, "fp32", "dtype gradients are summed in across ranks");
+  schema.integer("distributed.timeout_s", 300, "a collective (or the rendezvous) failing to complete in this time "
+                                               "stops the run: another rank died");
   return schema;
 }
 

@@ -64,5 +64,8 @@ struct Recipe {
 const std::vector<Recipe>& all_recipes();
 // Throws UsageError listing the known names.
 const Recipe& find_recipe(const std::string& name);
+// The same for a name read from a config: the error (a ConfigError) starts with the file:line:col of the
+// `recipe:` value, so the user sees which file of an include chain (or which override) chose it.
+const Recipe& find_recipe(const config::RecipeName& name);
 
 }  // namespace tune::recipes

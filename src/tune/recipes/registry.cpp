@@ -13,13 +13,32 @@ const std::vector<Recipe>& all_recipes() {
   return recipes;
 }
 
-const Recipe& find_recipe(const std::string& name) {
-  std::string known;
+namespace {
+
+const Recipe* lookup(const std::string& name) {
   for (const auto& recipe : all_recipes()) {
-    if (recipe.name == name) return recipe;
-    known += (known.empty() ? "" : ", ") + recipe.name;
+    if (recipe.name == name) return &recipe;
   }
-  throw UsageError(fmt::format("unknown recipe '{}': known recipes are {}", name, known));
+  return nullptr;
+}
+
+std::string known_names() {
+  std::string known;
+  for (const auto& recipe : all_recipes()) known += (known.empty() ? "" : ", ") + recipe.name;
+  return known;
+}
+
+}  // namespace
+
+const Recipe& find_recipe(const std::string& name) {
+  if (const Recipe* recipe = lookup(name)) return *recipe;
+  throw UsageError(fmt::format("unknown recipe '{}': known recipes are {}", name, known_names()));
+}
+
+const Recipe& find_recipe(const config::RecipeName& name) {
+  if (const Recipe* recipe = lookup(name.name)) return *recipe;
+  throw config::ConfigError({fmt::format("{}: recipe: unknown recipe '{}'; known recipes are {} (tune ls lists them)",
+                                         name.location.to_string(), name.name, known_names())});
 }
 
 }  // namespace tune::recipes

@@ -1,4 +1,5 @@
-// Preparing a run directory: refuses to overwrite an earlier run's checkpoints unless resuming, writes the resolved
+// Preparing a run directory: takes the directory's lock for the rest of the process (one process owns a run;
+// io/run_directory_lock.h), refuses to overwrite an earlier run's checkpoints unless resuming, writes the resolved
 // config.yaml (config.yaml of the original run is kept on resume), and installs the Ctrl-C handler.
 #pragma once
 
@@ -10,6 +11,7 @@
 
 namespace tune::recipes {
 
+// Throws UsageError (exit 2) naming the directory and the holder's PID when another process holds its lock.
 void prepare_run_directory(const std::filesystem::path& output_dir, const config::Config& config,
                            const std::optional<std::filesystem::path>& resume_from);
 

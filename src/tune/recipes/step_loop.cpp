@@ -3,7 +3,11 @@
 
 #include <chrono>
 #include <cmath>
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
+#include <optional>
+#include <vector>
 
 #include "tune/core/error.h"
 #include "tune/core/log.h"
@@ -11,6 +15,7 @@
 #include "tune/core/memory_tracker.h"
 #include "tune/core/metrics_writer.h"
 #include "tune/core/progress.h"
+#include "tune/distributed/process_group.h"
 #include "tune/io/run_checkpoints.h"
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/run_directory.h"
@@ -25,6 +30,33 @@ void write_memory_report(const std::filesystem::path& output_dir, const nlohmann
   const auto temporary = output_dir / "memory.json.tmp";
   std::ofstream(temporary) << report.dump(2) << "\n";
   std::filesystem::rename(temporary, path);
+}
+
+// The most of `value` over ranks (itself in a single process).
+int64_t max_over_ranks(int64_t value, const char* what) {
+  auto* group = distributed::world();
+  if (group == nullptr) return value;
+  return static_cast<int64_t>(group->all_reduce(static_cast<double>(value), distributed::ReduceOp::max, what));
+}
+
+// Every rank's value, indexed by rank (each rank fills its slot of a zero vector; the sum gathers them).
+std::vector<int64_t> gather_over_ranks(int64_t value, const char* what) {
+  auto* group = distributed::world();
+  if (group == nullptr) return {value};
+  auto slots = torch::zeros({group->size()}, torch::kFloat64);
+  slots[group->rank()] = static_cast<double>(value);
+  group->all_reduce(slots, distributed::ReduceOp::sum, what);
+  std::vector<int64_t> values;
+  for (int64_t rank = 0; rank < group->size(); ++rank) values.push_back(static_cast<int64_t>(slots[rank].item<double>()));
+  return values;
+}
+
+// Ctrl-C as all ranks see it: one rank's signal stops every rank after the same step, so the collective checkpoint
+// and exit happen together (a launcher forwards the signal to all, but it may land between two steps).
+bool interrupt_agreed() {
+  auto* group = distributed::world();
+  if (group == nullptr) return interrupt_requested();
+  return group->all_reduce(interrupt_requested() ? 1.0 : 0.0, distributed::ReduceOp::max, "Ctrl-C agreement") > 0;
 }
 
 }  // namespace
@@ -47,13 +79,21 @@ StepLoopSettings make_step_loop_settings(const TrainingSettings& training, const
 int run_step_loop(const StepLoopSettings& settings, const StepLoopHooks& hooks, LoopStart start,
                   nlohmann::json memory_plan) {
   const auto& output_dir = settings.output_dir;
-  MetricsWriter metrics(output_dir);
-  metrics.truncate_after(start.step);
-  LossCurves curves = loss_curves_from_metrics(read_metrics(metrics.path()));
-  write_memory_report(output_dir, memory_plan);
+  // Rank 0 alone writes the run directory's files (metrics, loss curve, memory report, checkpoints: under ddp every
+  // rank holds the same weights and optimizer state) and prints progress; other ranks only compute.
+  const bool main_rank = distributed::is_main_rank();
+  std::optional<MetricsWriter> metrics;
+  LossCurves curves;
+  if (main_rank) {
+    metrics.emplace(output_dir);
+    metrics->truncate_after(start.step);
+    curves = loss_curves_from_metrics(read_metrics(metrics->path()));
+    write_memory_report(output_dir, memory_plan);
+  }
 
   int64_t step = start.step;
-  auto save = [&](double elapsed_s) {
+  auto save = [&](double elapsed_s) -> std::filesystem::path {
+    if (!main_rank) return io::checkpoint_path(output_dir, step);
     const auto temporary = io::begin_checkpoint(output_dir, step);
     hooks.save(temporary, step, elapsed_s);
     const auto committed = io::commit_checkpoint(temporary, step);
@@ -67,7 +107,9 @@ int run_step_loop(const StepLoopSettings& settings, const StepLoopHooks& hooks, 
   progress_options.start_step = start.step;
   progress_options.log_every = settings.log_every;
   progress_options.throughput_unit = settings.throughput_unit == "tokens" ? "tok/s" : settings.throughput_unit + "/s";
-  Progress progress(progress_options);
+  if (!main_rank) progress_options.interactive = false;
+  std::FILE* progress_stream = main_rank ? stderr : std::fopen("/dev/null", "w");
+  Progress progress(progress_options, progress_stream != nullptr ? progress_stream : stderr);
   const auto run_start = Clock::now();
   auto window_start = Clock::now();
   double window_items = 0.0;
@@ -105,6 +147,8 @@ int run_step_loop(const StepLoopSettings& settings, const StepLoopHooks& hooks, 
     const bool log_now = step % settings.log_every == 0 || last_step;
     const bool eval_now = (settings.eval_every > 0 && step % settings.eval_every == 0) || last_step;
     if (log_now || eval_now) {
+      window_peak = max_over_ranks(window_peak, "peak memory of the logging window");
+      run_peak = std::max(run_peak, window_peak);
       nlohmann::json record = {{"step", step},
                                {"loss", result.loss},
                                {"lr", result.lr},
@@ -121,18 +165,21 @@ int run_step_loop(const StepLoopSettings& settings, const StepLoopHooks& hooks, 
           progress.print(fmt::format("step {}: eval loss {:.4f}", step, *eval_loss));
         }
       }
-      metrics.write(record);
-      write_loss_svg(output_dir / "loss.svg", curves.train, curves.eval);
+      if (main_rank) {
+        metrics->write(record);
+        write_loss_svg(output_dir / "loss.svg", curves.train, curves.eval);
+      }
       window_items = 0.0;
       window_peak = 0;
       window_start = Clock::now();
     }
     const bool save_now = (settings.save_every > 0 && step % settings.save_every == 0) || last_step;
-    if (save_now || interrupt_requested()) {
+    const bool interrupted = interrupt_agreed();
+    if (save_now || interrupted) {
       const auto path = save(elapsed_s);
       progress.print(fmt::format("step {}: checkpoint saved to {}", step, path.string()));
     }
-    if (interrupt_requested()) {
+    if (interrupted) {
       progress.finish();
       log::warn("interrupted at step {}: checkpoint saved; continue with `tune train {} --resume`", step,
                 (output_dir / "config.yaml").string());
@@ -140,11 +187,23 @@ int run_step_loop(const StepLoopSettings& settings, const StepLoopHooks& hooks, 
     }
   }
   progress.finish();
+  if (progress_stream != nullptr && progress_stream != stderr) std::fclose(progress_stream);
+  const std::vector<int64_t> rank_peaks = gather_over_ranks(run_peak, "peak memory of each rank");
+  run_peak = *std::max_element(rank_peaks.begin(), rank_peaks.end());
   memory_plan["peak_bytes"] = run_peak;
+  if (rank_peaks.size() > 1) memory_plan["peak_bytes_per_rank"] = rank_peaks;
   memory_plan["peak_source"] = settings.cuda ? "CUDA caching allocator" : "CPU tensor storage (tracking allocator)";
+  if (!main_rank) return 0;
   write_memory_report(output_dir, memory_plan);
   log::info("done: {} steps in {}, peak memory {} ({})", step, format_duration(elapsed_s),
             format_bytes(static_cast<double>(run_peak)), memory_plan["peak_source"].get<std::string>());
+  if (rank_peaks.size() > 1) {
+    std::string per_rank;
+    for (size_t rank = 0; rank < rank_peaks.size(); ++rank) {
+      per_rank += fmt::format("{}rank {}: {}", rank == 0 ? "" : ", ", rank, format_bytes(static_cast<double>(rank_peaks[rank])));
+    }
+    log::info("peak memory per rank: {}", per_rank);
+  }
   log::info("outputs: {}", output_dir.string());
   return 0;
 }

@@ -37,6 +37,8 @@ void write_latte_checkpoint(const std::filesystem::path& dir, const LatteTrainin
 }
 
 LatteTrainerState read_latte_checkpoint(const std::filesystem::path& dir, const LatteTrainingObjects& objects) {
+  require_checkpoint_files(dir, {"model.safetensors", "ema.safetensors", "optimizer.safetensors",
+                                 "rng_state.safetensors", "trainer_state.json"});
   load_latte_weights(*objects.model, dir / "model.safetensors");
   objects.optimizer->load_state_tensors(read_named_tensors(dir / "optimizer.safetensors"));
   std::vector<std::pair<std::string, torch::Tensor>> ema_state;

@@ -15,6 +15,7 @@
 #include "tune/memory/checkpoint.h"
 #include "tune/precision/cpu_gemm.h"
 #include "tune/recipes/common_schema.h"
+#include "tune/recipes/data_parallel.h"
 #include "tune/recipes/latte/latte_checkpoint.h"
 #include "tune/recipes/latte/latte_data.h"
 #include "tune/recipes/latte/latte_latents.h"
@@ -80,12 +81,13 @@ int train(const TrainRequest& request) {
   const std::filesystem::path output_dir = request.output_dir;
 
   // ---- setup
-  const int threads = configure_threads(run.threads);
+  const int threads = configure_threads(threads_for_this_rank(run.threads));
   memory_tracker::install();
   precision::install_cpu_gemm();
   const torch::Device device(run.device);
   const TrainingData training_data = open_training_data(latte, config);
-  prepare_run_directory(output_dir, config, request.resume_from);
+  run_on_main_rank([&] { prepare_run_directory(output_dir, config, request.resume_from); },
+                   "prepare the run directory");
 
   const int64_t class_count = static_cast<int64_t>(training_data.classes.size());
   LatteParts parts = build_latte(latte, class_count, run.seed,
@@ -101,7 +103,21 @@ int train(const TrainRequest& request) {
                                                  model->config().num_classes, class_count, training_data.description));
   }
 
-  ClipBatcher batcher(training_data.clips, training.batch_size, run.seed);
+  std::vector<train::NamedParameter> params;
+  std::vector<torch::Tensor> param_tensors;
+  for (const auto& item : model->named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    params.push_back({item.key(), item.value()});
+    param_tensors.push_back(item.value());
+  }
+  std::vector<torch::Tensor> model_tensors;
+  for (const auto& tensor : model->parameters()) model_tensors.push_back(tensor);
+  for (const auto& tensor : model->buffers()) model_tensors.push_back(tensor);
+  DataParallel parallel(config, model_tensors, param_tensors);
+
+  // Global batches (every rank's clips), with timesteps and noise drawn for the whole global batch on every rank:
+  // each rank trains on its rows, and the run does not depend on the number of processes.
+  ClipBatcher batcher(training_data.clips, training.batch_size * parallel.size(), run.seed);
   diffusion::DiffusionOptions diffusion_options;
   diffusion_options.noise_schedule = latte.diffusion.beta_schedule;
   diffusion_options.diffusion_steps = latte.diffusion.num_timesteps;
@@ -111,13 +127,6 @@ int train(const TrainRequest& request) {
   const diffusion::UniformTimestepSampler timesteps(latte.diffusion.num_timesteps);
   at::Generator noise_generator = at::detail::createCPUGenerator(run.seed + 1);
 
-  std::vector<train::NamedParameter> params;
-  std::vector<torch::Tensor> param_tensors;
-  for (const auto& item : model->named_parameters()) {
-    if (!item.value().requires_grad()) continue;
-    params.push_back({item.key(), item.value()});
-    param_tensors.push_back(item.value());
-  }
   train::AdamW optimizer(train::make_param_groups(params, training.weight_decay), training.adamw);
   train::ExponentialMovingAverage ema(params, latte.ema_decay);
   std::unique_ptr<precision::DynamicLossScaler> scaler;
@@ -150,6 +159,10 @@ int train(const TrainRequest& request) {
             model_config.depth, model_config.hidden_size, model_config.patch_size, format_count(parameter_count),
             model_config.num_frames, model_config.in_channels, model_config.input_size, model_config.input_size,
             latte.model.vae ? "VAE latents" : "pixels", training_data.description, run.device, threads);
+  if (parallel.active()) {
+    log::info("data parallel: {}; batch {} per process, {} in all", parallel.describe(), training.batch_size,
+              training.batch_size * parallel.size());
+  }
   log::info("gradient checkpointing: {}", checkpointing->describe());
   log::info("mixed precision: {}", run.mixed_precision == precision::MixedPrecision::no
                                        ? std::string("off (fp32)")
@@ -177,28 +190,45 @@ int train(const TrainRequest& request) {
   hooks.step = [&](int64_t step) {
     StepResult result;
     for (int64_t i = 0; i < training.gradient_accumulation_steps; ++i) {
-      const ClipBatch batch = batcher.next();
+      const ClipBatch global = batcher.next();
+      const int64_t global_rows = global.clips.size(0);
+      const RowRange rows = parallel.share(global_rows);
+      const auto clips = global.clips.slice(0, rows.begin, rows.end);
+      // Pixel clips: each rank encodes only its rows, with the VAE's posterior noise from the process's default
+      // generator, so a multi-process run is not bitwise the single-process one there (latents from
+      // `tune prepare` are; README).
       const auto x_start = training_data.from_latents
-                               ? batch.clips.to(device)
-                               : to_model_space(parts, batch.clips.to(device), latte.model.vae_chunk_frames);
-      const auto draw = timesteps.sample(x_start.size(0), noise_generator, device);
+                               ? clips.to(device)
+                               : to_model_space(parts, clips.to(device), latte.model.vae_chunk_frames);
+      const auto draw = timesteps.sample(global_rows, noise_generator, device);
       // Drawn on the CPU generator, then moved: the same noise on every device (a CPU generator cannot fill a CUDA
-      // tensor; this line failed on the first CUDA run).
-      const auto noise = diffusion::standard_normal(x_start.sizes(), noise_generator, x_start.options());
-      const auto labels = model_config.class_conditional() ? batch.labels.to(device) : torch::Tensor();
+      // tensor; this line failed on the first CUDA run). Drawn for the global batch, then this rank's rows.
+      auto global_shape = x_start.sizes().vec();
+      global_shape[0] = global_rows;
+      const auto noise = diffusion::standard_normal(global_shape, noise_generator, x_start.options())
+                             .slice(0, rows.begin, rows.end);
+      const auto t = draw.timesteps.slice(0, rows.begin, rows.end);
+      const auto labels = model_config.class_conditional() ? global.labels.slice(0, rows.begin, rows.end).to(device)
+                                                           : torch::Tensor();
+      parallel.before_backward(i + 1 == training.gradient_accumulation_steps);
       torch::Tensor loss;
       {
         precision::AutocastScope autocast(run.mixed_precision, device);
         const diffusion::ModelFn model_fn = [&](const torch::Tensor& x, const torch::Tensor& t) {
           return model->forward(x, t, labels);
         };
-        loss = diffusion.training_losses(model_fn, x_start, draw.timesteps, noise).loss.mean() /
-               static_cast<double>(training.gradient_accumulation_steps);
+        // This rank's share of the mean over the global batch (the plain mean in a single process).
+        const auto per_sample = diffusion.training_losses(model_fn, x_start, t, noise).loss;
+        const auto batch_loss = parallel.active() ? per_sample.sum() / static_cast<double>(global_rows)
+                                                  : per_sample.mean();
+        loss = batch_loss / static_cast<double>(training.gradient_accumulation_steps);
       }
       (scaler ? scaler->scale(loss) : loss).backward();
       result.loss += loss.item<double>();
-      result.items += static_cast<double>(x_start.size(0));
+      result.items += static_cast<double>(global_rows);
     }
+    parallel.finish_gradients();
+    result.loss = parallel.sum(result.loss);
     result.lr = training.schedule.at(step);
     const double clip = step >= latte.clip_start_step ? training.clip_grad_norm : 0.0;
     const auto outcome = train::finish_step(param_tensors, optimizer, scaler.get(), clip, result.lr,

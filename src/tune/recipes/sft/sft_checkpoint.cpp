@@ -9,8 +9,15 @@
 
 namespace tune::recipes::sft {
 
+// Either adapter file tells: a LoRA checkpoint that lost one of them is then reported as damaged, not misread
+// as a full one that lacks model.safetensors.
 bool is_lora_checkpoint(const std::filesystem::path& dir) {
-  return std::filesystem::exists(dir / "adapter_config.json");
+  return std::filesystem::exists(dir / "adapter_config.json") || std::filesystem::exists(dir / "adapter_model.safetensors");
+}
+
+std::vector<std::string> checkpoint_weight_files(const std::filesystem::path& dir) {
+  if (is_lora_checkpoint(dir)) return {"adapter_model.safetensors", "adapter_config.json"};
+  return {"model.safetensors", "config.json"};
 }
 
 void write_checkpoint(const std::filesystem::path& dir, const models::LlamaForCausalLM& model,
@@ -48,6 +55,7 @@ void load_checkpoint_weights(const std::filesystem::path& dir, models::LlamaForC
     if (!model->has_lora()) {
       throw InputError(fmt::format("{}: holds a LoRA adapter but the model was built without LoRA", dir.string()));
     }
+    require_checkpoint_files(dir, checkpoint_weight_files(dir));
     io::LoadOptions options;
     options.prefix = "base_model.model.";
     // Only adapter tensors are in the file: every base weight is expected to be missing from it.
@@ -61,6 +69,9 @@ void load_checkpoint_weights(const std::filesystem::path& dir, models::LlamaForC
 }
 
 TrainerState read_checkpoint(const std::filesystem::path& dir, models::LlamaForCausalLM& model, train::AdamW& optimizer) {
+  std::vector<std::string> needed = checkpoint_weight_files(dir);
+  needed.insert(needed.end(), {"optimizer.safetensors", "rng_state.safetensors", "trainer_state.json"});
+  require_checkpoint_files(dir, needed);
   load_checkpoint_weights(dir, model);
   optimizer.load_state_tensors(read_named_tensors(dir / "optimizer.safetensors"));
   set_cpu_rng_state(io::SafetensorsFile::open(dir / "rng_state.safetensors").load("cpu"));

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "tune/data/sft_loader.h"
 #include "tune/data/tokenizer.h"
@@ -29,6 +30,8 @@ void write_checkpoint(const std::filesystem::path& dir, const models::LlamaForCa
                       const train::AdamW* optimizer, const TrainerState& state);
 
 bool is_lora_checkpoint(const std::filesystem::path& dir);
+// The weight files a checkpoint holds: model.safetensors + config.json, or the PEFT adapter pair for LoRA.
+std::vector<std::string> checkpoint_weight_files(const std::filesystem::path& dir);
 
 // Restores what write_checkpoint wrote into an identically built model and optimizer, and the CPU RNG.
 TrainerState read_checkpoint(const std::filesystem::path& dir, models::LlamaForCausalLM& model, train::AdamW& optimizer);

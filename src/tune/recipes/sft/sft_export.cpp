@@ -5,6 +5,7 @@
 #include "tune/core/error.h"
 #include "tune/core/log.h"
 #include "tune/io/safetensors.h"
+#include "tune/recipes/checkpoint_files.h"
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/sft/sft_checkpoint.h"
 #include "tune/recipes/sft/sft_model.h"
@@ -36,6 +37,7 @@ int export_model(const ExportRequest& request) {
                                  request.out.string()));
   }
   const bool lora = is_lora_checkpoint(checkpoint);
+  require_checkpoint_files(checkpoint, checkpoint_weight_files(checkpoint));
   const auto temporary = request.out.string() + ".tmp";
   std::filesystem::remove_all(temporary);
   std::filesystem::create_directories(temporary);

@@ -9,6 +9,7 @@
 #include "tune/data/sft_loader.h"
 #include "tune/precision/cpu_gemm.h"
 #include "tune/recipes/common_schema.h"
+#include "tune/recipes/data_parallel.h"
 #include "tune/recipes/run_directory.h"
 #include "tune/recipes/sft/memory_report.h"
 #include "tune/recipes/sft/sft_checkpoint.h"
@@ -36,22 +37,26 @@ int64_t total_bytes(const std::vector<torch::Tensor>& tensors) {
   return bytes;
 }
 
-// Mean next-token loss over the evaluation set, without gradients or dropout.
-double evaluate(models::LlamaForCausalLM& model, const std::vector<data::SftBatch>& batches,
-                precision::MixedPrecision precision, const torch::Device& device) {
+// Mean next-token loss over the evaluation set, without gradients or dropout; each rank evaluates its share of
+// every batch and the sums are added over ranks.
+double evaluate(models::LlamaForCausalLM& model, const std::vector<data::SftBatch>& global_batches,
+                precision::MixedPrecision precision, const torch::Device& device, const DataParallel& parallel) {
   torch::NoGradGuard no_grad;
   model->eval();
   double loss_sum = 0.0;
-  int64_t tokens = 0;
-  for (const auto& batch : batches) {
+  double tokens = 0;
+  for (const auto& global_batch : global_batches) {
+    const RowRange rows = parallel.share(global_batch.input_ids.size(0));
+    if (rows.size() == 0) continue;
+    const data::SftBatch batch = parallel.active() ? data::slice_rows(global_batch, rows.begin, rows.end) : global_batch;
     precision::AutocastScope autocast(precision, device);
     const auto logits = model->forward(batch.input_ids.to(device),
                                        {batch.position_ids.to(device), batch.segment_ids.to(device)});
     loss_sum += train::causal_lm_loss_sum(logits, batch.labels.to(device)).item<double>();
-    tokens += batch.loss_tokens;
+    tokens += static_cast<double>(batch.loss_tokens);
   }
   model->train();
-  return loss_sum / static_cast<double>(std::max<int64_t>(1, tokens));
+  return parallel.sum(loss_sum) / std::max(1.0, parallel.sum(tokens));
 }
 
 }  // namespace
@@ -69,11 +74,12 @@ int train(const TrainRequest& request) {
   }
 
   // ---- setup
-  const int threads = configure_threads(run.threads);
+  const int threads = configure_threads(threads_for_this_rank(run.threads));
   memory_tracker::install();
   precision::install_cpu_gemm();
   const torch::Device device(run.device);
-  prepare_run_directory(output_dir, config, request.resume_from);
+  run_on_main_rank([&] { prepare_run_directory(output_dir, config, request.resume_from); },
+                   "prepare the run directory");
 
   const data::Tokenizer tokenizer = load_tokenizer(sft);
   models::LlamaForCausalLM model = build_model(sft, tokenizer, run.seed);
@@ -85,9 +91,19 @@ int train(const TrainRequest& request) {
   model->set_block_runner(checkpointing);
   model->train();
 
+  const auto params = trainable_parameters(model);
+  std::vector<torch::Tensor> param_tensors;
+  for (const auto& param : params) param_tensors.push_back(param.tensor);
+  std::vector<torch::Tensor> model_tensors;
+  for (const auto& tensor : model->parameters()) model_tensors.push_back(tensor);
+  for (const auto& tensor : model->buffers()) model_tensors.push_back(tensor);
+  DataParallel parallel(config, model_tensors, param_tensors);
+
+  // The loader yields global batches (every rank's rows); each rank trains on its share of them, so the samples of
+  // a step, and their order, do not depend on the number of processes.
   const PreparedData prepared = prepare_data(sft.data, tokenizer, run.seed);
   data::LoaderOptions loader_options;
-  loader_options.batch_size = training.batch_size;
+  loader_options.batch_size = training.batch_size * parallel.size();
   loader_options.max_length = sft.data.max_length;
   loader_options.packing = sft.data.packing;
   loader_options.shuffle = sft.data.shuffle;
@@ -96,10 +112,7 @@ int train(const TrainRequest& request) {
   const auto eval_batches = prepared.eval.empty() ? std::vector<data::SftBatch>{}
                                                   : data::SftLoader(prepared.eval, loader_options).all_batches_in_order();
 
-  const auto params = trainable_parameters(model);
   train::AdamW optimizer(train::make_param_groups(params, training.weight_decay), training.adamw);
-  std::vector<torch::Tensor> param_tensors;
-  for (const auto& param : params) param_tensors.push_back(param.tensor);
   // fp16 needs loss scaling so small gradients survive; bf16 has fp32's exponent range and does not.
   std::unique_ptr<precision::DynamicLossScaler> scaler;
   if (run.mixed_precision == precision::MixedPrecision::fp16) {
@@ -153,22 +166,31 @@ int train(const TrainRequest& request) {
             "tokens)", format_bytes(all_param_bytes), format_bytes(total_bytes(param_tensors)),
             format_bytes(optimizer.state_bytes()), "~",
             format_bytes(activation_estimate), shape.batch, shape.sequence);
-  log::info("training: {} steps ({} per epoch), {} micro-batch(es) of {} rows x {} tokens per step",
+  log::info("training: {} steps ({} per epoch), {} micro-batch(es) of {} rows x {} tokens per step{}",
             training.schedule.total_steps, steps_per_epoch, training.gradient_accumulation_steps, training.batch_size,
-            sft.data.max_length);
+            sft.data.max_length, parallel.active() ? fmt::format(" on each of {} processes", parallel.size()) : "");
+  if (parallel.active()) log::info("data parallel: {}", parallel.describe());
 
   // ---- one optimizer step: data, forward under autocast (blocks through the checkpointing runner), loss,
   // backward, then unscale / clip / update in finish_step
   StepLoopHooks hooks;
   hooks.step = [&](int64_t step) {
-    std::vector<data::SftBatch> micro_batches;  // fetched first: the loss is normalised by the whole step's tokens
+    // Global micro-batches, fetched first: every rank's loss is normalised by the whole step's tokens over all
+    // ranks, so the gradients summed over ranks are those of one process running the global batch.
+    std::vector<data::SftBatch> micro_batches;
     int64_t step_loss_tokens = 0;
     for (int64_t i = 0; i < training.gradient_accumulation_steps; ++i) {
       micro_batches.push_back(loader.next());
       step_loss_tokens += micro_batches.back().loss_tokens;
     }
     StepResult result;
-    for (const auto& batch : micro_batches) {
+    for (size_t i = 0; i < micro_batches.size(); ++i) {
+      const RowRange rows = parallel.share(micro_batches[i].input_ids.size(0));
+      result.items += static_cast<double>(micro_batches[i].tokens);
+      if (rows.size() == 0) continue;  // fewer rows than ranks: this rank adds zero gradients
+      const data::SftBatch batch =
+          parallel.active() ? data::slice_rows(micro_batches[i], rows.begin, rows.end) : micro_batches[i];
+      parallel.before_backward(i + 1 == micro_batches.size());
       torch::Tensor loss;
       {
         precision::AutocastScope autocast(run.mixed_precision, device);
@@ -178,8 +200,9 @@ int train(const TrainRequest& request) {
       }
       (scaler ? scaler->scale(loss) : loss).backward();
       result.loss += loss.item<double>();
-      result.items += static_cast<double>(batch.tokens);
     }
+    parallel.finish_gradients();
+    result.loss = parallel.sum(result.loss);
     result.lr = training.schedule.at(step);
     const auto outcome = train::finish_step(param_tensors, optimizer, scaler.get(), training.clip_grad_norm, result.lr,
                                             std::isfinite(result.loss));
@@ -194,7 +217,7 @@ int train(const TrainRequest& request) {
   };
   hooks.evaluate = [&]() -> std::optional<double> {
     if (eval_batches.empty()) return std::nullopt;
-    return evaluate(model, eval_batches, run.mixed_precision, device);
+    return evaluate(model, eval_batches, run.mixed_precision, device, parallel);
   };
   hooks.save = [&](const std::filesystem::path& dir, int64_t step, double elapsed_s) {
     state.step = step;

@@ -1,0 +1,150 @@
+// c10d process group: TCPStore rendezvous on MASTER_ADDR:MASTER_PORT (rank 0 serves it) and ProcessGroupGloo.
+//
+// NCCL is not compiled in: the CPU build has no NCCL, and the one CUDA build so far (the lent H100) ran single
+// process. Gloo also reduces CUDA tensors (through host memory), so `backend: auto` on CUDA falls back to it and
+// says so; `backend: nccl` is refused by the recipe's settings until a NCCL build exists.
+#include "tune/distributed/process_group.h"
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+
+#include "tune/core/error.h"
+
+namespace tune::distributed {
+namespace {
+
+std::unique_ptr<ProcessGroup> current_world;
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return c10d::ReduceOp::SUM;
+    case ReduceOp::max: return c10d::ReduceOp::MAX;
+    case ReduceOp::min: return c10d::ReduceOp::MIN;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+// Strips LibTorch's C++ stack trace from c10::Error: the first line says what happened.
+std::string first_line(const std::string& message) { return message.substr(0, message.find('\n')); }
+
+// The network interfaces Gloo's peers connect on, chosen as PyTorch does: GLOO_SOCKET_IFNAME (comma-separated) when
+// set; loopback when the master is on this machine's loopback (--nproc); else the address this host's name
+// resolves to (multi-node).
+std::vector<std::shared_ptr<::gloo::transport::Device>> gloo_devices(const LaunchEnvironment& env) {
+  std::vector<std::shared_ptr<::gloo::transport::Device>> devices;
+  if (const char* names = std::getenv("GLOO_SOCKET_IFNAME"); names != nullptr && *names != '\0') {
+    std::string list = names;
+    for (size_t start = 0; start <= list.size();) {
+      const size_t end = std::min(list.find(',', start), list.size());
+      if (end > start) devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(list.substr(start, end - start)));
+      start = end + 1;
+    }
+    return devices;
+  }
+  const bool loopback = env.master_addr == "localhost" || env.master_addr.rfind("127.", 0) == 0;
+  devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                             : c10d::ProcessGroupGloo::createDefaultDevice());
+  return devices;
+}
+
+}  // namespace
+
+PendingCollective::PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string what,
+                                     std::chrono::seconds timeout)
+    : work_(std::move(work)), what_(std::move(what)), timeout_(timeout) {}
+PendingCollective::~PendingCollective() = default;
+PendingCollective::PendingCollective(PendingCollective&&) noexcept = default;
+PendingCollective& PendingCollective::operator=(PendingCollective&&) noexcept = default;
+
+bool PendingCollective::valid() const { return static_cast<bool>(work_); }
+
+void PendingCollective::wait() {
+  if (!work_) return;
+  auto work = std::move(work_);
+  try {
+    work->wait(std::chrono::duration_cast<std::chrono::milliseconds>(timeout_));
+  } catch (const std::exception& error) {
+    throw Error(fmt::format("rank {}: the collective '{}' failed or did not complete within distributed.timeout_s={} "
+                            "(another rank probably failed or was killed; see its message above): {}",
+                            world_rank(), what_, timeout_.count(), first_line(error.what())));
+  }
+}
+
+ProcessGroup::ProcessGroup(const LaunchEnvironment& env, const GroupOptions& options) : env_(env), options_(options) {
+  if (options.backend != "gloo") {
+    throw UsageError(fmt::format("distributed backend '{}' is not built into this tune; use gloo", options.backend));
+  }
+  const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options.timeout);
+  try {
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<uint16_t>(env.master_port);
+    store_options.isServer = env.rank == 0 && !env.agent_store;
+    store_options.numWorkers = env.world_size;
+    store_options.waitWorkers = true;
+    store_options.timeout = timeout;
+    auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout);
+    gloo_options->devices = gloo_devices(env);
+    gloo_options->threads = 2;
+    backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, gloo_options);
+  } catch (const std::exception& error) {  // c10::Error from c10d, gloo::EnforceNotMet from a bad interface
+    throw Error(fmt::format("rank {} of {}: rendezvous at {}:{} ({}) failed within {} s: {}", env.rank, env.world_size,
+                            env.master_addr, env.master_port, env.source, options.timeout.count(),
+                            first_line(error.what())));
+  }
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+PendingCollective ProcessGroup::all_reduce_async(torch::Tensor& tensor, ReduceOp op, const std::string& what) {
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::AllreduceOptions reduce_options;
+  reduce_options.reduceOp = to_c10d(op);
+  reduce_options.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options_.timeout);
+  try {
+    return PendingCollective(backend_->allreduce(tensors, reduce_options), what, options_.timeout);
+  } catch (const std::exception& error) {
+    throw Error(fmt::format("rank {}: the collective '{}' could not start: {}", env_.rank, what,
+                            first_line(error.what())));
+  }
+}
+
+void ProcessGroup::all_reduce(torch::Tensor& tensor, ReduceOp op, const std::string& what) {
+  all_reduce_async(tensor, op, what).wait();
+}
+
+double ProcessGroup::all_reduce(double value, ReduceOp op, const std::string& what) {
+  auto tensor = torch::tensor({value}, torch::kFloat64);
+  all_reduce(tensor, op, what);
+  return tensor.item<double>();
+}
+
+void ProcessGroup::broadcast(torch::Tensor& tensor, int root, const std::string& what) {
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::BroadcastOptions broadcast_options;
+  broadcast_options.rootRank = root;
+  broadcast_options.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options_.timeout);
+  PendingCollective(backend_->broadcast(tensors, broadcast_options), what, options_.timeout).wait();
+}
+
+void ProcessGroup::barrier(const std::string& what) {
+  // A one-element all-reduce: Gloo's barrier has no per-call timeout in every LibTorch version.
+  (void)all_reduce(0.0, ReduceOp::sum, what);
+}
+
+ProcessGroup* world() { return current_world.get(); }
+
+ProcessGroup& init_world(const LaunchEnvironment& env, const GroupOptions& options) {
+  if (current_world) throw Error("internal: the process group was initialised twice");
+  current_world = std::make_unique<ProcessGroup>(env, options);
+  return *current_world;
+}
+
+int world_rank() { return current_world ? current_world->rank() : 0; }
+int world_size() { return current_world ? current_world->size() : 1; }
+
+}  // namespace tune::distributed

@@ -1,0 +1,83 @@
+// The process group of a distributed run: c10d's TCPStore rendezvous and a Gloo (CPU) backend, behind the few
+// collectives the trainer needs. One per process, created once at the start of `tune train` when a launcher's
+// environment says there is more than one process; everything else asks `world()`.
+//
+// Every collective is a c10d one (never a home-made transport) and has the run's timeout: a rank that died makes
+// the others fail with an error that says so instead of waiting forever.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/types.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tune/distributed/launch_environment.h"
+
+namespace c10d {
+class Backend;
+}  // namespace c10d
+
+namespace tune::distributed {
+
+enum class ReduceOp { sum, max, min };
+
+struct GroupOptions {
+  std::string backend = "gloo";                // "gloo" (the only one built here; see process_group.cpp)
+  std::chrono::seconds timeout{300};           // every collective and the rendezvous
+};
+
+// A collective in flight. wait() rethrows a failure (timeout, peer gone) as tune::Error naming the operation.
+class PendingCollective {
+ public:
+  PendingCollective() = default;
+  PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string what, std::chrono::seconds timeout);
+  ~PendingCollective();
+  PendingCollective(PendingCollective&&) noexcept;
+  PendingCollective& operator=(PendingCollective&&) noexcept;
+  void wait();
+  bool valid() const;
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::string what_;
+  std::chrono::seconds timeout_{0};
+};
+
+class ProcessGroup {
+ public:
+  ProcessGroup(const LaunchEnvironment& env, const GroupOptions& options);
+  ~ProcessGroup();
+
+  int rank() const { return env_.rank; }
+  int size() const { return env_.world_size; }
+  const LaunchEnvironment& environment() const { return env_; }
+  std::chrono::seconds timeout() const { return options_.timeout; }
+
+  // In place, on every rank. The async form returns at once; the tensor must stay alive and untouched until wait().
+  PendingCollective all_reduce_async(torch::Tensor& tensor, ReduceOp op, const std::string& what);
+  void all_reduce(torch::Tensor& tensor, ReduceOp op, const std::string& what);
+  double all_reduce(double value, ReduceOp op, const std::string& what);
+  void broadcast(torch::Tensor& tensor, int root, const std::string& what);
+  void barrier(const std::string& what);
+
+ private:
+  LaunchEnvironment env_;
+  GroupOptions options_;
+  c10::intrusive_ptr<c10d::Backend> backend_;
+};
+
+// The process group of this process, or nullptr in a single-process run.
+ProcessGroup* world();
+// Creates the process group (rendezvous with every other rank; blocks until all have joined or the timeout ends).
+// Throws tune::Error when the rendezvous fails, naming the master address and port.
+ProcessGroup& init_world(const LaunchEnvironment& env, const GroupOptions& options);
+
+// Rank and size whether or not a group exists (0 and 1 without one).
+int world_rank();
+int world_size();
+inline bool is_main_rank() { return world_rank() == 0; }
+
+}  // namespace tune::distributed
