@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Convert an official Latte checkpoint (Vchitect/Latte, a .pt written by train.py) to tune's layout:
-<out>/model.safetensors (the official tensor names, unchanged) and <out>/config.json (tune's Latte config, see
-src/tune/models/latte_config.h).
+<out>/model.safetensors (the official tensor names, unchanged) and <out>/latte_config.json (tune's Latte config, see
+src/tune/models/latte_config.h). The config is not named config.json: that name marks a Hugging Face LLM directory
+for tune, and `model.path` of a Latte recipe reads latte_config.json.
 
 The .pt holds the state dict directly or under "ema" (preferred: the weights sampling uses) or "model"; a
 "module." prefix (DDP) is removed. The architecture comes from the variant name plus options, as the official
@@ -11,7 +12,10 @@ sample configs give them, and is checked against the tensors' shapes before anyt
       --num-frames 16 --image-size 256 --num-classes 101 --extras 2
 
 --image-size is the video size in pixels (latent size = image-size / 8, as the official scripts use the SD VAE);
---input-size gives the latent size directly. Text-to-video checkpoints (extras 78) are rejected.
+--input-size gives the latent size directly. --hidden-size, --depth, --num-heads and --patch-size override the
+variant's numbers (a custom size, as a recipe's model.* keys do). Text-to-video checkpoints (extras 78) are rejected.
+
+Sample from the result with a Latte recipe whose model.path is <out> (tune infer RECIPE.yaml --class N).
 """
 import argparse
 import json
@@ -53,6 +57,20 @@ def pick_state_dict(checkpoint, key):
     return {(k[len("module."):] if k.startswith("module.") else k): v for k, v in state.items()}
 
 
+def remove_stale_config(out_dir):
+    """An earlier conversion into the same directory wrote config.json, which would make tune take the directory
+    for an LLM: remove it when it is a Latte config (anything else is left alone)."""
+    path = os.path.join(out_dir, "config.json")
+    try:
+        with open(path) as f:
+            stale = json.load(f).get("model_type") == "latte"
+    except (OSError, ValueError, AttributeError):
+        return
+    if stale:
+        os.remove(path)
+        print(f"removed {path} (an older conversion's config; latte_config.json replaces it)")
+
+
 def expected_shapes(cfg):
     D, C, p = cfg["hidden_size"], cfg["in_channels"], cfg["patch_size"]
     out_ch = 2 * C if cfg["learn_sigma"] else C
@@ -83,8 +101,10 @@ def expected_shapes(cfg):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint", help="official .pt file")
-    parser.add_argument("out_dir", help="directory for model.safetensors and config.json")
+    parser.add_argument("out_dir", help="directory for model.safetensors and latte_config.json")
     parser.add_argument("--variant", required=True, help="Latte-S/2 ... Latte-XL/8")
+    for name in ("hidden-size", "depth", "num-heads", "patch-size"):
+        parser.add_argument(f"--{name}", type=int, help=f"override the variant's {name.replace('-', ' ')}")
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--image-size", type=int, help="video size in pixels (latent = image-size / 8)")
     size.add_argument("--input-size", type=int, help="latent size (default 32)")
@@ -109,8 +129,16 @@ def main():
                mlp_ratio=4.0, num_frames=args.num_frames, class_dropout_prob=args.class_dropout_prob,
                num_classes=args.num_classes, learn_sigma=not args.no_learn_sigma, extras=args.extras)
     cfg.update(preset(args.variant))
+    overrides = {key: getattr(args, key) for key in ("hidden_size", "depth", "num_heads", "patch_size")
+                 if getattr(args, key) is not None}
+    if overrides:
+        cfg.update(overrides)
+        del cfg["variant"]  # the numbers are no longer the preset's; the name would mislead
 
-    checkpoint = torch.load(args.checkpoint, map_location="cpu")
+    # Checkpoints written by DiT-style train.py scripts also hold their argparse Namespace under "args": allow that
+    # one class, keeping torch.load's safe (weights_only) unpickler for everything else.
+    torch.serialization.add_safe_globals([argparse.Namespace])
+    checkpoint = torch.load(args.checkpoint, map_location="cpu", weights_only=True)
     state = pick_state_dict(checkpoint, args.state_key)
     if any(k.startswith("text_embedding_projection") for k in state):
         sys.exit("error: this is a text-to-video checkpoint (extras 78), which tune does not support")
@@ -125,18 +153,20 @@ def main():
         lines += [f"  missing: {k}" for k in missing[:20]]
         lines += [f"  unexpected: {k}" for k in unexpected[:20]]
         lines += [f"  shape: {w}" for w in wrong[:20]]
-        lines.append("---> HINT: check --variant, --num-frames, --image-size/--input-size, --num-classes, --extras "
-                     "and --no-learn-sigma against the config the model was trained with")
+        lines.append("---> HINT: check --variant (or --hidden-size, --depth, --num-heads, --patch-size), --num-frames, "
+                     "--image-size/--input-size, --num-classes, --extras and --no-learn-sigma against the config the "
+                     "model was trained with")
         sys.exit("\n".join(lines))
 
     dtype = getattr(torch, args.dtype)
     tensors = {k: state[k].detach().to(dtype).contiguous() for k in expected}
     os.makedirs(args.out_dir, exist_ok=True)
     safetensors_io.save(os.path.join(args.out_dir, "model.safetensors"), tensors, metadata={"format": "pt"})
-    with open(os.path.join(args.out_dir, "config.json"), "w") as f:
+    with open(os.path.join(args.out_dir, "latte_config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
         f.write("\n")
-    print(f"wrote {len(tensors)} tensors and config.json to {args.out_dir}")
+    remove_stale_config(args.out_dir)
+    print(f"wrote {len(tensors)} tensors and latte_config.json to {args.out_dir}")
 
 
 if __name__ == "__main__":

@@ -2,12 +2,13 @@
 """Hugging Face's own code as the reference for tune's Llama family (tests/models/test_hf_reference.cpp).
 
 Builds tiny seeded models with transformers (float32, eager attention) and saves each with save_pretrained into
-OUT/<case>/, beside reference.safetensors holding
+OUT/<case>/ (Llama, Llama 3 RoPE, Mistral, Qwen2, Qwen3; sliding windows; a GELU MLP), beside
+reference.safetensors holding
   input_ids  [2, 9]                 two prompt rows
   logits     [2, 9, vocab] float32  the transformers forward of input_ids
   greedy_ids [8]                    model.generate(input_ids[:1], do_sample=False, max_new_tokens=8), new tokens only
-Also a PEFT LoRA adapter on the llama_gqa base, OUT/llama_gqa_adapter/, with the PEFT model's logits in its
-reference.safetensors. The C++ test loads these with tune and compares.
+Also PEFT LoRA adapters on the llama_gqa and qwen3 bases, OUT/<base>_adapter/, with the PEFT model's logits in
+their reference.safetensors. The C++ test loads these with tune and compares.
 
 Run: .venv/bin/python scripts/make_hf_fixtures.py --out DIR   (deterministic; CTest runs it as a setup fixture)
 """
@@ -18,7 +19,8 @@ import shutil
 import torch
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import save_file
-from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 from transformers.utils import logging
 
 PROMPT_LENGTH = 9
@@ -30,6 +32,8 @@ MIN_GREEDY_MARGIN = 1e-3
 SHAPE = dict(vocab_size=160, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2)
 
+# New cases go at the end: a case's seed is 1000 + its index unless SEEDS gives one (a seed whose greedy steps all
+# have a clear winner; see greedy()).
 CASES = {
     # Grouped-query attention (4 heads share 2 kv heads), untied lm_head.
     "llama_gqa": (LlamaForCausalLM, LlamaConfig(**SHAPE, tie_word_embeddings=False)),
@@ -38,13 +42,30 @@ CASES = {
     "llama_tied": (LlamaForCausalLM, LlamaConfig(**SHAPE, tie_word_embeddings=True, rope_parameters=dict(
         rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
         original_max_position_embeddings=64))),
-    # tune has no sliding-window mask yet (it attends over the full causal context), so the window is off here;
-    # with a window longer than prompt + generated tokens the two would agree anyway.
     "mistral": (MistralForCausalLM, MistralConfig(**SHAPE, sliding_window=None)),
     # Qwen2: q/k/v biases (always on, no config field), no o_proj bias.
     "qwen2": (Qwen2ForCausalLM, Qwen2Config(**SHAPE, rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
                                             use_sliding_window=False)),
+    # Sliding-window attention: a window of 4 is far shorter than the 9 prompt + 8 generated tokens, so both the
+    # masked forward and generation (transformers' sliding-window cache keeps the last 3 keys) depend on it.
+    "mistral_window": (MistralForCausalLM, MistralConfig(**SHAPE, sliding_window=4)),
+    # Qwen2 with the window on layers >= max_window_layers only: layer 0 full, layer 1 sliding.
+    "qwen2_window": (Qwen2ForCausalLM, Qwen2Config(**SHAPE, use_sliding_window=True, sliding_window=4,
+                                                   max_window_layers=1)),
+    # Qwen3: RMSNorm on each query and key head; head_dim 32 given explicitly (not hidden_size / heads = 16);
+    # attention_bias off, as in the released models; tied embeddings, as in the small ones.
+    "qwen3": (Qwen3ForCausalLM, Qwen3Config(**SHAPE, head_dim=32, tie_word_embeddings=True)),
+    # Qwen3 with attention_bias (on q, k, v and o) and a window on layer 1.
+    "qwen3_window": (Qwen3ForCausalLM, Qwen3Config(**SHAPE, head_dim=32, attention_bias=True, use_sliding_window=True,
+                                                   sliding_window=4, max_window_layers=1)),
+    # GELU (tanh approximation) instead of SiLU in the gated MLP, as Gemma-style checkpoints use.
+    "llama_gelu": (LlamaForCausalLM, LlamaConfig(**SHAPE, hidden_act="gelu_pytorch_tanh")),
 }
+
+
+SEEDS = {"llama_gelu": 2008}  # 1000 + 8 has a greedy step whose top two logits are 5e-4 apart
+# Cases that also get a PEFT LoRA adapter, OUT/<case>_adapter/ (Qwen3: LoRA beside the query/key norms).
+ADAPTER_BASES = ("llama_gqa", "qwen3")
 
 
 def randomize(model, generator):
@@ -103,7 +124,7 @@ def main():
     logging.disable_progress_bar()  # CTest logs stay readable
     torch.manual_seed(0)  # PEFT's lora_A init draws from the global generator
     for index, (case, (model_class, config)) in enumerate(CASES.items()):
-        generator = torch.Generator().manual_seed(1000 + index)
+        generator = torch.Generator().manual_seed(SEEDS.get(case, 1000 + index))
         model = model_class._from_config(config, attn_implementation="eager", dtype=torch.float32).eval()
         randomize(model, generator)
         input_ids = torch.randint(3, config.vocab_size, (2, PROMPT_LENGTH), generator=generator)
@@ -112,8 +133,8 @@ def main():
             greedy_ids = greedy(model, input_ids[:1])
         save_case(os.path.join(args.out, case), model,
                   {"input_ids": input_ids, "logits": logits, "greedy_ids": greedy_ids})
-        if case == "llama_gqa":
-            make_adapter(model, input_ids, generator, os.path.join(args.out, "llama_gqa_adapter"))
+        if case in ADAPTER_BASES:
+            make_adapter(model, input_ids, generator, os.path.join(args.out, f"{case}_adapter"))
         print(f"{case}: wrote {os.path.join(args.out, case)}")
 
 

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: install, build, generate the letters task and its tokenizer, measure
-# exact-match accuracy of the untrained model, train recipes/sft-tiny.yaml, measure again, and show one answer
+# The main job on the embedded default: install (dependencies, build, `tune` into ${PREFIX:-~/.local}/bin),
+# generate the letters task and its tokenizer, measure exact-match accuracy of the untrained model, train recipes/sft-tiny.yaml, measure again, and show one answer
 # with its gradient attribution. Everything lands in runs/sft-tiny (delete it to start over).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh
+prefix=${PREFIX:-$HOME/.local}
+bash scripts/install.sh "$prefix"   # builds, then puts `tune` in $prefix/bin
 bash scripts/prepare_letters.sh data/letters
-tune=build/apps/tune/tune
+tune=$prefix/bin/tune
 run=runs/sft-tiny
 if [ -n "$(ls -A "$run/checkpoints" 2>/dev/null)" ]; then
   echo "== $run already holds checkpoints: continuing it (--resume); delete $run to train from scratch"

@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "tune/core/error.h"
+#include "tune/core/log.h"
 #include "tune/data/video_reader.h"
 #include "tune/recipes/commands.h"
 
@@ -50,6 +51,12 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", fmt::format("tune 0.1.0 (LibTorch {}, CUDA build: {}, video: {})", TORCH_VERSION,
                                                 kCudaBuild, tune::data::video_support_available() ? "yes" : "no"));
 
+  // Verbosity, accepted before or after the subcommand (fallthrough): tune -q train R.yaml, tune train R.yaml -v.
+  bool verbose = false, quiet = false;
+  auto* verbose_flag = app.add_flag("-v,--verbose", verbose, "also print debug lines (files read, choices made)");
+  app.add_flag("-q,--quiet", quiet, "print only warnings and errors (no progress, no plan)")->excludes(verbose_flag);
+  app.fallthrough();
+
   TrainArguments train;
   std::string resume_value;
   auto* train_command = app.add_subcommand("train", "run a recipe: tune train RECIPE.yaml [key=value ...]");
@@ -62,6 +69,9 @@ int main(int argc, char** argv) {
   train_command->add_option("--nproc", train.nproc,
                             "launch N worker processes on this machine (data-parallel; see distributed.* keys)")
       ->check(CLI::PositiveNumber);
+  train_command->add_option("--memory-budget", train.memory_budget,
+                            "apply tune plan's choice for this memory per process (e.g. 16GiB): checkpointing policy, "
+                            "micro-batch and accumulation, param_dtype; written into the run's config.yaml");
 
   InferArguments infer;
   bool grad = false;
@@ -81,10 +91,22 @@ int main(int argc, char** argv) {
   infer_command->add_option("--out", infer.out, "video recipes: output file (.mp4, .gif, or .safetensors for the raw tensor)");
   auto* grad_flag = infer_command->add_flag("--grad", grad, "keep autograd on: per-token attribution (default: grad_inference)");
   infer_command->add_flag("--no-grad", no_grad, "plain generation without gradients")->excludes(grad_flag);
+  infer_command->add_flag("--raw", infer.raw, "LLMs: send the prompt as given, without the chat template");
   infer_command->add_flag("--json", infer.json, "print one JSON object (LLM: prompt_ids, output_ids, text, attribution; video: outputs, timing, peak memory)");
   infer_command->add_option("--max-new-tokens", infer.max_new_tokens, "tokens to generate at most")->check(CLI::NonNegativeNumber);
   infer_command->add_option("--temperature", infer.temperature, "sampling temperature; 0 = greedy")->check(CLI::NonNegativeNumber);
   infer_command->add_option("--top-p", infer.top_p, "nucleus sampling threshold in (0, 1]")->check(CLI::Range(0.0, 1.0));
+
+  InferArguments chat;
+  bool chat_grad = false;
+  auto* chat_command = app.add_subcommand(
+      "chat", "talk with an LLM: multi-turn with its chat template, answers streamed; /reset, /grad, /quit, Ctrl-D");
+  chat_command->add_option("target", chat.target, "RUN_DIR | MODEL_DIR | RECIPE.yaml")->required();
+  chat_command->add_option("overrides", chat.overrides, "key=value overrides (e.g. data.template=chatml)");
+  chat_command->add_flag("--grad", chat_grad, "print each answer's attribution to its prompt tokens (or type /grad)");
+  chat_command->add_option("--max-new-tokens", chat.max_new_tokens, "tokens per answer at most")->check(CLI::NonNegativeNumber);
+  chat_command->add_option("--temperature", chat.temperature, "sampling temperature; 0 = greedy")->check(CLI::NonNegativeNumber);
+  chat_command->add_option("--top-p", chat.top_p, "nucleus sampling threshold in (0, 1]")->check(CLI::Range(0.0, 1.0));
 
   auto* list_command = app.add_subcommand("ls", "list shipped recipes and presets");
 
@@ -105,6 +127,20 @@ int main(int argc, char** argv) {
   export_command->add_option("checkpoint", export_arguments.checkpoint, "run directory or checkpoint directory")->required();
   export_command->add_flag("--merge-lora", export_arguments.merge_lora, "merge LoRA adapters into the base weights");
   export_command->add_option("--out", export_arguments.out, "output directory (must not exist)")->required();
+  export_command->add_option("--max-shard-size", export_arguments.max_shard_size,
+                             "split the weights into shards of at most this size, with an index (default 5GB, as "
+                             "transformers; KB/MB/GB decimal, KiB/MiB/GiB binary)");
+
+  PlanArguments plan_arguments;
+  auto* plan_command = app.add_subcommand(
+      "plan", "memory budget planner: the checkpointing policy, micro-batch and accumulation that fit, fastest first");
+  plan_command->add_option("recipe", plan_arguments.recipe, "recipe YAML")->required();
+  plan_command->add_option("overrides", plan_arguments.overrides, "key=value overrides");
+  plan_command->add_option("--memory", plan_arguments.memory,
+                           "memory per process: 16GiB, 500MB (KB/MB/GB decimal, KiB/MiB/GiB binary)")->required();
+  plan_command->add_option("--nproc", plan_arguments.nproc, "data-parallel processes (strategy ddp)")
+      ->check(CLI::PositiveNumber);
+  plan_command->add_flag("--json", plan_arguments.json, "print the plan as one JSON object");
 
   PrepareArguments prepare;
   auto* prepare_command =
@@ -137,6 +173,8 @@ int main(int argc, char** argv) {
     return app.exit(error) == 0 ? 0 : 2;
   }
 
+  if (verbose) tune::log::set_level(tune::log::Level::debug);
+  if (quiet) tune::log::set_level(tune::log::Level::warn);
   try {
     if (*train_command) {
       train.resume = resume_option->count() > 0;
@@ -149,10 +187,15 @@ int main(int argc, char** argv) {
       if (no_grad) infer.grad = false;
       return run_infer(infer);
     }
+    if (*chat_command) {
+      if (chat_grad) chat.grad = true;
+      return run_chat(chat);
+    }
     if (*list_command) return run_list();
     if (*copy_command) return run_copy(copy_name, copy_destination);
     if (*validate_command) return run_validate(validate_recipe, validate_overrides);
     if (*export_command) return run_export(export_arguments);
+    if (*plan_command) return run_plan(plan_arguments);
     if (*prepare_command) return run_prepare(prepare);
     if (*tokenize_command) return run_tokenize(tokenize);
   } catch (const tune::Error& error) {

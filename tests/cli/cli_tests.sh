@@ -66,7 +66,7 @@ case_setup_data() {
 
 case_help_and_usage() {
   expect_exit 0 "$TUNE" --help; contains "$OUT" "train"
-  for command in train infer ls cp validate export; do
+  for command in train infer chat ls cp validate export tokenize prepare; do
     expect_exit 0 "$TUNE" "$command" --help; contains "$OUT" "$command"
   done
   expect_exit 2 "$TUNE"
@@ -309,6 +309,20 @@ PY
   expect_exit 0 "$TUNE" infer "$run" --prompt "Reverse: a b c" --grad --max-new-tokens 4
   contains "$OUT" "attribution"; contains "$ERR" "peak memory"
   expect_exit 0 "$TUNE" infer "$run/checkpoints/step-20" --prompt "Reverse: a b c" --no-grad --json   # bare HF dir
+  # A bare model directory takes run-setting overrides, checked like a recipe's; --raw skips a recipe's template.
+  expect_exit 0 "$TUNE" infer "$run/checkpoints/step-20" mixed_precision=no threads=1 generation.max_new_tokens=2 \
+    --prompt "Reverse: a b c" --no-grad --json
+  expect_exit 2 "$TUNE" infer "$run/checkpoints/step-20" mixed_precision=fp8 --prompt x --no-grad
+  contains "$ERR" "mixed_precision=fp8"; contains "$ERR" "bf16, fp16, no"
+  expect_exit 0 "$TUNE" infer "$run" --prompt "Reverse: a b c" --no-grad --json --raw
+  local raw=$OUT
+  expect_exit 0 "$TUNE" tokenize "$DATA/tokenizer.model" --text "Reverse: a b c" --json
+  "$PYTHON" -c "import json,sys; assert json.loads(sys.argv[1])['prompt_ids'] == json.loads(sys.argv[2])['ids']" \
+    "$raw" "$OUT" || fail "--raw: the prompt should be the text's ids with BOS, as tune tokenize shows: $raw / $OUT"
+  # Inference needs no training data: a recipe without data.train infers; training from it is refused by name.
+  grep -v "^  train: " "$run/config.yaml" > "$WORK/nodata.yaml"
+  expect_exit 0 "$TUNE" infer "$WORK/nodata.yaml" --prompt "Reverse: a b c" --no-grad
+  expect_exit 2 "$TUNE" train "$WORK/nodata.yaml" --output-dir "$WORK/runs/nodata"; contains "$ERR" "data.train"
   # An architecture override that disagrees with the trained checkpoint is an error, not silently ignored.
   expect_exit 2 "$TUNE" infer "$run" model.num_hidden_layers=3 --prompt "Reverse: a b c" --no-grad
   contains "$ERR" "model.num_hidden_layers"; contains "$ERR" "was trained with 2"
@@ -344,12 +358,18 @@ PY
   expect_exit 0 "$TUNE" export "$WORK/runs/lora" --out "$WORK/runs/lora-merged" --merge-lora
   expect_exit 0 "$TUNE" infer "$WORK/runs/lora" --prompt "Reverse: a b c" --json --no-grad
   local lora_out=$OUT
-  expect_exit 0 "$TUNE" infer "$WORK/runs/lora-merged" --prompt "### Instruction:\nReverse: a b c\n\n### Response:\n" --json --no-grad
+  # The merged export carries the chat template it was trained with (tokenizer_config.json), so the bare directory
+  # is prompted exactly as the run was.
+  expect_exit 0 "$TUNE" infer "$WORK/runs/lora-merged" --prompt "Reverse: a b c" --json --no-grad
   "$PYTHON" - "$lora_out" "$OUT" <<'PY' || fail "merged model differs from base+adapter"
 import json, sys
 a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+assert a["prompt_ids"] == b["prompt_ids"], (a["prompt_ids"], b["prompt_ids"])
 assert a["output_ids"] == b["output_ids"], (a["output_ids"], b["output_ids"])
 PY
+  # tune infer loads the adapter as its adapter_config.json describes it; an override that disagrees is refused.
+  expect_exit 2 "$TUNE" infer "$WORK/runs/lora" lora.alpha=64 --prompt "Reverse: a b c" --no-grad
+  contains "$ERR" "lora.alpha"; contains "$ERR" "adapter_config.json"
   expect_exit 2 "$TUNE" export "$WORK/runs/lora" --out "$WORK/runs/lora-merged" --merge-lora; contains "$ERR" "not empty"
   # param_dtype bf16: the frozen base is stored in bf16 (needs autocast), the adapter still trains
   expect_exit 2 "$TUNE" train "$WORK/lora.yaml" param_dtype=bf16 --output-dir "$WORK/runs/lora-bf16"; contains "$ERR" "param_dtype"
@@ -365,6 +385,179 @@ assert bf16["gradients_bytes"] == fp32["gradients_bytes"]
 PY
   expect_exit 2 "$TUNE" train "$WORK/full.yaml" param_dtype=bf16 mixed_precision=bf16 --output-dir "$WORK/runs/full-bf16"
   contains "$ERR" "lora.rank"
+}
+
+# tune export hands out a directory that tune and transformers use as it was trained: weights in the model's dtype
+# (sharded with an index above --max-shard-size), the tokenizer, generation_config.json, and the chat template.
+case_export_complete_and_answers() {
+  local run="$WORK/runs/full" export="$WORK/runs/full-export"
+  rm -rf "$export" "$WORK/runs/bf16-base" "$WORK/runs/bf16-run" "$WORK/runs/bf16-export"
+  expect_exit 2 "$TUNE" export "$run" --out "$export" --max-shard-size 5XB; contains "$ERR" "--max-shard-size"
+  expect_exit 0 "$TUNE" export "$run" --out "$export" --max-shard-size 40KB
+  contains "$ERR" "sharded into"
+  for f in config.json model.safetensors.index.json model-00001-of-0000 tokenizer.model tokenizer_config.json; do
+    ls "$export"/$f* >/dev/null 2>&1 || fail "export lacks $f"
+  done
+  [ ! -e "$export/model.safetensors" ] || fail "a sharded export must not also hold model.safetensors"
+  # The bare exported directory answers exactly as the run does: same template (plain, from tokenizer_config.json),
+  # same prompt ids, same output.
+  expect_exit 0 "$TUNE" infer "$run" --prompt "Reverse: a b c" --json --no-grad
+  local run_out=$OUT
+  expect_exit 0 "$TUNE" infer "$export" --prompt "Reverse: a b c" --json --no-grad
+  local export_out=$OUT
+  expect_exit 0 "$TUNE" infer "$export" --prompt "Reverse: a b c" --json --no-grad --raw
+  local raw_out=$OUT
+  "$PYTHON" - "$run_out" "$export_out" "$raw_out" "$export" <<'PY' || fail "export does not answer as the run"
+import json, sys
+import torch
+from transformers import AutoModelForCausalLM
+run, exported, raw = (json.loads(a) for a in sys.argv[1:4])
+assert run["prompt_ids"] == exported["prompt_ids"] and run["output_ids"] == exported["output_ids"], (run, exported)
+assert raw["prompt_ids"] != run["prompt_ids"] and len(raw["prompt_ids"]) < len(run["prompt_ids"]), raw
+config = json.load(open(sys.argv[4] + "/tokenizer_config.json"))
+assert config["tune_chat_template"] == "plain" and "### Instruction" in config["chat_template"], config
+# transformers reads the sharded directory and, greedy, picks the token tune generated first.
+model = AutoModelForCausalLM.from_pretrained(sys.argv[4], torch_dtype=torch.float32)
+logits = model(torch.tensor([run["prompt_ids"]])).logits[0, -1]
+assert int(logits.argmax()) == run["output_ids"][0], (int(logits.argmax()), run["output_ids"][0])
+print("export: same prompt and output as the run; transformers agrees on the first token")
+PY
+  # A bf16 model is handed back in bf16, and generation_config.json's stop tokens travel with it and are used.
+  cp -r "$export" "$WORK/runs/bf16-base"
+  "$PYTHON" - "$WORK/runs/bf16-base" "$run_out" <<'PY'
+import json, sys
+config = json.load(open(sys.argv[1] + "/config.json")); config["torch_dtype"] = "bfloat16"
+json.dump(config, open(sys.argv[1] + "/config.json", "w"))
+first = json.loads(sys.argv[2])["output_ids"][0]
+json.dump({"eos_token_id": [first]}, open(sys.argv[1] + "/generation_config.json", "w"))
+PY
+  expect_exit 0 "$TUNE" infer "$WORK/runs/bf16-base" --prompt "Reverse: a b c" --json --no-grad
+  "$PYTHON" -c "import json,sys; d=json.loads(sys.argv[1]); assert len(d['output_ids']) <= 1, d" "$OUT" ||
+    fail "generation_config.json's eos_token_id did not stop generation: $OUT"
+  write_recipe "$WORK/bf16.yaml" "$WORK/runs/bf16-run"
+  sed -i "/^model:/,/^  max_position_embeddings/d; s|^tokenizer: .*||" "$WORK/bf16.yaml"
+  printf 'model:\n  path: %s\n' "$WORK/runs/bf16-base" >> "$WORK/bf16.yaml"
+  expect_exit 0 "$TUNE" train "$WORK/bf16.yaml" training.max_steps=2 checkpoint.every=0
+  [ -s "$WORK/runs/bf16-run/checkpoints/step-2/generation_config.json" ] || fail "checkpoint lacks generation_config.json"
+  expect_exit 0 "$TUNE" export "$WORK/runs/bf16-run" --out "$WORK/runs/bf16-export"
+  "$PYTHON" - "$WORK/runs/bf16-export" <<'PY' || fail "bf16 export"
+import json, struct, sys
+with open(sys.argv[1] + "/model.safetensors", "rb") as f:
+    header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+dtypes = {v["dtype"] for k, v in header.items() if k != "__metadata__"}
+assert dtypes == {"BF16"}, dtypes
+assert json.load(open(sys.argv[1] + "/generation_config.json"))["eos_token_id"]
+PY
+}
+
+# cmake --install (what scripts/install.sh runs): the installed binary finds its shipped recipes and the
+# sentencepiece module from its own location, without TUNE_HOME or the build tree's paths; -q and -v work anywhere.
+case_install_puts_tune_on_path() {
+  local prefix="$WORK/prefix"
+  rm -rf "$prefix"
+  cmake --install "${TUNE_BUILD:?}" --prefix "$prefix" >/dev/null || fail "cmake --install failed"
+  [ -x "$prefix/bin/tune" ] && [ -f "$prefix/lib/libtune_sentencepiece.so" ] && [ -f "$prefix/share/tune/recipes/sft-tiny.yaml" ] ||
+    fail "install layout: $(find "$prefix" -maxdepth 3 | head -20)"
+  expect_exit 0 env -u TUNE_HOME "$prefix/bin/tune" ls
+  contains "$OUT" "sft-tiny"
+  expect_exit 0 env -u TUNE_HOME "$prefix/bin/tune" tokenize "$DATA/tokenizer.model" --text "a b" --json
+  contains "$OUT" '"ids"'
+  # Verbosity: -q silences the plan and progress (warnings stay), -v adds debug lines; before or after the command.
+  write_recipe "$WORK/quiet.yaml" "$WORK/runs/quiet"
+  rm -rf "$WORK/runs/quiet" "$WORK/runs/verbose"
+  expect_exit 0 "$prefix/bin/tune" -q train "$WORK/quiet.yaml" training.max_steps=2 checkpoint.every=0
+  [ -z "$(grep -v '^warning' <<<"$ERR")" ] || fail "-q printed: $ERR"
+  expect_exit 0 "$prefix/bin/tune" train "$WORK/quiet.yaml" training.max_steps=2 checkpoint.every=0 \
+    --output-dir "$WORK/runs/verbose" -v
+  contains "$ERR" "debug: config:"; contains "$ERR" "memory plan"
+  expect_exit 2 "$prefix/bin/tune" -q -v ls
+}
+
+# tune chat: multi-turn on stdin with the run's template, answers streamed to stdout; /grad, /reset, Ctrl-D (EOF).
+case_chat_multi_turn() {
+  local run="$WORK/runs/full"
+  expect_exit 0 "$TUNE" infer "$run" --prompt "Reverse: a b c" --json --no-grad --max-new-tokens 8
+  local single
+  single=$("$PYTHON" -c "import json,sys; print(json.loads(sys.argv[1])['text'])" "$OUT")
+  # One turn: the streamed answer is tune infer's text.
+  expect_exit 0 bash -c "printf 'Reverse: a b c\n' | '$TUNE' chat '$run' --max-new-tokens 8"
+  [ "$OUT" = "$single" ] || fail "chat answered '$OUT', tune infer '$single'"
+  expect_exit 0 bash -c "printf 'Reverse: a b c\n/grad\nFirst and last: d e f\n/reset\nReverse: a b c\n' |
+    '$TUNE' chat '$run' --max-new-tokens 8 -v"
+  "$PYTHON" - "$OUT" "$ERR" <<'PY' || fail "chat: $OUT / $ERR"
+import re, sys
+out, err = sys.argv[1], sys.argv[2]
+assert "attribution of the output" in out                                  # /grad explained the first answer
+prompts = [int(n) for n in re.findall(r"prompt: (\d+) tokens", err)]
+# Three answers: the second prompt holds the first turn and its answer, the third (after /reset) only itself.
+assert len(prompts) == 3 and prompts[1] > prompts[0] + 5 and prompts[2] == prompts[0], prompts
+assert "conversation reset" in err
+print("chat: history kept then reset, prompt sizes", prompts)
+PY
+  # A model directory without a chat template cannot hold a conversation unless one is named.
+  expect_exit 2 bash -c "echo hi | '$TUNE' chat '$run/checkpoints/step-20'"; contains "$ERR" "data.template=chatml"
+  expect_exit 0 bash -c "echo 'Reverse: a b' | '$TUNE' chat '$run/checkpoints/step-20' data.template=plain --max-new-tokens 4"
+  expect_exit 2 "$TUNE" chat "$run" --prompt hi
+}
+
+# Crash consistency: kill -9 a run at many points (a checkpoint and a pruning every step, so kills land inside
+# checkpoint writes and deletions), resume after each, and check after every kill that no checkpoint marked COMPLETE
+# lacks a file or holds a torn safetensors file; the finished run's weights must equal the uninterrupted run's bit
+# for bit.
+logged_steps() { if [ -f "$1/metrics.jsonl" ]; then wc -l < "$1/metrics.jsonl"; else echo 0; fi; }
+
+case_kill9_crash_consistency() {
+  local ref="$WORK/runs/k9-ref" run="$WORK/runs/k9"
+  rm -rf "$ref" "$run"
+  local settings=(training.max_steps=300 checkpoint.every=1 checkpoint.keep_last=2 eval.every=0 threads=1)
+  write_recipe "$WORK/k9.yaml" "$ref"
+  expect_exit 0 "$TUNE" train "$WORK/k9.yaml" "${settings[@]}"
+  local kills=0 mid_write=0 attempt resume=()
+  for attempt in $(seq 1 30); do
+    "$TUNE" train "$WORK/k9.yaml" --output-dir "$run" "${settings[@]}" "${resume[@]}" >/dev/null 2>"$WORK/k9.err" &
+    local pid=$!
+    # Let it reach training (a step logged since this start), then kill after a varying delay (0-190 ms).
+    local before
+    before=$(logged_steps "$run")
+    for _ in $(seq 1 300); do
+      kill -0 "$pid" 2>/dev/null || break
+      [ "$(logged_steps "$run")" -gt "$before" ] && break
+      sleep 0.02
+    done
+    sleep "0.$(printf '%02d' $(( attempt * 37 % 30 )))"
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -9 "$pid"; wait "$pid" 2>/dev/null; kills=$((kills + 1))
+      ls -A "$run/checkpoints" 2>/dev/null | grep -q '^\.' && mid_write=$((mid_write + 1))
+    else
+      wait "$pid"; local code=$?
+      [ "$code" = 0 ] || fail "run exited $code: $(cat "$WORK/k9.err")"
+    fi
+    "$PYTHON" - "$run/checkpoints" <<'PY' || fail "after kill $kills: a COMPLETE checkpoint is damaged"
+import json, os, struct, sys
+root = sys.argv[1]
+for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+    path = os.path.join(root, name)
+    if name.startswith(".") or not os.path.exists(os.path.join(path, "COMPLETE")):
+        continue  # temporaries and unmarked leftovers: ignored by --resume and cleaned at start
+    for f in ("model.safetensors", "config.json", "optimizer.safetensors", "rng_state.safetensors", "trainer_state.json"):
+        assert os.path.isfile(os.path.join(path, f)), f"{name} is COMPLETE but lacks {f}"
+    for f in ("model.safetensors", "optimizer.safetensors"):
+        with open(os.path.join(path, f), "rb") as handle:
+            size = struct.unpack("<Q", handle.read(8))[0]
+            header = json.loads(handle.read(size))
+            end = max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
+            assert os.path.getsize(os.path.join(path, f)) == 8 + size + end, f"{name}/{f} is torn"
+PY
+    [ -f "$run/checkpoints/step-300/COMPLETE" ] && break
+    ls "$run/checkpoints" 2>/dev/null | grep -q '^step-' && resume=(--resume)
+  done
+  [ -f "$run/checkpoints/step-300/COMPLETE" ] || expect_exit 0 "$TUNE" train "$WORK/k9.yaml" --output-dir "$run" "${settings[@]}" --resume
+  [ "$kills" -ge 5 ] || fail "only $kills kills landed; the test did not exercise crashes"
+  cmp -s "$ref/checkpoints/step-300/model.safetensors" "$run/checkpoints/step-300/model.safetensors" ||
+    fail "after $kills kill -9s and resumes the final weights differ from the uninterrupted run's"
+  cmp -s "$ref/checkpoints/step-300/optimizer.safetensors" "$run/checkpoints/step-300/optimizer.safetensors" ||
+    fail "final optimizer state differs from the uninterrupted run's"
+  echo "kill -9: $kills kills ($mid_write inside a checkpoint write or deletion), final weights bitwise equal"
 }
 
 case_checkpointing_toggle_changes_measured_memory() {

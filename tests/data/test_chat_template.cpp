@@ -2,8 +2,12 @@
 // encode_prompt() being the very prefix training sees.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <map>
+
 #include "data_test_helpers.h"
 #include "tune/core/error.h"
+#include "tune/data/jinja_chat_template.h"
 
 using namespace tune::data;
 using tune::data::testing::mask_runs;
@@ -47,13 +51,29 @@ TEST_CASE("llama2 template layout and mask", "[data][template]") {
                                  {kTrained, " a c </s>"}});
 }
 
-TEST_CASE("chatml template layout and mask", "[data][template]") {
-  CHECK(layout("chatml") ==
-        Runs{{kMasked, "<s> <|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nReverse: a b<|im_end|>\n"
-                       "<|im_start|>assistant\n"},
-             {kTrained, " b a<|im_end|></s>"},
-             {kMasked, " \n<|im_start|>user\nFirst and last: a b c<|im_end|>\n<|im_start|>assistant\n"},
-             {kTrained, " a c<|im_end|></s>"}});
+TEST_CASE("chatml is canonical ChatML, encoded once, replies and <|im_end|> trained", "[data][template]") {
+  // The reference is the ChatML text itself (what apply_chat_template renders for a canonical ChatML template):
+  // no BOS, no EOS, the whole conversation encoded once.
+  const std::string canonical =
+      "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nReverse: a b<|im_end|>\n<|im_start|>assistant\n"
+      "b a<|im_end|>\n<|im_start|>user\nFirst and last: a b c<|im_end|>\n<|im_start|>assistant\na c<|im_end|>\n";
+  const Tokenizer& tokenizer = tiny_tokenizer();
+  const auto chatml = ChatTemplate::by_name("chatml");
+  const auto example = chatml.encode(tokenizer, two_turns(), false);
+  CHECK(example.input_ids == tokenizer.encode(canonical, false, false));
+  CHECK(std::count(example.input_ids.begin(), example.input_ids.end(), tokenizer.bos_id()) == 0);
+  CHECK(std::count(example.input_ids.begin(), example.input_ids.end(), tokenizer.eos_id()) == 0);
+  std::vector<std::string> trained_runs;
+  for (const auto& [trained, text] : mask_runs(tokenizer, example)) {
+    if (trained) trained_runs.push_back(text);
+  }
+  REQUIRE(trained_runs.size() == 2);
+  // Each reply with the <|im_end|> that ends it (what the model must learn to produce), and nothing else.
+  CHECK_THAT(trained_runs[0], Catch::EndsWith("b a<|im_end|>"));
+  CHECK_THAT(trained_runs[1], Catch::EndsWith("a c<|im_end|>"));
+  CHECK(trained_runs[0].find("assistant") == std::string::npos);
+  CHECK(chatml.end_of_turn_text() == "<|im_end|>");
+  CHECK(chatml.render_text(two_turns().messages, false) == canonical);
 }
 
 TEST_CASE("decoded masked and trained parts read as the template's text", "[data][template]") {
@@ -99,7 +119,7 @@ TEST_CASE("encode_prompt is exactly the prefix training sees before each reply",
     ids.insert(ids.end(), reply.begin(), reply.end());
     CHECK_THAT(tokenizer.decode(ids), Catch::StartsWith("Be brief.") || Catch::Contains("[INST]") ||
                                           Catch::StartsWith("<|im_start|>system"));
-    CHECK_THAT(tokenizer.decode(ids), Catch::EndsWith(" b a"));
+    CHECK_THAT(tokenizer.decode(ids), Catch::EndsWith("b a"));
   }
 }
 
@@ -113,4 +133,21 @@ TEST_CASE("chat template errors", "[data][template]") {
   CHECK_NOTHROW(plain.encode_prompt(tiny_tokenizer(), ends_with_user));
   Conversation two_users{{{"user", "u"}, {"user", "u"}, {"assistant", "a"}}, "f.jsonl:8"};
   CHECK_THROWS_WITH(plain.encode(tiny_tokenizer(), two_users, false), Catch::Contains("message 1 has role 'user'"));
+}
+
+TEST_CASE("the Jinja text of plain, llama2 and none renders what tune trains on", "[data][template]") {
+  // Expected texts: the layouts documented in chat_template.cpp (llama2's is Hugging Face's Llama 2 chat format),
+  // with BOS/EOS as their token text, as transformers renders a tokenizer_config.json chat_template.
+  const std::map<std::string, std::string> expected = {
+      {"plain", "<s>Be brief.\n\n### Instruction:\nReverse: a b\n\n### Response:\nb a</s>### Instruction:\n"
+                "First and last: a b c\n\n### Response:\na c</s>"},
+      {"llama2", "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nReverse: a b [/INST] b a </s><s>[INST] First and last: "
+                 "a b c [/INST] a c </s>"},
+      {"none", "<s>Be brief.Reverse: a bb aFirst and last: a b ca c</s>"}};
+  for (const auto& [name, text] : expected) {
+    INFO("template " << name);
+    const JinjaChatTemplate jinja(ChatTemplate::by_name(name).jinja_source(), name, "<s>", "</s>");
+    CHECK(jinja.render(two_turns().messages, false) == text);
+  }
+  CHECK(ChatTemplate::by_name("chatml").jinja_source() == chatml_chat_template_source());
 }

@@ -17,7 +17,7 @@ TEST_CASE("letters dataset reads, tokenizes and packs with every template", "[.]
   ReadReport report;
   const auto train = read_jsonl(directory / "train.jsonl", DataFormat::automatic, OnBadLine::fail, &report);
   const auto test = read_jsonl(directory / "test.jsonl", DataFormat::automatic, OnBadLine::fail);
-  CHECK(report.lines_skipped == 0);
+  CHECK(report.rows_skipped == 0);
   for (const auto& name : ChatTemplate::built_in_names()) {
     TokenizeReport tokenize_report;
     auto examples = tokenize_all(train, tokenizer, ChatTemplate::by_name(name), 128, false, &tokenize_report);

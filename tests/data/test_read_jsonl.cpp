@@ -39,8 +39,8 @@ TEST_CASE("read_jsonl reads instruction and chat rows, skipping blank lines", "[
   ReadReport report;
   const auto conversations = read_jsonl(path, DataFormat::automatic, OnBadLine::fail, &report);
   REQUIRE(conversations.size() == 3);
-  CHECK(report.lines_read == 3);
-  CHECK(report.lines_skipped == 0);
+  CHECK(report.rows_read == 3);
+  CHECK(report.rows_skipped == 0);
 
   CHECK(roles(conversations[0]) == std::vector<std::string>{"user", "assistant"});
   CHECK(conversations[0].messages[0].content == "Reverse:\n\na b");
@@ -97,7 +97,7 @@ TEST_CASE("read_jsonl errors name file:line and the problem", "[data][jsonl]") {
     CHECK_THAT(error_for("{\"prompt\": \"p\", \"completion\": \"c\"}"),
                Catch::Contains("bad.jsonl:1: neither 'messages'") && Catch::Contains("fields: 'completion', 'prompt'"));
   }
-  SECTION("not an object") { CHECK_THAT(error_for("[1, 2]\n"), Catch::Contains("bad.jsonl:1: each line must be a JSON object")); }
+  SECTION("not an object") { CHECK_THAT(error_for("[1, 2]\n"), Catch::Contains("bad.jsonl:1: each row must be a JSON object")); }
   SECTION("a forced format reports its own fields") {
     CHECK_THAT(error_for(good, DataFormat::chat), Catch::Contains("bad.jsonl:1: missing field 'messages'"));
   }
@@ -115,8 +115,8 @@ TEST_CASE("read_jsonl skip mode counts bad lines, and an all-bad file is still a
   ReadReport report;
   const auto conversations = read_jsonl(path, DataFormat::automatic, OnBadLine::skip, &report);
   CHECK(conversations.size() == 3);
-  CHECK(report.lines_read == 5);
-  CHECK(report.lines_skipped == 2);
+  CHECK(report.rows_read == 5);
+  CHECK(report.rows_skipped == 2);
   CHECK(conversations[2].source == path.string() + ":6");
 
   const auto all_bad = write_file("all_bad.jsonl", "not json\n{}\n");

@@ -210,7 +210,7 @@ TEST_CASE("all_batches_in_order covers every example in file order", "[data][loa
 }
 
 TEST_CASE("loader rejects bad input", "[data][loader]") {
-  CHECK_THROWS(SftLoader({}, LoaderOptions{}));
+  CHECK_THROWS(SftLoader(std::vector<TokenizedExample>{}, LoaderOptions{}));
   LoaderOptions options;
   options.max_length = 4;
   CHECK_THROWS_WITH(SftLoader(numbered_examples(3), options), Catch::Contains("max_length"));

@@ -136,7 +136,7 @@ TEST_CASE("diffusion sampler: seeded DDPM and DDIM loops reproduce the reference
     const auto diffusion = spaced(expected.at("spacing").get<std::string>());
     SamplerOptions options;
     int64_t steps_seen = 0;
-    options.on_step = [&](int64_t done, int64_t total) {
+    options.on_step = [&](int64_t done, int64_t total, int64_t) {
       CHECK(total == 10);
       steps_seen = done;
     };

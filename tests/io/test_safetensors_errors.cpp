@@ -141,6 +141,16 @@ TEST_CASE("malformed header fields are refused naming the tensor", "[io][safeten
   }
 }
 
+// Found by fuzz/safetensors_fuzzer.cpp: nlohmann reports a number beyond double's range as out_of_range, not as a
+// parse_error, and it escaped as an "internal error" that named no file.
+TEST_CASE("a number too large for a double in the header is refused as invalid JSON", "[io][safetensors][errors]") {
+  ScratchDir dir;
+  const auto path = dir / "huge_number.safetensors";
+  write_raw(path, R"({"__metadata__":{"x":1e999}})", "");
+  CHECK_THAT(open_error(path), Contains("huge_number.safetensors") && Contains("not valid JSON") &&
+                                   Contains("number overflow"));
+}
+
 TEST_CASE("BOOL data other than 0 and 1 is refused on load", "[io][safetensors][errors]") {
   ScratchDir dir;
   const auto path = dir / "bool.safetensors";

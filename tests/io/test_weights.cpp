@@ -104,6 +104,10 @@ TEST_CASE("malformed index is refused", "[io][weights][errors]") {
   const auto model = copy_sharded(dir);
   SECTION("not JSON") { std::ofstream(model / "model.safetensors.index.json") << "{oops"; }
   SECTION("no weight_map") { std::ofstream(model / "model.safetensors.index.json") << R"({"metadata": {}})"; }
+  // Found by fuzzing: a number beyond double's range is nlohmann's out_of_range, which escaped unnamed.
+  SECTION("a number too large for a double") {
+    std::ofstream(model / "model.safetensors.index.json") << R"({"metadata": {"total_size": 1e999}, "weight_map": {}})";
+  }
   SECTION("shard outside the directory") {
     std::ofstream(model / "model.safetensors.index.json") << R"({"weight_map": {"w": "../x.safetensors"}})";
   }

@@ -165,3 +165,41 @@ TEST_CASE("strftime_now uses the local clock unless a render option fixes it") {
   std::strftime(year, sizeof year, "%Y", &local);
   CHECK(Template::parse("{{ strftime_now('%Y') }}", "clock").render(Value(tune::jinja::Map{})) == year);
 }
+
+// Found by fuzz/jinja_fuzzer.cpp. Numbers beyond int64 and double: jinja2 reads 1e999 as inf and gives Undefined for
+// an item index no list has; std::stoll and std::stod threw std::out_of_range, an "internal error" naming nothing.
+TEST_CASE("numbers too large for int64 or double are values or errors, as in jinja2, never a crash") {
+  CHECK(render("{{ 1e999 }}|{{ -1e999 }}|{{ 1e999 > 5 }}|{{ 2.5e-999 }}") == "inf|-inf|True|0.0");
+  CHECK(render("{{ msgs|map(attribute='99999999999999999999')|select('defined')|list }}") == "[]");
+  CHECK(error_of("{{ xs.99999999999999999999 }}") ==
+        "template 'test', line 1, column 7: integer index 99999999999999999999 is out of range");
+}
+
+// Found by fuzz/jinja_fuzzer.cpp: a chat template (from a downloaded tokenizer_config.json) nested deeply enough, or a
+// macro calling itself, or a namespace holding itself, overflowed the stack. jinja2 stops each with a RecursionError
+// (near 100 levels); tune stops with an error at 256 levels of nesting and 512 of evaluation.
+TEST_CASE("deep nesting and endless recursion are errors, not stack overflows") {
+  const std::string parens = "{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}";
+  CHECK_THAT(error_of(parens), Catch::Contains("nests more than 256 levels deep"));
+  std::string blocks;
+  for (int i = 0; i < 300; ++i) blocks += "{% if true %}";
+  CHECK_THAT(error_of(blocks + "x"), Catch::Contains("nests more than 256 levels deep"));
+  std::string chain = "{{ msgs";
+  for (int i = 0; i < 300; ++i) chain += "[0]";
+  CHECK_THAT(error_of(chain + " }}"), Catch::Contains("nests more than 256 levels deep"));
+  CHECK_THAT(error_of("{% macro f(x) %}{{ f(x) }}{% endmacro %}{{ f(1) }}"),
+             Catch::Contains("maximum recursion depth exceeded"));
+  CHECK_THAT(error_of("{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns }}"),
+             Catch::Contains("maximum recursion depth exceeded while getting the repr of an object"));
+  // What real templates do stays well inside the limits.
+  CHECK(render("{{ " + std::string(50, '(') + "1" + std::string(50, ')') + " }}") == "1");
+}
+
+// Found by fuzzing as slow inputs: each token's column was counted from the start of its line, so a long one-line
+// template took time quadratic in its length. 20,000 tokens on one line now lex in linear time.
+TEST_CASE("a long one-line template lexes in linear time, with the right columns") {
+  std::string line;
+  for (int i = 0; i < 20000; ++i) line += "{{ 1 }}";
+  CHECK(render(line).size() == 20000);
+  CHECK(error_of(line + "{{ 1 + }}") == "template 'test', line 1, column 140008: expected an expression, got '}}'");
+}

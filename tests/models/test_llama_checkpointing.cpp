@@ -145,6 +145,37 @@ TEST_CASE("every policy gives the logits and parameter gradients of policy off",
   }
 }
 
+TEST_CASE("every policy on Qwen3 with sliding layers and a GELU MLP gives the gradients of policy off",
+          "[models][checkpoint]") {
+  // The query/key norms run as norm regions and the GELU product as an activation region (recomputed under
+  // selective); the sliding-window mask (window 4 < 12 tokens, on layers 1 and 3) narrows the chunked core's keys.
+  auto config = tiny_config(4);
+  config.model_type = "qwen3";
+  config.head_dim = 16;
+  config.hidden_act = "gelu_pytorch_tanh";
+  config.sliding_window = 4;
+  config.layer_types = {"full_attention", "sliding_attention", "full_attention", "sliding_attention"};
+  torch::manual_seed(4);
+  models::LlamaForCausalLM model(config);
+  model->train();
+  const torch::Tensor ids = torch::randint(0, config.vocab_size, {2, 12}, torch::kLong);
+  const torch::Tensor upstream = torch::randn({2, 12, config.vocab_size});
+  model->set_block_runner(std::make_shared<CheckpointRunner>(kPolicies[0], config.num_hidden_layers));
+  const Pass expected = train_pass(model, ids, upstream);
+  REQUIRE(expected.grads.count("model.layers.1.self_attn.q_norm.weight") == 1);
+  CHECK(expected.grads.at("model.layers.1.self_attn.k_norm.weight").abs().sum().item<double>() > 0.0);
+  for (const auto& options : kPolicies) {
+    INFO("policy " << name_of(options));
+    model->set_block_runner(std::make_shared<CheckpointRunner>(options, config.num_hidden_layers));
+    const Pass got = train_pass(model, ids, upstream);
+    check_same(got.logits, expected.logits, "logits", options.policy);
+    for (const auto& [name, grad] : expected.grads) {
+      REQUIRE(grad.defined());
+      check_same(got.grads.at(name), grad, name, options.policy);
+    }
+  }
+}
+
 TEST_CASE("every policy: autograd::grad w.r.t. input embeddings equals off and leaves params alone",
           "[models][checkpoint]") {
   const auto config = tiny_config(4);

@@ -2,7 +2,9 @@
 // and the errors for unsupported or inconsistent settings.
 #include <catch2/catch.hpp>
 
+#include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "tune/core/error.h"
 #include "tune/models/llama_config.h"
@@ -173,4 +175,212 @@ TEST_CASE("LlamaConfig rejects unsupported and inconsistent settings, naming fil
   config["num_key_value_heads"] = 5;
   config["head_dim"] = 8;
   CHECK(error_of(config).empty());
+}
+
+namespace {
+
+json tiny_qwen(const std::string& model_type) {
+  json config = tiny_llama();
+  config["model_type"] = model_type;
+  config["architectures"] = json::array({model_type == "qwen2" ? "Qwen2ForCausalLM" : "Qwen3ForCausalLM"});
+  config["num_hidden_layers"] = 3;
+  return config;
+}
+
+}  // namespace
+
+TEST_CASE("LlamaConfig reads Qwen3 with its own defaults", "[models][config]") {
+  const auto defaults = LlamaConfig::from_json(json{{"model_type", "qwen3"}}, "c");
+  CHECK(defaults.architecture == "Qwen3ForCausalLM");
+  CHECK(defaults.head_dim == 128);  // Qwen3Config's default, not hidden_size / heads (4096 / 32)
+  CHECK_FALSE(defaults.attention_bias);
+  CHECK(defaults.has_qk_norm());
+  CHECK(defaults.max_window_layers == 28);
+  CHECK(defaults.sliding_window == 0);
+
+  auto config = tiny_qwen("qwen3");
+  config["head_dim"] = 16;
+  config["attention_bias"] = true;
+  const auto qwen3 = LlamaConfig::from_json(config, "c");
+  CHECK(qwen3.resolved_head_dim() == 16);
+  CHECK(qwen3.attention_bias);
+  CHECK_FALSE(LlamaConfig::from_json(tiny_qwen("qwen2"), "c").has_qk_norm());
+  CHECK_FALSE(LlamaConfig::from_json(tiny_llama(), "c").has_qk_norm());
+}
+
+TEST_CASE("LlamaConfig reads hidden_act and biases as each class does", "[models][config]") {
+  auto config = tiny_llama();
+  CHECK(LlamaConfig::from_json(config, "c").hidden_act == "silu");  // absent: silu
+  for (const char* act : {"silu", "swish", "gelu", "gelu_pytorch_tanh", "gelu_new"}) {
+    config["hidden_act"] = act;
+    CHECK(LlamaConfig::from_json(config, "c").hidden_act == act);
+  }
+  // MistralForCausalLM has no biases and Qwen2's q/k/v always have them, whatever config.json says.
+  auto mistral = tiny_llama();
+  mistral["model_type"] = "mistral";
+  mistral["attention_bias"] = true;
+  mistral["mlp_bias"] = true;
+  CHECK_FALSE(LlamaConfig::from_json(mistral, "c").attention_bias);
+  CHECK_FALSE(LlamaConfig::from_json(mistral, "c").mlp_bias);
+  auto qwen2 = tiny_qwen("qwen2");
+  qwen2["attention_bias"] = false;
+  CHECK(LlamaConfig::from_json(qwen2, "c").attention_bias);
+  auto llama = tiny_llama();
+  llama["mlp_bias"] = true;
+  CHECK(LlamaConfig::from_json(llama, "c").mlp_bias);
+}
+
+TEST_CASE("LlamaConfig resolves sliding windows per layer as transformers does", "[models][config]") {
+  // Mistral: every layer, unless sliding_window is null.
+  auto mistral = tiny_llama();
+  mistral["model_type"] = "mistral";
+  mistral["sliding_window"] = 4;
+  const auto windowed = LlamaConfig::from_json(mistral, "c");
+  CHECK(windowed.layer_sliding_window(0) == 4);
+  CHECK(windowed.layer_sliding_window(1) == 4);
+  mistral["layer_types"] = {"sliding_attention", "sliding_attention"};  // consistent: accepted
+  CHECK(LlamaConfig::from_json(mistral, "c").layer_sliding_window(1) == 4);
+
+  // Qwen: only with use_sliding_window, and then from max_window_layers on.
+  auto qwen = tiny_qwen("qwen2");
+  qwen["sliding_window"] = 4;
+  qwen["max_window_layers"] = 1;
+  auto off = LlamaConfig::from_json(qwen, "c");
+  CHECK(off.sliding_window == 0);
+  CHECK(off.layer_types == std::vector<std::string>{"full_attention", "full_attention", "full_attention"});
+  qwen["use_sliding_window"] = true;
+  const auto on = LlamaConfig::from_json(qwen, "c");
+  CHECK(on.layer_types == std::vector<std::string>{"full_attention", "sliding_attention", "sliding_attention"});
+  CHECK(on.layer_sliding_window(0) == 0);
+  CHECK(on.layer_sliding_window(1) == 4);
+  CHECK(on.layer_sliding_window(2) == 4);
+  // Explicit layer_types win over max_window_layers.
+  qwen["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention"};
+  const auto explicit_types = LlamaConfig::from_json(qwen, "c");
+  CHECK(explicit_types.layer_sliding_window(0) == 4);
+  CHECK(explicit_types.layer_sliding_window(1) == 0);
+  // use_sliding_window with a null window: none; with no sliding_window at all: Qwen's 4096.
+  qwen.erase("layer_types");
+  qwen["sliding_window"] = nullptr;
+  CHECK(LlamaConfig::from_json(qwen, "c").sliding_window == 0);
+  qwen.erase("sliding_window");
+  CHECK(LlamaConfig::from_json(qwen, "c").layer_sliding_window(2) == 4096);
+  // Llama has no sliding window (LlamaForCausalLM ignores such fields).
+  auto llama = tiny_llama();
+  llama["sliding_window"] = 4;
+  CHECK(LlamaConfig::from_json(llama, "c").layer_sliding_window(0) == 0);
+}
+
+TEST_CASE("LlamaConfig round-trips every field through to_json", "[models][config]") {
+  std::vector<json> configs;
+  configs.push_back(tiny_llama());
+  auto gelu = tiny_llama();
+  gelu["hidden_act"] = "gelu_pytorch_tanh";
+  gelu["attention_bias"] = true;
+  gelu["mlp_bias"] = true;
+  configs.push_back(gelu);
+  auto mistral = tiny_llama();
+  mistral["model_type"] = "mistral";
+  mistral["sliding_window"] = 4;
+  configs.push_back(mistral);
+  auto qwen2 = tiny_qwen("qwen2");
+  qwen2["use_sliding_window"] = true;
+  qwen2["sliding_window"] = 8;
+  qwen2["max_window_layers"] = 2;
+  configs.push_back(qwen2);
+  auto qwen3 = tiny_qwen("qwen3");
+  qwen3["head_dim"] = 16;
+  qwen3["attention_bias"] = true;
+  qwen3["hidden_act"] = "gelu";
+  qwen3["use_sliding_window"] = true;
+  qwen3["sliding_window"] = 4;
+  qwen3["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention"};
+  configs.push_back(qwen3);
+  for (const json& config : configs) {
+    INFO(config.dump());
+    const auto original = LlamaConfig::from_json(config, "c");
+    const json written = original.to_json();
+    const auto again = LlamaConfig::from_json(written, "written");
+    CHECK(again == original);
+    CHECK(written.at("hidden_act") == original.hidden_act);
+  }
+  const json written_qwen3 = LlamaConfig::from_json(qwen3, "c").to_json();
+  CHECK(written_qwen3.at("model_type") == "qwen3");
+  CHECK(written_qwen3.at("head_dim") == 16);
+  CHECK(written_qwen3.at("attention_bias") == true);
+  CHECK(written_qwen3.at("use_sliding_window") == true);
+  CHECK(written_qwen3.at("sliding_window") == 4);
+  CHECK(written_qwen3.at("layer_types") == json({"sliding_attention", "full_attention", "sliding_attention"}));
+  const json written_qwen2 = LlamaConfig::from_json(qwen2, "c").to_json();
+  CHECK(written_qwen2.at("max_window_layers") == 2);  // as read, not num_hidden_layers
+  CHECK(written_qwen2.at("layer_types") == json({"full_attention", "full_attention", "sliding_attention"}));
+  CHECK(LlamaConfig::from_json(mistral, "c").to_json().at("sliding_window") == 4);
+  CHECK(LlamaConfig::from_json(gelu, "c").to_json().at("hidden_act") == "gelu_pytorch_tanh");
+}
+
+TEST_CASE("LlamaConfig refuses settings whose maths tune does not implement, naming file, field and value",
+          "[models][config]") {
+  auto refused = [](const json& config, std::initializer_list<const char*> needles) {
+    const std::string message = error_of(config);
+    INFO(message);
+    CHECK_THAT(message, Catch::Contains("models/x/config.json"));
+    for (const char* needle : needles) CHECK_THAT(message, Catch::Contains(needle));
+  };
+  auto config = tiny_llama();
+  config["hidden_act"] = "relu";
+  refused(config, {"'hidden_act'", "relu", "silu, swish, gelu, gelu_pytorch_tanh, gelu_new"});
+
+  config = tiny_llama();
+  config["attention_dropout"] = 0.1;
+  refused(config, {"'attention_dropout'", "0.1"});
+
+  config = tiny_llama();
+  config["partial_rotary_factor"] = 0.5;
+  refused(config, {"'partial_rotary_factor'", "0.5"});
+
+  config = tiny_llama();
+  config["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 0.25}};
+  refused(config, {"'rope_parameters.partial_rotary_factor'", "0.25"});
+
+  config = tiny_llama();
+  config["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"mrope_section", {16, 24, 24}}};
+  refused(config, {"'rope_parameters.mrope_section'"});
+
+  config = tiny_llama();
+  config["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}}},
+                               {"sliding_attention", {{"rope_type", "default"}}}};
+  refused(config, {"'rope_parameters.full_attention'", "per layer type"});
+
+  config = tiny_llama();
+  config["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}};
+  refused(config, {"'quantization_config'", "gptq"});
+
+  // Sliding windows.
+  config = tiny_llama();
+  config["model_type"] = "mistral";
+  config["sliding_window"] = 0;
+  refused(config, {"'sliding_window'", "positive"});
+  config["sliding_window"] = 4;
+  config["layer_types"] = {"full_attention", "sliding_attention"};
+  refused(config, {"'layer_types'", "full_attention", "MistralForCausalLM"});
+
+  config = tiny_qwen("qwen2");
+  config["layer_types"] = {"full_attention", "sliding_attention", "full_attention"};  // and no window
+  refused(config, {"'layer_types'", "layer 1", "sliding_attention", "no window"});
+  config["use_sliding_window"] = true;
+  config["sliding_window"] = 4;
+  config["layer_types"] = {"full_attention", "sliding_attention"};
+  refused(config, {"'layer_types'", "2 entries", "3 layers"});
+  config["layer_types"] = {"full_attention", "chunked_attention", "full_attention"};
+  refused(config, {"'layer_types'", "chunked_attention"});
+  config.erase("layer_types");
+  config["max_window_layers"] = -1;
+  refused(config, {"'max_window_layers'", "-1"});
+  config["max_window_layers"] = 1;
+  config["sliding_window"] = -3;
+  refused(config, {"'sliding_window'", "-3"});
+
+  config = tiny_qwen("qwen3");
+  config["hidden_act"] = "gelu_fast";
+  refused(config, {"'hidden_act'", "gelu_fast"});
 }

@@ -9,6 +9,7 @@
 
 #include "tune/config/raw_config.h"
 #include "tune/config/validate.h"
+#include "tune/config/weighted_paths.h"
 #include "tune/config/yaml_text.h"
 
 namespace tune::config {
@@ -33,6 +34,8 @@ const char* getter_for(ValueType type) {
       return "get_strings";
     case ValueType::integer_list:
       return "get_ints";
+    case ValueType::weighted_paths:
+      return "get_weighted_paths";
   }
   return "?";
 }
@@ -128,6 +131,10 @@ std::vector<long long> Config::get_ints(const std::string& key) const {
   return values;
 }
 
+std::vector<WeightedPath> Config::get_weighted_paths(const std::string& key) const {
+  return weighted_paths_of(typed_value(*this, key, {ValueType::weighted_paths}, "get_weighted_paths"));
+}
+
 bool Config::has(const std::string& key) const { return entries.count(key) != 0; }
 
 SourceLocation Config::where(const std::string& key) const {
@@ -147,20 +154,24 @@ namespace {
 // Keys in schema order, grouped by their dotted parts, so "a.x", "b", "a.y" print as one block "a:".
 struct YamlTree {
   std::string value;  // canonical YAML text; empty for a section
-  std::vector<std::pair<std::string, YamlTree>> children;
+  // Two vectors rather than one of pair<name, YamlTree>: a vector of the incomplete YamlTree is allowed, but clang
+  // (14) refuses to instantiate a pair holding one.
+  std::vector<std::string> names;
+  std::vector<YamlTree> subtrees;
 
   YamlTree& child(const std::string& name) {
-    for (auto& [child_name, subtree] : children) {
-      if (child_name == name) return subtree;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (names[i] == name) return subtrees[i];
     }
-    children.emplace_back(name, YamlTree{});
-    return children.back().second;
+    names.push_back(name);
+    return subtrees.emplace_back();
   }
 
   void write(std::string& out, int depth) const {
-    for (const auto& [name, subtree] : children) {
-      out += std::string(2 * depth, ' ') + string_text(name) + ":";
-      if (subtree.children.empty()) {
+    for (size_t i = 0; i < names.size(); ++i) {
+      const YamlTree& subtree = subtrees[i];
+      out += std::string(2 * depth, ' ') + string_text(names[i]) + ":";
+      if (subtree.names.empty()) {
         out += " " + subtree.value + "\n";
       } else {
         out += "\n";
@@ -199,6 +210,18 @@ Config load(const std::filesystem::path& file, const std::vector<std::string>& o
   config.entries = std::move(entries);
   config.schema = schema;
   config.recipe_file = file.string();
+  return config;
+}
+
+Config load_overrides(const std::vector<std::string>& overrides, const Schema& schema, const std::string& origin) {
+  RawConfig raw = read_raw_overrides(overrides);
+  std::vector<std::string> problems = std::move(raw.problems);
+  std::map<std::string, Config::Entry> entries = validate(raw, schema, origin, problems);
+  if (!problems.empty()) throw ConfigError(problems);
+  Config config;
+  config.entries = std::move(entries);
+  config.schema = schema;
+  config.recipe_file = origin;
   return config;
 }
 

@@ -33,6 +33,12 @@ class ConfigError : public UsageError {
   std::vector<std::string> problems_;
 };
 
+// One file of a weighted_paths key (weighted_paths.h): an absolute path and its weight (1 when not given).
+struct WeightedPath {
+  std::string path;
+  double weight = 1.0;
+};
+
 class Config {
  public:
   bool get_bool(const std::string& key) const;
@@ -41,6 +47,7 @@ class Config {
   std::string get_string(const std::string& key) const;  // also for path keys (absolute)
   std::vector<std::string> get_strings(const std::string& key) const;
   std::vector<long long> get_ints(const std::string& key) const;
+  std::vector<WeightedPath> get_weighted_paths(const std::string& key) const;  // a single path gives one entry
 
   // The getters throw UsageError (a programming error in the caller) for a key that is not in the schema,
   // not set (check has() first for keys without a default), or of another type.
@@ -73,6 +80,10 @@ class Config {
 // keys each produce a problem with its file:line:col; all are thrown together as one ConfigError. The `include`
 // key itself is consumed by loading; every other key (including `recipe`) must be in the schema.
 Config load(const std::filesystem::path& file, const std::vector<std::string>& overrides, const Schema& schema);
+
+// A config made of key=value overrides alone, validated against `schema` as load() does; `origin` names what the
+// config belongs to in messages (for example "the model directory /models/x"). For commands given no recipe file.
+Config load_overrides(const std::vector<std::string>& overrides, const Schema& schema, const std::string& origin);
 
 // The top-level `recipe:` value and where it was written, so that a name no recipe has can be reported at its
 // file:line:col (recipes::find_recipe). Converts to the plain name for callers that need only that.

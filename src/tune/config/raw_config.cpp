@@ -336,4 +336,10 @@ RawConfig read_raw_config(const fs::path& file, const std::vector<std::string>& 
   return std::move(reader.result);
 }
 
+RawConfig read_raw_overrides(const std::vector<std::string>& overrides) {
+  RawReader reader;
+  reader.apply_overrides(overrides);
+  return std::move(reader.result);
+}
+
 }  // namespace tune::config

@@ -30,5 +30,7 @@ struct RawConfig {
 // Reads `file` and its includes (included files first, the file's own keys win), then applies `overrides`.
 // Problems are collected in the result, not thrown, so they can be reported with the schema's.
 RawConfig read_raw_config(const std::filesystem::path& file, const std::vector<std::string>& overrides);
+// Only key=value overrides, for a config that has no file (a bare model directory given to tune infer).
+RawConfig read_raw_overrides(const std::vector<std::string>& overrides);
 
 }  // namespace tune::config

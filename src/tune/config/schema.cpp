@@ -58,6 +58,10 @@ Schema& Schema::string_list(const std::string& key, std::vector<std::string> def
   return add({key, ValueType::string_list, flow_list_text(element_texts), false, {}, help});
 }
 
+Schema& Schema::required_weighted_paths(const std::string& key, const std::string& help) {
+  return add({key, ValueType::weighted_paths, std::nullopt, true, {}, help});
+}
+
 const KeySpec* Schema::find(const std::string& key) const {
   const auto found = std::find_if(specs_.begin(), specs_.end(), [&](const KeySpec& spec) { return spec.key == key; });
   return found == specs_.end() ? nullptr : &*found;

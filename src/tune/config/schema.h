@@ -16,6 +16,7 @@ enum class ValueType {
   path,        // a string resolved to an absolute path (relative to the current directory) when loaded
   string_list,
   integer_list,
+  weighted_paths,  // a path, or a list of paths and {path: P, weight: W} mappings (weighted_paths.h)
 };
 
 struct KeySpec {
@@ -41,6 +42,7 @@ class Schema {
   Schema& required_path(const std::string& key, const std::string& help);
   Schema& optional_string(const std::string& key, const std::string& help);  // no default, may stay unset
   Schema& string_list(const std::string& key, std::vector<std::string> default_value, const std::string& help);
+  Schema& required_weighted_paths(const std::string& key, const std::string& help);
 
   const KeySpec* find(const std::string& key) const;
   const std::vector<KeySpec>& keys() const { return specs_; }

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "tune/config/suggest.h"
+#include "tune/config/weighted_paths.h"
 #include "tune/config/yaml_text.h"
 
 namespace tune::config {
@@ -35,6 +36,8 @@ std::string expected_text(ValueType type) {
       return "a list of strings, like [a, b]";
     case ValueType::integer_list:
       return "a list of integers, like [1, 2]";
+    case ValueType::weighted_paths:
+      return "a path, or a list of paths and {path, weight} mappings";
   }
   return "a value";
 }
@@ -74,6 +77,12 @@ class ValueChecker {
   // Sets `text` to the canonical YAML of a valid value; otherwise records why not.
   Outcome check(const YAML::Node& node, const SourceLocation& location, std::string& text) {
     if (node.IsNull()) return check_null(location);
+    if (spec_.type == ValueType::weighted_paths) {
+      const std::optional<std::string> checked = check_weighted_paths(spec_.key, node, location, problems_);
+      if (!checked) return Outcome::invalid;
+      text = *checked;
+      return Outcome::value;
+    }
     if (node.IsMap()) {
       wrong_type(location, node, fmt::format("; {} takes a single value, not nested keys", spec_.key));
       return Outcome::invalid;
@@ -163,7 +172,8 @@ class ValueChecker {
         return true;
       case ValueType::string_list:
       case ValueType::integer_list:
-        break;  // handled by check_list
+      case ValueType::weighted_paths:
+        break;  // handled by check_list and check_weighted_paths
     }
     return false;
   }
@@ -301,7 +311,9 @@ std::map<std::string, Config::Entry> validate(const RawConfig& raw, const Schema
   }
 
   // Sections that brought no values at all ("lora: {}") still have to be known.
-  for (const auto& [section, location] : raw.sections) {
+  for (const auto& entry : raw.sections) {
+    const std::string& section = entry.first;  // not a structured binding: clang < 16 cannot capture those
+    const SourceLocation& location = entry.second;
     if (schema.find(section) != nullptr || enclosing_scalar_key(schema, section) != nullptr) continue;
     if (!keys_in_section(schema, section).empty()) continue;
     const bool has_contents = std::any_of(raw.leaves.begin(), raw.leaves.end(),

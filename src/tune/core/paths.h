@@ -1,4 +1,5 @@
-// Where the shipped recipes and presets live: $TUNE_HOME if set, else the source tree the binary was built from.
+// Where the shipped recipes and presets live: $TUNE_HOME if set, else PREFIX/share/tune for an installed binary
+// (PREFIX/bin/tune), else the source tree the binary was built from.
 #pragma once
 
 #include <filesystem>

@@ -1,6 +1,8 @@
 // Progress display and number formatting for the training log.
 #include "tune/core/progress.h"
 
+#include "tune/core/log.h"
+
 #include <fmt/format.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -53,9 +55,10 @@ namespace {
 
 std::string format_loss(double loss) { return std::isfinite(loss) ? fmt::format("{:.4g}", loss) : fmt::format("{}", loss); }
 
-// " | loss 1.234 | 5.1k tok/s" : the parts both line styles share.
+// " | loss 1.234 | 5.1k tok/s" (or the status in place of the loss): the parts both line styles share.
 std::string loss_and_throughput(const ProgressSnapshot& snapshot, const char* separator) {
-  std::string text = fmt::format("{}loss {}", separator, format_loss(snapshot.loss));
+  std::string text = snapshot.status ? fmt::format("{}{}", separator, *snapshot.status)
+                                     : fmt::format("{}loss {}", separator, format_loss(snapshot.loss));
   if (std::isfinite(snapshot.throughput) && snapshot.throughput > 0) {
     text += fmt::format(" | {} {}", format_count(snapshot.throughput), snapshot.throughput_unit);
   }
@@ -126,8 +129,18 @@ ProgressSnapshot Progress::snapshot(int64_t step, double loss, double throughput
   return snapshot;
 }
 
-void Progress::update(int64_t step, double loss, double throughput) {
-  last_ = snapshot(step, loss, throughput);
+void Progress::update(int64_t step, double loss, double throughput) { show(snapshot(step, loss, throughput)); }
+
+void Progress::update_status(int64_t step, const std::string& status, double throughput) {
+  auto line = snapshot(step, 0.0, throughput);
+  line.status = status;
+  show(std::move(line));
+}
+
+void Progress::show(ProgressSnapshot current) {
+  const int64_t step = current.step;
+  last_ = std::move(current);
+  if (!log::enabled(log::Level::info)) return;  // tune -q: warnings and errors only
   const bool last_step = options_.total_steps > 0 && step >= options_.total_steps;
   if (interactive_) {
     // Redrawing faster than the eye reads only costs terminal bandwidth on fast tiny models.
@@ -159,6 +172,7 @@ void Progress::redraw() {
 }
 
 void Progress::print(const std::string& line) {
+  if (!log::enabled(log::Level::info)) return;
   if (interactive_ && line_open_) std::fprintf(stream_, "\r\033[K");
   std::fprintf(stream_, "%s\n", line.c_str());
   line_open_ = false;

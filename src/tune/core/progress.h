@@ -1,5 +1,5 @@
-// Training progress on stderr: one redrawn bar line on a terminal, plain log lines every N steps otherwise (CI logs
-// and redirected output would fill with carriage returns), plus the number formatters both use.
+// Training (and sampling) progress on stderr: one redrawn bar line on a terminal, plain log lines every N steps
+// otherwise (CI logs and redirected output would fill with carriage returns), plus the number formatters both use.
 #pragma once
 
 #include <chrono>
@@ -22,6 +22,8 @@ struct ProgressSnapshot {
   int64_t step = 0;
   int64_t total_steps = 0;        // <= 0: unknown, so no bar, percentage or ETA
   double loss = 0.0;              // NaN prints as "nan"
+  std::optional<std::string> status;  // set: printed in place of the loss, for steps that have none (sampling:
+                                      // "timestep 979"); unset (training): the loss
   double throughput = 0.0;        // omitted when not finite or <= 0
   std::string throughput_unit = "tok/s";
   double elapsed_seconds = 0.0;
@@ -31,6 +33,7 @@ struct ProgressSnapshot {
 // "step 120/2000 [=====>    ] loss 1.234 | 5.1k tok/s | ETA 3m12s", the bar `bar_width` characters inside [].
 std::string format_progress_bar_line(const ProgressSnapshot& snapshot, int bar_width = 30);
 // "step 120/2000 (6.0%) | loss 1.234 | 5.1k tok/s | elapsed 1m02s | ETA 3m12s"
+// With a status instead of a loss: "step 3/50 (6.0%) | timestep 938 | elapsed 2s | ETA 31s"
 std::string format_progress_log_line(const ProgressSnapshot& snapshot);
 
 struct ProgressOptions {
@@ -52,6 +55,8 @@ class Progress {
 
   // Reports that `step` (1-based count of finished steps) completed with this loss and throughput.
   void update(int64_t step, double loss, double throughput);
+  // The same for steps without a loss (sampling): `status` is shown where the loss goes.
+  void update_status(int64_t step, const std::string& status, double throughput = 0.0);
   // Prints a whole line (eval result, "checkpoint saved") above the bar, then redraws the bar.
   void print(const std::string& line);
   // Ends the redrawn line with a newline; idempotent, also run by the destructor.
@@ -61,6 +66,7 @@ class Progress {
 
  private:
   ProgressSnapshot snapshot(int64_t step, double loss, double throughput) const;
+  void show(ProgressSnapshot current);  // redraws or logs it, per the options
   void redraw();
 
   ProgressOptions options_;

@@ -1,4 +1,5 @@
-// Chat templates: a conversation rendered as text parts (prompt or trained) plus BOS/EOS, then tokenized.
+// Chat templates: a conversation rendered as text parts (prompt or trained) plus BOS/EOS, then tokenized (plain,
+// llama2, none); the Jinja ones (chatml, llama3, the model's own) are rendered whole (jinja_chat_template.h).
 //
 // Tokenization rule (the sentencepiece subtlety): every run of text between a mask boundary or a BOS/EOS is
 // encoded as its own string and the ids are concatenated, as Meta's Llama 2 reference code does. That keeps
@@ -63,6 +64,14 @@ void render_plain(const std::vector<ChatMessage>& messages, Rendering& out) {
   }
 }
 
+// plain as Jinja, for other tools (tokenizer_config.json of an export): the same text, BOS and EOS as their token
+// text. tune itself keeps encoding plain part by part (see the top of this file).
+const char* const kPlainJinja =
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if message['role'] == 'system' %}{{ message['content'] + '\\n\\n' }}"
+    "{% elif message['role'] == 'user' %}{{ '### Instruction:\\n' + message['content'] + '\\n\\n### Response:\\n' }}"
+    "{% else %}{{ message['content'] + eos_token }}{% endif %}{% endfor %}";
+
 // Meta's Llama 2 chat format: "<s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {reply} </s>" per turn.
 void render_llama2(const std::vector<ChatMessage>& messages, Rendering& out) {
   std::string system_block;
@@ -80,24 +89,15 @@ void render_llama2(const std::vector<ChatMessage>& messages, Rendering& out) {
   }
 }
 
-// ChatML: "<|im_start|>{role}\n{content}<|im_end|>\n" per message. ChatML models have no BOS; ours keeps one at
-// the start. The assistant's "<|im_end|>" is followed by EOS so generation stops on our tokenizer's EOS too.
-void render_chatml(const std::vector<ChatMessage>& messages, Rendering& out) {
-  out.bos(kPrompt);
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const auto& message = messages[i];
-    const bool after_reply = i > 0 && messages[i - 1].role == "assistant";
-    if (message.role == "assistant") {
-      out.text(message.content + "<|im_end|>", kTrained);
-      out.eos(kTrained);
-    } else {
-      out.text(std::string(after_reply ? "\n" : "") + "<|im_start|>" + message.role + "\n" + message.content +
-                   "<|im_end|>\n",
-               kPrompt);
-      if (message.role == "user") out.text("<|im_start|>assistant\n", kPrompt);
-    }
-  }
-}
+// llama2 as Jinja (the layout of Hugging Face's Llama 2 chat template): the reply's spaces are written out, as
+// sentencepiece's prefix supplies the leading one when tune encodes the reply on its own.
+const char* const kLlama2Jinja =
+    "{% if messages[0]['role'] == 'system' %}{% set system_block = '<<SYS>>\\n' + messages[0]['content'] + "
+    "'\\n<</SYS>>\\n\\n' %}{% set loop_messages = messages[1:] %}"
+    "{% else %}{% set system_block = '' %}{% set loop_messages = messages %}{% endif %}"
+    "{% for message in loop_messages %}{% if message['role'] == 'user' %}"
+    "{{ bos_token + '[INST] ' + (system_block if loop.index0 == 0 else '') + message['content'] + ' [/INST]' }}"
+    "{% else %}{{ ' ' + message['content'] + ' ' + eos_token }}{% endif %}{% endfor %}";
 
 // Templates assume an optional system message, then user/assistant alternating; read_jsonl guarantees it for
 // files, this guards conversations built in code. ends_with: the role the last message must have.
@@ -127,12 +127,16 @@ void render_none(const std::vector<ChatMessage>& messages, Rendering& out) {
   if (!messages.empty() && messages.back().role == "assistant") out.eos(kTrained);
 }
 
+// none as Jinja: the contents back to back between BOS and (after a final reply) EOS.
+const char* const kNoneJinja =
+    "{{ bos_token }}{% for message in messages %}{{ message['content'] }}{% endfor %}"
+    "{% if messages and messages[-1]['role'] == 'assistant' %}{{ eos_token }}{% endif %}";
+
 Rendering render(const std::string& name, const std::vector<ChatMessage>& messages) {
   Rendering rendering;
   if (name == "none") render_none(messages, rendering);
   if (name == "plain") render_plain(messages, rendering);
   if (name == "llama2") render_llama2(messages, rendering);
-  if (name == "chatml") render_chatml(messages, rendering);
   return rendering;
 }
 
@@ -167,24 +171,54 @@ ChatTemplate ChatTemplate::by_name(const std::string& name) {
                                  "built-in templates: {}",
                                  name, fmt::join(built_in, ", ")));
   }
-  return ChatTemplate(name);
+  ChatTemplate chat(name);
+  // ChatML is rendered whole and encoded once, as apply_chat_template does (its text holds no BOS or EOS, so it
+  // needs no tokenizer to build).
+  if (name == "chatml") {
+    chat.source_ = chatml_chat_template_source();
+    chat.jinja_ = std::make_shared<JinjaChatTemplate>(*chat.source_, "chatml", "", "", chat.end_of_turn_text());
+  }
+  return chat;
 }
 
 ChatTemplate ChatTemplate::resolve(const std::string& name, const Tokenizer& tokenizer) {
   const auto token_text = [&](int64_t id) { return id >= 0 ? tokenizer.piece(id) : std::string(); };
   if (name == "llama3") {
     ChatTemplate chat("llama3");
-    chat.jinja_ = std::make_shared<JinjaChatTemplate>(llama3_chat_template_source(), "llama3",
+    chat.source_ = llama3_chat_template_source();
+    chat.jinja_ = std::make_shared<JinjaChatTemplate>(*chat.source_, "llama3",
                                                       token_text(tokenizer.bos_id()), token_text(tokenizer.eos_id()));
     return chat;
   }
   if (name != "auto") return by_name(name);
   const auto config = model_chat_template(tokenizer);
   if (!config) return by_name("plain");
+  if (!config->tune_built_in.empty()) {
+    const auto all = names();
+    if (config->tune_built_in == "auto" || std::find(all.begin(), all.end(), config->tune_built_in) == all.end()) {
+      throw InputError(fmt::format("{}: {} is '{}'; expected one of tune's built-in templates ({})", config->name,
+                                   kTuneChatTemplateKey, config->tune_built_in, fmt::join(built_in_names(), ", ")));
+    }
+    return resolve(config->tune_built_in, tokenizer);  // what the model was trained with, token for token
+  }
   ChatTemplate chat("auto");
+  chat.source_ = config->source;
   chat.jinja_ = std::make_shared<JinjaChatTemplate>(config->source, config->name, token_text(tokenizer.bos_id()),
                                                     token_text(tokenizer.eos_id()));
   return chat;
+}
+
+std::string ChatTemplate::jinja_source() const {
+  if (source_) return *source_;
+  if (name_ == "plain") return kPlainJinja;
+  if (name_ == "llama2") return kLlama2Jinja;
+  return kNoneJinja;
+}
+
+std::string ChatTemplate::end_of_turn_text() const {
+  if (name_ == "chatml") return "<|im_end|>";
+  if (name_ == "llama3") return "<|eot_id|>";
+  return "";
 }
 
 std::string ChatTemplate::render_text(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {

@@ -32,11 +32,12 @@ size_t common_prefix(const std::vector<int64_t>& ids, const std::vector<int64_t>
 }  // namespace
 
 JinjaChatTemplate::JinjaChatTemplate(const std::string& source, std::string name, std::string bos_token,
-                                     std::string eos_token)
+                                     std::string eos_token, std::string end_of_turn)
     : template_(std::make_shared<jinja::Template>(jinja::Template::parse(source, name))),
       name_(std::move(name)),
       bos_token_(std::move(bos_token)),
-      eos_token_(std::move(eos_token)) {}
+      eos_token_(std::move(eos_token)),
+      end_of_turn_(std::move(end_of_turn)) {}
 
 std::string JinjaChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
   jinja::Map context;
@@ -91,7 +92,11 @@ TokenizedExample JinjaChatTemplate::encode(const Tokenizer& tokenizer, const Con
     if (found == std::string::npos) fail(i, "does not render the reply's content");
     const size_t begin = token_position(prompt.size());
     size_t end = token_position(found + length);
-    if (end < example.input_ids.size() && tokenizer.is_special_token(example.input_ids[end])) ++end;
+    if (!end_of_turn_.empty() && whole.compare(found + length, end_of_turn_.size(), end_of_turn_) == 0) {
+      end = token_position(found + length + end_of_turn_.size());  // however the tokenizer splits the marker
+    } else if (end < example.input_ids.size() && tokenizer.is_special_token(example.input_ids[end])) {
+      ++end;
+    }
     for (size_t t = begin; t < end; ++t) example.labels[t] = example.input_ids[t];
     search_from = found + length;
   }
@@ -112,6 +117,15 @@ const std::string& llama3_chat_template_source() {
       "{{ content }}"
       "{% endfor %}"
       "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
+  return source;
+}
+
+const std::string& chatml_chat_template_source() {
+  static const std::string source =
+      "{% for message in messages %}"
+      "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+      "{% endfor %}"
+      "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
   return source;
 }
 

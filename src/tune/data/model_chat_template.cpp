@@ -24,11 +24,13 @@ std::optional<ModelChatTemplate> model_chat_template(const Tokenizer& tokenizer)
   const auto found = config.find("chat_template");
   if (found == config.end() || found->is_null()) return std::nullopt;
   const std::string name = path.string() + " chat_template";
-  if (found->is_string()) return ModelChatTemplate{found->get<std::string>(), name};
+  const auto built_in = config.find(kTuneChatTemplateKey);
+  const std::string tune_built_in = built_in != config.end() && built_in->is_string() ? built_in->get<std::string>() : "";
+  if (found->is_string()) return ModelChatTemplate{found->get<std::string>(), name, tune_built_in};
   if (found->is_array()) {
     for (const auto& entry : *found) {
       if (entry.value("name", std::string()) == "default") {
-        return ModelChatTemplate{entry.at("template").get<std::string>(), name + " 'default'"};
+        return ModelChatTemplate{entry.at("template").get<std::string>(), name + " 'default'", tune_built_in};
       }
     }
   }

@@ -12,7 +12,14 @@ namespace tune::data {
 struct ModelChatTemplate {
   std::string source;
   std::string name;  // "<path>/tokenizer_config.json chat_template", for error messages
+  // tokenizer_config.json's "tune_chat_template": the built-in a model exported by `tune export` was trained with.
+  // Its `source` is then the Jinja text equivalent written for other tools; tune uses the built-in itself, which
+  // tokenizes exactly as training did.
+  std::string tune_built_in;
 };
+
+// The tokenizer_config.json key naming that built-in.
+inline constexpr const char* kTuneChatTemplateKey = "tune_chat_template";
 
 // nullopt when there is no tokenizer_config.json or it has no chat_template; throws tune::InputError naming the file
 // when it is not valid JSON or the field has an unexpected shape.

@@ -1,158 +1,140 @@
-// Reading SFT JSONL files into conversations, with errors that name file:line and the problem.
-#include "tune/data/sft_dataset.h"
-
+// Reading SFT data files into conversations or documents, with problems that name file:line (or file:index N) and
+// the reason, and the fail-or-skip decision made in one place for every layout and format.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "tune/core/error.h"
-#include "tune/core/log.h"
+#include "tune/data/data_file_layouts.h"
+#include "tune/data/dataset_file.h"
+#include "tune/data/sft_rows.h"
 
 namespace tune::data {
+
 namespace {
 
-using nlohmann::json;
+namespace fs = std::filesystem;
 
-// A problem with one line; read_jsonl prefixes file:line and decides between failing and skipping.
-struct BadLine {
-  std::string reason;
-};
-
-const char* const kInstructionFields = "instruction rows need 'instruction' and 'output' (optional: 'input', 'system')";
-
-std::string field_names(const json& row) {
-  std::string names;
-  for (const auto& item : row.items()) names += (names.empty() ? "'" : ", '") + item.key() + "'";
-  return names.empty() ? "none" : names;
-}
-
-// The string at row[field]; absent (or null when optional) gives "".
-std::string string_field(const json& row, const std::string& field, bool required, const std::string& what) {
-  const auto found = row.find(field);
-  if (found == row.end() || (!required && found->is_null())) {
-    if (required) throw BadLine{fmt::format("missing field '{}' ({})", field, what)};
-    return "";
+const char* format_name(DataFormat format) {
+  switch (format) {
+    case DataFormat::automatic: return "auto";
+    case DataFormat::instruction: return "instruction";
+    case DataFormat::chat: return "chat";
+    case DataFormat::sharegpt: return "sharegpt";
+    case DataFormat::text: return "text";
   }
-  if (!found->is_string()) {
-    throw BadLine{fmt::format("field '{}' must be a string, got {}", field, found->type_name())};
+  return "?";
+}
+
+// Data files are read whole, row by row: a directory, FIFO or device would fail obscurely or never end.
+void check_regular_file(const fs::path& path) {
+  std::error_code error;
+  const fs::file_status status = fs::status(path, error);
+  if (!fs::exists(status)) throw InputError(fmt::format("cannot open dataset '{}': no such file", path.string()));
+  if (fs::is_directory(status)) {
+    throw InputError(fmt::format("dataset '{}' is a directory; give its files (data.train takes a list)",
+                                 path.string()));
   }
-  return found->get<std::string>();
+  if (!fs::is_regular_file(status)) {
+    throw InputError(fmt::format("dataset '{}' is not a regular file (a device or FIFO?)", path.string()));
+  }
 }
 
-std::vector<ChatMessage> instruction_messages(const json& row) {
-  std::vector<ChatMessage> messages;
-  const std::string system = string_field(row, "system", false, kInstructionFields);
-  const std::string instruction = string_field(row, "instruction", true, kInstructionFields);
-  const std::string input = string_field(row, "input", false, kInstructionFields);
-  const std::string output = string_field(row, "output", true, kInstructionFields);
-  if (!system.empty()) messages.push_back({"system", system});
-  messages.push_back({"user", input.empty() ? instruction : instruction + "\n\n" + input});
-  messages.push_back({"assistant", output});
-  return messages;
-}
+class RowCollector {
+ public:
+  RowCollector(DataFormat format, OnBadLine on_bad_line, DatasetRows& out)
+      : format_(format), on_bad_line_(on_bad_line), out_(out) {}
 
-// Chat rows: an optional system message, then user and assistant alternating, ending with the assistant
-// (every template renders turns as user/assistant pairs, and the last reply is what carries the loss).
-std::vector<ChatMessage> chat_messages(const json& row) {
-  const auto found = row.find("messages");
-  if (found == row.end()) throw BadLine{"missing field 'messages' (chat rows need messages: [{role, content}, ...])"};
-  if (!found->is_array()) throw BadLine{fmt::format("field 'messages' must be an array, got {}", found->type_name())};
-  if (found->empty()) throw BadLine{"field 'messages' is empty"};
-  std::vector<ChatMessage> messages;
-  for (size_t i = 0; i < found->size(); ++i) {
-    const json& message = (*found)[i];
-    const std::string where = fmt::format("messages[{}]", i);
-    if (!message.is_object()) throw BadLine{fmt::format("{} must be an object, got {}", where, message.type_name())};
-    const std::string what = "each message needs 'role' and 'content'";
-    std::string role, content;
+  void row(const layouts::RawRow& raw) {
+    ++out_.report.rows_read;
     try {
-      role = string_field(message, "role", true, what);
-      content = string_field(message, "content", true, what);
-    } catch (const BadLine& bad) {
-      throw BadLine{where + ": " + bad.reason};
-    }
-    if (role != "system" && role != "user" && role != "assistant") {
-      throw BadLine{fmt::format("{}.role '{}' is not one of system, user, assistant", where, role)};
-    }
-    messages.push_back({role, content});
-  }
-  bool has_assistant = false;
-  for (const auto& message : messages) has_assistant = has_assistant || message.role == "assistant";
-  if (!has_assistant) throw BadLine{"messages contain no assistant turn, so nothing would be trained"};
-  if (messages.back().role != "assistant") {
-    throw BadLine{fmt::format("messages end with a {} turn; the last message must be the assistant's reply",
-                              messages.back().role)};
-  }
-  const size_t first_turn = messages.front().role == "system" ? 1 : 0;
-  for (size_t i = first_turn; i < messages.size(); ++i) {
-    const char* expected = (i - first_turn) % 2 == 0 ? "user" : "assistant";
-    if (messages[i].role != expected) {
-      throw BadLine{fmt::format("messages[{}].role is '{}' where '{}' was expected (an optional system message "
-                                "first, then user and assistant alternating)",
-                                i, messages[i].role, expected)};
+      if (raw.oversized) {
+        throw rows::BadRow{fmt::format("the element is larger than {} MiB", layouts::kMaxElementBytes >> 20)};
+      }
+      rows::ParsedRow parsed = rows::parse_row(raw.json, format_);
+      if (format_ == DataFormat::text) {
+        out_.documents.push_back({std::move(parsed.text), raw.source});
+      } else {
+        out_.conversations.push_back({std::move(parsed.messages), raw.source});
+      }
+    } catch (const rows::BadRow& bad) {
+      bad_row(raw.where, bad.reason);
     }
   }
-  return messages;
-}
 
-std::vector<ChatMessage> parse_line(const std::string& line, DataFormat format) {
-  json row;
-  try {
-    row = json::parse(line);
-  } catch (const json::parse_error& error) {
-    throw BadLine{fmt::format("malformed JSON: {}", error.what())};
+  void document(std::string text, const std::string& source) {
+    ++out_.report.rows_read;
+    if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
+      bad_row(source, "the file has no text (a .txt file is one document)");
+      return;
+    }
+    out_.documents.push_back({std::move(text), source});
   }
-  if (!row.is_object()) throw BadLine{fmt::format("each line must be a JSON object, got {}", row.type_name())};
-  if (format == DataFormat::automatic) {
-    if (row.contains("messages")) {
-      format = DataFormat::chat;
-    } else if (row.contains("instruction") || row.contains("output")) {
-      format = DataFormat::instruction;
-    } else {
-      throw BadLine{fmt::format("neither 'messages' (chat format) nor 'instruction'/'output' (instruction format) "
-                                "present; fields: {}",
-                                field_names(row))};
+
+ private:
+  DataFormat format_;
+  OnBadLine on_bad_line_;
+  DatasetRows& out_;
+
+  void bad_row(const std::string& where, const std::string& reason) {
+    if (on_bad_line_ == OnBadLine::fail) {
+      throw InputError(fmt::format("{}: {}; HINT: fix the row, or skip bad rows (data.on_bad_line: skip)", where,
+                                   reason));
+    }
+    ++out_.report.rows_skipped;
+    if (out_.report.first_problems.size() < kReportedProblems) {
+      out_.report.first_problems.push_back(fmt::format("{}: {}", where, reason));
     }
   }
-  return format == DataFormat::chat ? chat_messages(row) : instruction_messages(row);
-}
-
-bool is_blank(const std::string& line) { return line.find_first_not_of(" \t\r\n") == std::string::npos; }
+};
 
 }  // namespace
 
-std::vector<Conversation> read_jsonl(const std::filesystem::path& path, DataFormat format, OnBadLine on_bad_line,
+DatasetRows read_dataset_file(const fs::path& path, DataFormat format, OnBadLine on_bad_line) {
+  check_regular_file(path);
+  const layouts::Layout layout = layouts::detect_layout(path);
+  if (layout == layouts::Layout::plain_text && format != DataFormat::text) {
+    throw InputError(fmt::format("dataset '{}' is plain text, which is raw text for continued pre-training: set "
+                                 "data.format: text (data.format is {}), or give JSONL or JSON rows",
+                                 path.string(), format_name(format)));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("cannot open dataset '{}' (check its permissions)", path.string()));
+  DatasetRows rows;
+  RowCollector collector(format, on_bad_line, rows);
+  const layouts::RowVisitor visit = [&](const layouts::RawRow& raw) { collector.row(raw); };
+  switch (layout) {
+    case layouts::Layout::jsonl: layouts::for_each_jsonl_row(path, in, visit); break;
+    case layouts::Layout::json_array: layouts::for_each_json_array_row(path, in, visit); break;
+    case layouts::Layout::plain_text: collector.document(layouts::read_plain_text(in), path.string()); break;
+  }
+  if (in.bad()) throw InputError(fmt::format("dataset '{}' could not be read to its end", path.string()));
+  const ReadReport& report = rows.report;
+  if (rows.conversations.empty() && rows.documents.empty()) {
+    throw InputError(report.rows_read == 0
+                         ? fmt::format("dataset '{}' is empty: it has no {}", path.string(),
+                                       layout == layouts::Layout::json_array ? "array elements" : "JSONL rows")
+                         : fmt::format("dataset '{}' has no usable rows: all {} were skipped as bad ({})",
+                                       path.string(), report.rows_skipped, fmt::join(report.first_problems, "; ")));
+  }
+  return rows;
+}
+
+std::vector<Conversation> read_jsonl(const fs::path& path, DataFormat format, OnBadLine on_bad_line,
                                      ReadReport* report) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw InputError(fmt::format("cannot open dataset '{}'", path.string()));
-  std::vector<Conversation> conversations;
-  ReadReport counts;
-  std::string line;
-  for (int64_t line_number = 1; std::getline(file, line); ++line_number) {
-    if (line_number == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // UTF-8 byte-order mark
-    if (is_blank(line)) continue;
-    ++counts.lines_read;
-    const std::string source = fmt::format("{}:{}", path.string(), line_number);
-    try {
-      conversations.push_back({parse_line(line, format), source});
-    } catch (const BadLine& bad) {
-      if (on_bad_line == OnBadLine::fail) {
-        throw InputError(fmt::format("{}: {}; HINT: fix the line, or skip bad lines (on_bad_line: skip)", source,
-                                     bad.reason));
-      }
-      tune::log::warn("{}: {}; line skipped", source, bad.reason);
-      ++counts.lines_skipped;
-    }
+  if (format == DataFormat::text) {
+    throw UsageError("read_jsonl reads conversations; raw text (format text) is read by read_dataset_file");
   }
-  if (conversations.empty()) {
-    throw InputError(counts.lines_read == 0
-                         ? fmt::format("dataset '{}' is empty: it has no JSONL rows", path.string())
-                         : fmt::format("dataset '{}' has no usable rows: all {} were skipped as bad", path.string(),
-                                       counts.lines_skipped));
-  }
-  if (report != nullptr) *report = counts;
-  return conversations;
+  DatasetRows rows = read_dataset_file(path, format, on_bad_line);
+  if (report != nullptr) *report = rows.report;
+  return std::move(rows.conversations);
+}
+
+std::string skip_summary(const fs::path& path, const ReadReport& report) {
+  return fmt::format("skipped {} of {} rows in {} (first: {}{})", report.rows_skipped, report.rows_read,
+                     path.string(), fmt::join(report.first_problems, "; "),
+                     report.rows_skipped > static_cast<int64_t>(report.first_problems.size()) ? "; ..." : "");
 }
 
 }  // namespace tune::data

@@ -1,10 +1,13 @@
-// Supervised fine-tuning data: JSONL in instruction form (Alpaca: instruction, input, output) or chat form
-// (messages: [{role, content}]), rendered through a chat template into token ids and loss labels.
+// Supervised fine-tuning data: rows in instruction form (Alpaca: instruction, input, output), chat form
+// (messages: [{role, content}]) or ShareGPT form (conversations: [{from, value}]), in JSONL files or JSON arrays,
+// rendered through a chat template into token ids and loss labels; or raw text (continued pre-training).
+// Reading files: dataset_file.h. Raw text: text_dataset.h. Several weighted files: dataset_mixture.h.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,37 +24,49 @@ struct ChatMessage {
 
 struct Conversation {
   std::vector<ChatMessage> messages;
-  std::string source;  // "file.jsonl:LINE" for error messages
+  std::string source;  // "file.jsonl:LINE" or "file.json:index N" for error messages
 };
 
-enum class DataFormat { automatic, instruction, chat };  // automatic: chosen per line by the fields present
+// A document of raw text (format text): a JSONL/JSON row's `text`, or a whole .txt file.
+struct TextDocument {
+  std::string text;
+  std::string source;  // "file.jsonl:LINE", "file.json:index N" or "file.txt"
+};
+
+// automatic: chosen per row by the fields present (messages, conversations, instruction/output); text is never
+// guessed, since it changes how everything is tokenized.
+enum class DataFormat { automatic, instruction, chat, sharegpt, text };
 enum class OnBadLine { fail, skip };
 
 struct ReadReport {
-  int64_t lines_read = 0;
-  int64_t lines_skipped = 0;  // only with OnBadLine::skip; each skip is logged with file:line and reason
+  int64_t rows_read = 0;     // non-blank JSONL lines, JSON array elements, or 1 per plain-text file
+  int64_t rows_skipped = 0;  // only with OnBadLine::skip
+  std::vector<std::string> first_problems;  // "FILE:LINE: reason" of the first kReportedProblems skipped rows
 };
+constexpr size_t kReportedProblems = 3;
 
-// Reads a JSONL file. Instruction rows become [user: instruction (+ "\n\n" + input when non-empty), assistant:
-// output]. Malformed JSON, missing fields, wrong roles or an empty file throw tune::InputError naming file:line
-// (or, with OnBadLine::skip, skip the line and count it; an empty result is still an error).
+// Reads a conversation file (JSONL, or a JSON array: dataset_file.h tells them apart) in `format` (any but text).
+// Instruction rows become [user: instruction (+ "\n\n" + input when non-empty), assistant: output]. Malformed JSON,
+// missing fields, wrong roles or an empty file throw tune::InputError naming file:line or file:index N (or, with
+// OnBadLine::skip, skip the row and count it; an empty result is still an error).
 std::vector<Conversation> read_jsonl(const std::filesystem::path& path, DataFormat format, OnBadLine on_bad_line,
                                      ReadReport* report = nullptr);
 
 struct TokenizedExample {
   std::vector<int64_t> input_ids;
   std::vector<int64_t> labels;  // kIgnoreIndex where no loss; otherwise equal to input_ids (shift happens in the loss)
+  int32_t source = 0;           // which of several data files it came from (dataset_mixture.h)
 };
 
-// Chat templates: "plain" (### Instruction / ### Response), "llama2" ([INST] ... [/INST]), "chatml"
-// (<|im_start|>role\n...<|im_end|>). Each starts with BOS, and every assistant turn ends with EOS (plain, llama2)
-// or <|im_end|> followed by EOS (chatml) so a fine-tuned model learns to stop.
-// Each run of text between mask boundaries is tokenized as its own string (so sentencepiece gives it a leading
-// "▁"), as Meta's Llama 2 code does; chat_template.cpp documents the exact layouts.
+// Chat templates: "plain" (### Instruction / ### Response) and "llama2" ([INST] ... [/INST]) start with BOS and end
+// every assistant turn with EOS so a fine-tuned model learns to stop. Each run of text between mask boundaries is
+// tokenized as its own string (so sentencepiece gives it a leading "▁"), as Meta's Llama 2 code does;
+// chat_template.cpp documents the exact layouts.
 //
-// Jinja templates (jinja_chat_template.h) are the other kind: the model's own chat_template from the
-// tokenizer_config.json beside its tokenizer ("auto"), or the built-in "llama3"; rendered whole and encoded once.
-// "none": the messages' contents back to back (base models, completion-style data), BOS first and EOS last.
+// Jinja templates (jinja_chat_template.h) are the other kind, rendered whole and encoded once as transformers'
+// apply_chat_template does: the model's own chat_template from the tokenizer_config.json beside its tokenizer
+// ("auto"), and the built-ins "chatml" (canonical ChatML: no BOS, no EOS, the reply ends with <|im_end|>) and
+// "llama3". "none": the messages' contents back to back (base models, completion-style data), BOS first and EOS last.
 class JinjaChatTemplate;
 
 class ChatTemplate {
@@ -66,6 +81,12 @@ class ChatTemplate {
   static std::vector<std::string> built_in_names();  // by_name's: plain, llama2, chatml, none
   const std::string& name() const { return name_; }
   bool is_jinja() const { return jinja_ != nullptr; }
+  // The text a reply ends with where that is not the tokenizer's EOS (chatml: "<|im_end|>", llama3: "<|eot_id|>"):
+  // generation stops on it too. Empty for the model's own template (its stop tokens come with the model).
+  std::string end_of_turn_text() const;
+  // The template as Jinja source, for a tokenizer_config.json "chat_template" that transformers renders: the model's
+  // own or a Jinja built-in as is; plain, llama2 and none as Jinja rendering the same text (BOS/EOS as token text).
+  std::string jinja_source() const;
   // The text a Jinja template renders (what `tune tokenize --messages` shows); empty for the part-based built-ins.
   std::string render_text(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
 
@@ -79,6 +100,7 @@ class ChatTemplate {
   explicit ChatTemplate(std::string name) : name_(std::move(name)) {}
   std::string name_;
   std::shared_ptr<const JinjaChatTemplate> jinja_;
+  std::optional<std::string> source_;  // jinja_'s source text
 };
 
 // Tokenizes every conversation and truncates to max_length (keeping the start); examples left with no loss

@@ -13,7 +13,11 @@
 namespace tune::data {
 
 SftLoader::SftLoader(std::vector<TokenizedExample> examples, LoaderOptions options)
-    : examples_(std::move(examples)), options_(options) {
+    : SftLoader(MixedExamples{std::move(examples), {}}, options) {}
+
+SftLoader::SftLoader(MixedExamples examples, LoaderOptions options)
+    : examples_(std::move(examples.examples)), options_(options) {
+  if (is_weighted(examples.source_weights)) source_weights_ = std::move(examples.source_weights);
   if (examples_.empty()) throw InputError("the SFT loader got no examples");
   if (options_.batch_size < 1) throw UsageError(fmt::format("batch_size must be at least 1, got {}", options_.batch_size));
   for (size_t i = 0; i < examples_.size(); ++i) {
@@ -44,12 +48,21 @@ std::vector<std::vector<int64_t>> SftLoader::plan_rows(const std::vector<int64_t
 }
 
 void SftLoader::plan_epoch(int64_t epoch) {
-  const auto count = static_cast<int64_t>(examples_.size());
-  std::vector<int64_t> order(static_cast<size_t>(count));
-  if (options_.shuffle) {
-    order = seeded_permutation(count, options_.seed + static_cast<uint64_t>(epoch));
+  // The epoch's examples (with a weighted mixture, some repeated or left out), then their seeded order. Unweighted,
+  // the pool is 0..n-1, so the order is the permutation itself, as it always was.
+  std::vector<int64_t> pool(examples_.size());
+  if (source_weights_.empty()) {
+    std::iota(pool.begin(), pool.end(), int64_t{0});
   } else {
-    std::iota(order.begin(), order.end(), int64_t{0});
+    std::vector<int32_t> source_of;
+    source_of.reserve(examples_.size());
+    for (const auto& example : examples_) source_of.push_back(example.source);
+    pool = mixture_epoch(source_of, source_weights_, options_.seed, epoch);
+  }
+  std::vector<int64_t> order = pool;
+  if (options_.shuffle) {
+    const auto permutation = seeded_permutation(static_cast<int64_t>(pool.size()), options_.seed + static_cast<uint64_t>(epoch));
+    for (size_t i = 0; i < pool.size(); ++i) order[i] = pool[static_cast<size_t>(permutation[i])];
   }
   epoch_rows_ = plan_rows(order);
   planned_epoch_ = epoch;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "tune/data/dataset_mixture.h"
 #include "tune/data/sft_dataset.h"
 
 namespace tune::data {
@@ -41,6 +42,9 @@ SftBatch slice_rows(const SftBatch& batch, int64_t begin, int64_t end);
 class SftLoader {
  public:
   SftLoader(std::vector<TokenizedExample> examples, LoaderOptions options);
+  // Several files mixed by weight (dataset_mixture.h): each epoch holds the examples mixture_epoch chooses, shuffled
+  // together; with every weight 1 exactly what the constructor above gives.
+  SftLoader(MixedExamples examples, LoaderOptions options);
 
   // The next batch; wraps to a new epoch (a new seeded order: seed + epoch) at the end of the data.
   SftBatch next();
@@ -52,6 +56,7 @@ class SftLoader {
 
  private:
   std::vector<TokenizedExample> examples_;
+  std::vector<double> source_weights_;  // empty unless the mixture is weighted
   LoaderOptions options_;
   LoaderPosition position_;
   std::vector<std::vector<int64_t>> epoch_rows_;  // per batch row: example indices (implementation detail)

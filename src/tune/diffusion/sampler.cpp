@@ -74,7 +74,7 @@ torch::Tensor run_loop(const GaussianDiffusion& diffusion, const ModelFn& model,
     const auto t = torch::full({x.size(0)}, i, torch::TensorOptions().dtype(torch::kLong).device(x.device()));
     const auto noise = standard_normal(x.sizes(), generator, x.options());
     x = step(diffusion, model, x, t, noise, options).sample;
-    if (options.on_step) options.on_step(total - i, total);
+    if (options.on_step) options.on_step(total - i, total, diffusion.timestep_map()[static_cast<size_t>(i)]);
   }
   return x;
 }

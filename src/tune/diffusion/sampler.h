@@ -31,7 +31,9 @@ struct SamplerOptions {
   bool clip_denoised = false;          // clamp pred_xstart to [-1, 1]; Latte samples latents with false
   GuidanceFn guidance;                 // empty: unguided
   bool guidance_through_model = true;  // see above
-  std::function<void(int64_t done, int64_t total)> on_step;  // progress, called after each step
+  // Progress, called after each step: steps done of total, and the original timestep (what the model saw) of the
+  // step just taken, e.g. 999, 979, ..., 0 for 50 of 1000.
+  std::function<void(int64_t done, int64_t total, int64_t timestep)> on_step;
 };
 
 struct SampleStep {

@@ -22,6 +22,7 @@ std::vector<double> betas_for_alpha_bar(int64_t num_steps, const std::function<d
 // section_counts: "ddimN" (the DDIM paper's fixed integer stride giving exactly N steps), or comma-separated
 // counts "10,15,20" (the process split into equal sections, each strided to its count; positions are rounded
 // half-to-even like Python's round()). "" keeps every step. Throws tune::UsageError when impossible.
+// Latte's sample.py samples with "N" for DDPM and DDIM alike (create_diffusion(str(N))): 0, 20, 41, ..., 999 at 50.
 std::vector<int64_t> space_timesteps(int64_t num_timesteps, const std::string& section_counts);
 std::vector<int64_t> space_timesteps(int64_t num_timesteps, const std::vector<int64_t>& section_counts);
 

@@ -14,7 +14,7 @@ nlohmann::json read_json_file(const std::filesystem::path& path, const std::stri
   if (!in) throw InputError(fmt::format("{}: cannot open {}", path.string(), what));
   try {
     return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& error) {
+  } catch (const nlohmann::json::exception& error) {  // parse_error, and out_of_range for a number like 1e999
     throw InputError(fmt::format("{}: invalid JSON: {}", path.string(), error.what()));
   }
 }

@@ -54,7 +54,7 @@ Json parse_header(const std::string& text, const std::filesystem::path& path) {
   Json header;
   try {
     header = Json::parse(text, on_event);
-  } catch (const Json::parse_error& error) {
+  } catch (const Json::exception& error) {  // parse_error, and out_of_range for a number like 1e999
     fail(path, fmt::format("the header is not valid JSON ({})", error.what()));
   }
   if (!duplicate.empty()) fail_tensor(path, duplicate, "appears more than once in the header");

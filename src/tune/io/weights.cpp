@@ -51,7 +51,7 @@ nlohmann::json read_index(const std::filesystem::path& index_path) {
   nlohmann::json index;
   try {
     index = nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::parse_error& error) {
+  } catch (const nlohmann::json::exception& error) {  // parse_error, and out_of_range for a number like 1e999
     throw InputError(fmt::format("{}: the index is not valid JSON ({})", index_path.string(), error.what()));
   }
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {

@@ -33,7 +33,18 @@ Value Renderer::lookup(const std::string& name, const Scope& scope) const {
 }
 
 // The innermost failing expression names its own line and column; outer ones pass the InputError through.
+// Nested expressions, and macros calling macros, recurse through here: past kMaxDepth that is an error, as
+// jinja2's RecursionError, not a stack overflow (a template that calls itself forever, or a very deep one).
 Value Renderer::evaluate(const Expression& expression, const Scope& scope) {
+  if (depth_ >= kMaxDepth) {
+    fail(expression.location, fmt::format("maximum recursion depth exceeded (expressions and macro calls nest more "
+                                          "than {} deep)", kMaxDepth));
+  }
+  struct Deeper {
+    int& depth;
+    explicit Deeper(int& d) : depth(++d) {}
+    ~Deeper() { --depth; }
+  } deeper(depth_);
   try {
     return evaluate_node(expression, scope);
   } catch (const EvaluationError& error) {

@@ -102,6 +102,8 @@ Value attribute_path(const Value& item, const std::string& path) {
     const size_t dot = path.find('.', start);
     const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     const bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
+    // An index beyond int64 names no item (jinja2: an IndexError, so Undefined); stoll would throw.
+    if (numeric && part.size() > 18) return Value::undefined(part);
     current = numeric ? get_item(current, Value(static_cast<int64_t>(std::stoll(part)))) : get_attribute(current, part);
     if (dot == std::string::npos) return current;
     start = dot + 1;

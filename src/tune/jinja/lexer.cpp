@@ -92,9 +92,18 @@ class Lexer {
   Location location_of(size_t offset) const {
     const auto next_line = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
     const size_t line_start = *(next_line - 1);
+    // Tokens come in order, so the column is counted on from the previous token's when it is on the same line:
+    // counting from the line's start every time made a long one-line template quadratic (minutes for 100 KB).
+    size_t from = line_start;
     int column = 1;
-    for (size_t i = line_start; i < offset && i < source_.size(); ++i)
+    if (counted_offset_ >= line_start && counted_offset_ <= offset) {
+      from = counted_offset_;
+      column = counted_column_;
+    }
+    for (size_t i = from; i < offset && i < source_.size(); ++i)
       if ((static_cast<unsigned char>(source_[i]) & 0xC0) != 0x80) ++column;  // count code points, not bytes
+    counted_offset_ = offset;
+    counted_column_ = column;
     return {static_cast<int>(next_line - line_starts_.begin()), column};
   }
 
@@ -291,6 +300,8 @@ class Lexer {
   std::vector<size_t> line_starts_;
   size_t position_ = 0;
   size_t adjacent_string_offset_ = std::string::npos;
+  mutable size_t counted_offset_ = 0;  // location_of's last offset and its column
+  mutable int counted_column_ = 1;
   std::vector<Token> tokens_;
 };
 

@@ -75,6 +75,31 @@ class Parser {
   [[noreturn]] void fail(const Token& at, const std::string& message) const {
     throw InputError(located_message(template_name_, at.location, message));
   }
+
+  // Nesting is recursion, here and in the renderer: blocks in blocks, brackets, unary operators, and chains of
+  // operators, filters, calls and subscripts (each link nests the tree one level deeper). jinja2 gives up near 100
+  // levels (RecursionError); tune allows kMaxNesting, then fails naming the place rather than overflow the stack.
+  static constexpr int kMaxNesting = 256;
+
+  // Levels of nesting_ held until the end of the scope it lives in.
+  class Nesting {
+   public:
+    explicit Nesting(Parser& parser) : parser_(parser) {}
+    Nesting(const Nesting&) = delete;
+    Nesting& operator=(const Nesting&) = delete;
+    ~Nesting() { parser_.nesting_ -= levels_; }
+    void enter(const Token& at) {
+      if (parser_.nesting_ >= kMaxNesting) {
+        parser_.fail(at, fmt::format("the template nests more than {} levels deep here", kMaxNesting));
+      }
+      ++parser_.nesting_;
+      ++levels_;
+    }
+
+   private:
+    Parser& parser_;
+    int levels_ = 0;
+  };
   void expect_symbol(const char* symbol) {
     if (!accept_symbol(symbol)) fail(current(), fmt::format("expected '{}', got {}", symbol, describe(current())));
   }
@@ -134,6 +159,8 @@ class Parser {
 
   Statement parse_statement(Location location) {
     const Token& tag = current();
+    Nesting nesting(*this);
+    nesting.enter(tag);
     if (tag.kind != TokenKind::name) fail(tag, fmt::format("expected a tag name, got {}", describe(tag)));
     const std::string name = advance().text;
     if (name == "if") return {location, parse_if()};
@@ -286,10 +313,13 @@ class Parser {
   }
 
   ExpressionPtr parse_expression(bool with_conditional) {
+    Nesting nesting(*this);
+    nesting.enter(current());
     if (!with_conditional) return parse_or();
     const Location location = current().location;
     ExpressionPtr expression = parse_or();
-    while (accept_name("if")) {
+    while (at_name("if")) {
+      nesting.enter(advance());
       ExpressionPtr condition = parse_or();
       ExpressionPtr otherwise = accept_name("else") ? parse_expression(true) : nullptr;
       expression = make_expression(location, Conditional{std::move(condition), std::move(expression),
@@ -303,8 +333,10 @@ class Parser {
   }
 
   ExpressionPtr parse_or() {
+    Nesting chain(*this);
     ExpressionPtr left = parse_and();
     while (at_name("or")) {
+      chain.enter(current());
       const Location location = advance().location;
       left = binary(location, BinaryOperator::logical_or, std::move(left), parse_and());
     }
@@ -312,8 +344,10 @@ class Parser {
   }
 
   ExpressionPtr parse_and() {
+    Nesting chain(*this);
     ExpressionPtr left = parse_not();
     while (at_name("and")) {
+      chain.enter(current());
       const Location location = advance().location;
       left = binary(location, BinaryOperator::logical_and, std::move(left), parse_not());
     }
@@ -322,6 +356,8 @@ class Parser {
 
   ExpressionPtr parse_not() {
     if (at_name("not")) {
+      Nesting nesting(*this);
+      nesting.enter(current());
       const Location location = advance().location;
       return make_expression(location, Unary{UnaryOperator::logical_not, parse_not()});
     }
@@ -365,8 +401,10 @@ class Parser {
   }
 
   ExpressionPtr parse_math1() {
+    Nesting chain(*this);
     ExpressionPtr left = parse_concat();
     while (at_symbol("+") || at_symbol("-")) {
+      chain.enter(current());
       const Token& token = advance();
       const BinaryOperator op = token.text == "+" ? BinaryOperator::add : BinaryOperator::subtract;
       left = binary(token.location, op, std::move(left), parse_concat());
@@ -375,8 +413,10 @@ class Parser {
   }
 
   ExpressionPtr parse_concat() {
+    Nesting chain(*this);
     ExpressionPtr left = parse_math2();
     while (at_symbol("~")) {
+      chain.enter(current());
       const Location location = advance().location;
       left = binary(location, BinaryOperator::concatenate, std::move(left), parse_math2());
     }
@@ -384,8 +424,10 @@ class Parser {
   }
 
   ExpressionPtr parse_math2() {
+    Nesting chain(*this);
     ExpressionPtr left = parse_power();
     while (at_symbol("*") || at_symbol("/") || at_symbol("//") || at_symbol("%")) {
+      chain.enter(current());
       const Token& token = advance();
       const BinaryOperator op = token.text == "*"    ? BinaryOperator::multiply
                                 : token.text == "/"  ? BinaryOperator::divide
@@ -397,8 +439,10 @@ class Parser {
   }
 
   ExpressionPtr parse_power() {
+    Nesting chain(*this);
     ExpressionPtr left = parse_unary(true);
     while (at_symbol("**")) {
+      chain.enter(current());
       const Location location = advance().location;
       left = binary(location, BinaryOperator::power, std::move(left), parse_unary(true));
     }
@@ -409,6 +453,8 @@ class Parser {
   ExpressionPtr parse_unary(bool with_filters) {
     const Location location = current().location;
     ExpressionPtr expression;
+    Nesting nesting(*this);
+    if (at_symbol("-") || at_symbol("+")) nesting.enter(current());
     if (accept_symbol("-")) {
       expression = make_expression(location, Unary{UnaryOperator::negate, parse_unary(false)});
     } else if (accept_symbol("+")) {
@@ -441,7 +487,8 @@ class Parser {
         }
       case TokenKind::floating:
         advance();
-        return make_expression(token.location, Literal{Value(std::stod(token.text))});
+        // strtod, not stod: a literal beyond double's range is inf, as Python's float() makes it (stod throws).
+        return make_expression(token.location, Literal{Value(std::strtod(token.text.c_str(), nullptr))});
       case TokenKind::symbol:
         if (accept_symbol("(")) {
           ExpressionPtr inner = parse_tuple(true);
@@ -485,12 +532,19 @@ class Parser {
   // Postfix nodes are located at the start of the whole expression (`'x'.bad()` at the quote).
   ExpressionPtr parse_postfix(ExpressionPtr expression) {
     const Location location = expression->location;
+    Nesting chain(*this);
     while (true) {
+      if (at_symbol(".") || at_symbol("[") || at_symbol("(")) chain.enter(current());
       if (accept_symbol(".")) {
         if (current().kind == TokenKind::integer) {  // jinja2 reads `items.0` as items[0]
           const Token& index = advance();
-          ExpressionPtr position =
-              make_expression(index.location, Literal{Value(static_cast<int64_t>(std::stoll(index.text)))});
+          int64_t number = 0;
+          try {
+            number = std::stoll(index.text);
+          } catch (const std::out_of_range&) {  // as for integer literals (parse_primary)
+            fail(index, fmt::format("integer index {} is out of range", index.text));
+          }
+          ExpressionPtr position = make_expression(index.location, Literal{Value(number)});
           expression = make_expression(location, Subscript{std::move(expression), std::move(position)});
         } else {
           expression = make_expression(location, Attribute{std::move(expression), expect_identifier("an attribute name")});
@@ -543,7 +597,9 @@ class Parser {
   }
 
   ExpressionPtr parse_filters_and_tests(ExpressionPtr expression) {
+    Nesting chain(*this);
     while (true) {
+      if (at_symbol("|") || at_name("is") || at_symbol("(")) chain.enter(current());
       const Location location = current().location;
       if (accept_symbol("|")) {
         FilterCall filter{std::move(expression), expect_dotted_name("a filter name"), {}};
@@ -588,6 +644,7 @@ class Parser {
   const std::vector<Token>& tokens_;
   std::string template_name_;
   size_t index_ = 0;
+  int nesting_ = 0;  // levels held by Nesting objects
 };
 
 }  // namespace

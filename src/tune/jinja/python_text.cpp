@@ -37,15 +37,41 @@ std::string string_repr(const std::string& text) {
   return out;
 }
 
-std::string map_repr(const Map& map) {
+std::string repr_at(const Value& value, int depth);
+
+std::string map_repr(const Map& map, int depth) {
   std::string out = "{";
   bool first = true;
   for (const auto& [key, value] : map.entries()) {
     if (!first) out += ", ";
     first = false;
-    out += string_repr(key) + ": " + python_repr(value);
+    out += string_repr(key) + ": " + repr_at(value, depth + 1);
   }
   return out + "}";
+}
+
+// A namespace can hold itself (`{% set ns.me = ns %}`), which Python's repr() gives up on with a RecursionError:
+// so does this, at a depth no real value reaches, rather than recurse until the stack overflows.
+constexpr int kMaxReprDepth = 512;
+
+std::string repr_at(const Value& value, int depth) {
+  if (depth > kMaxReprDepth) {
+    throw EvaluationError("maximum recursion depth exceeded while getting the repr of an object");
+  }
+  switch (value.kind()) {
+    case Value::Kind::list: {
+      const List& items = value.as_list();
+      std::string out = value.is_tuple() ? "(" : "[";
+      for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + repr_at(items[i], depth + 1);
+      if (value.is_tuple()) return out + (items.size() == 1 ? ",)" : ")");
+      return out + "]";
+    }
+    case Value::Kind::map:
+      return value.is_namespace() ? "<Namespace " + map_repr(value.as_map(), depth) + ">"
+                                  : map_repr(value.as_map(), depth);
+    default:
+      return python_repr(value);
+  }
 }
 
 }  // namespace
@@ -114,15 +140,9 @@ std::string python_repr(const Value& value) {
       return python_float_repr(value.as_float());
     case Value::Kind::string:
       return string_repr(value.as_string());
-    case Value::Kind::list: {
-      const List& items = value.as_list();
-      std::string out = value.is_tuple() ? "(" : "[";
-      for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + python_repr(items[i]);
-      if (value.is_tuple()) return out + (items.size() == 1 ? ",)" : ")");
-      return out + "]";
-    }
+    case Value::Kind::list:
     case Value::Kind::map:
-      return value.is_namespace() ? "<Namespace " + map_repr(value.as_map()) + ">" : map_repr(value.as_map());
+      return repr_at(value, 0);
     case Value::Kind::function:
       return "<function " + value.name() + ">";
   }

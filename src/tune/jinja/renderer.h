@@ -40,9 +40,12 @@ class Renderer {
   CallArguments evaluate_arguments(const Arguments& arguments, const Scope& scope);
   [[noreturn]] void fail(Location location, const std::string& message) const;
 
+  static constexpr int kMaxDepth = 512;  // evaluate()'s recursion (jinja2 stops near 100 levels)
+
   std::string template_name_;
   Map context_;
   Map globals_;
+  int depth_ = 0;  // evaluate() calls in progress
 };
 
 }  // namespace tune::jinja

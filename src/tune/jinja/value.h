@@ -23,7 +23,7 @@ class Map {
   const Value* find(const std::string& key) const;
   void set(const std::string& key, Value value);
   bool contains(const std::string& key) const { return find(key) != nullptr; }
-  size_t size() const { return entries_.size(); }
+  size_t size() const;  // defined below Value: clang instantiates the vector's size() where it is written
   const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
 
  private:
@@ -111,5 +111,7 @@ class Value {
   bool is_namespace_ = false;
   bool is_tuple_ = false;
 };
+
+inline size_t Map::size() const { return entries_.size(); }
 
 }  // namespace tune::jinja

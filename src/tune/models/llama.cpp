@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <stdexcept>
 #include <tuple>
 
 #include "tune/core/error.h"
@@ -105,30 +106,56 @@ torch::Tensor LlamaForCausalLMImpl::hidden_states(const torch::Tensor& input_emb
   }
   positions = positions.to(device, torch::kInt64);
 
-  // Built once here rather than in every layer: they depend only on positions and segments.
-  LayerInputs layer_inputs;
-  std::tie(layer_inputs.cos, layer_inputs.sin) = model_->rotary_emb(positions);
-  layer_inputs.mask = nn::make_causal_mask(length, past, inputs.segment_ids, device);
+  // Built once here rather than in every layer: they depend only on positions, segments and the layer's window
+  // (one set per distinct window: Qwen2/Qwen3 may mix full and sliding layers).
+  LayerInputs base_inputs;
+  std::tie(base_inputs.cos, base_inputs.sin) = model_->rotary_emb(positions);
+  if (cache == nullptr) base_inputs.runner = runner_;
   // Only the CUDA attention uses it (attention_core_fused); the check of the segments costs a device sync.
-  layer_inputs.causal_mask = device.is_cuda() && past == 0 &&
-                             (!inputs.segment_ids.defined() || inputs.segment_ids.eq(0).all().item<bool>());
+  const bool plain_causal = device.is_cuda() && past == 0 &&
+                            (!inputs.segment_ids.defined() || inputs.segment_ids.eq(0).all().item<bool>());
+  std::map<int64_t, LayerInputs> by_window;
+  std::vector<LayerInputs> layer_inputs;
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    const int64_t window = config_.layer_sliding_window(i);
+    auto found = by_window.find(window);
+    if (found == by_window.end()) {
+      LayerInputs for_window = base_inputs;
+      for_window.sliding_window = window;
+      for_window.mask = nn::make_causal_mask(length, past, inputs.segment_ids, device, window);
+      if (cache != nullptr) {
+        // A sliding layer's cache holds only its last window - 1 keys: the mask's columns for the dropped (all
+        // hidden) keys go too.
+        const torch::Tensor& cached = cache->keys[static_cast<size_t>(i)];
+        const int64_t kept = cached.defined() ? cached.size(2) : 0;
+        if (kept > past || (window == 0 && kept != past)) {
+          throw std::logic_error(fmt::format("KV cache of layer {} holds {} positions, {} decoded", i, kept, past));
+        }
+        for_window.mask = for_window.mask.slice(-1, past - kept);
+      }
+      // A window at least as long as the sequence hides nothing the causal mask does not.
+      for_window.causal_mask = plain_causal && (window == 0 || window >= length);
+      found = by_window.emplace(window, for_window).first;
+    }
+    layer_inputs.push_back(found->second);
+  }
 
   torch::Tensor hidden = input_embeddings;
   if (cache != nullptr) {
     // Decoding mutates the cache, so each block must run exactly once: never through a recomputing runner.
     for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
-      LayerInputs with_cache = layer_inputs;
+      LayerInputs with_cache = layer_inputs[static_cast<size_t>(i)];
       with_cache.cached_keys = &cache->keys[static_cast<size_t>(i)];
       with_cache.cached_values = &cache->values[static_cast<size_t>(i)];
       hidden = model_->layers->ptr<LlamaDecoderLayerImpl>(i)->forward(hidden, with_cache);
     }
+    cache->tokens = past + length;
   } else {
-    layer_inputs.runner = runner_;
     std::vector<std::shared_ptr<LlamaDecoderLayerImpl>> layers;
     for (int64_t i = 0; i < config_.num_hidden_layers; ++i) layers.push_back(model_->layers->ptr<LlamaDecoderLayerImpl>(i));
     // Captured by value: a checkpointing runner calls the blocks again in backward, after this frame is gone.
     auto block = [layers, layer_inputs](int64_t i, const torch::Tensor& h) {
-      return layers[static_cast<size_t>(i)]->forward(h, layer_inputs);
+      return layers[static_cast<size_t>(i)]->forward(h, layer_inputs[static_cast<size_t>(i)]);
     };
     auto params_of = [&layers](int64_t i) { return trainable_parameters(*layers[static_cast<size_t>(i)]); };
     hidden = runner_->run_stack(config_.num_hidden_layers, block, hidden, params_of);

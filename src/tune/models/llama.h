@@ -1,7 +1,9 @@
-// A Llama-family decoder-only LM (Llama 2/3, Mistral, Qwen2): RMSNorm, rotate-half RoPE, grouped-query
-// attention, SwiGLU MLP. Submodule names equal Hugging Face's so named_parameters() are HF tensor names:
+// A Llama-family decoder-only LM (Llama 2/3, Mistral, Qwen2, Qwen3): RMSNorm, rotate-half RoPE, grouped-query
+// attention (Qwen3: RMSNorm on each query and key head; Mistral/Qwen: optionally a sliding window), gated MLP
+// (SiLU or GELU). Submodule names equal Hugging Face's so named_parameters() are HF tensor names:
 // model.embed_tokens.weight, model.layers.N.self_attn.{q,k,v,o}_proj.weight, model.layers.N.mlp.{gate,up,down}_proj.weight,
-// model.layers.N.{input,post_attention}_layernorm.weight, model.norm.weight, lm_head.weight (absent when tied).
+// model.layers.N.self_attn.{q,k}_norm.weight (Qwen3), model.layers.N.{input,post_attention}_layernorm.weight,
+// model.norm.weight, lm_head.weight (absent when tied).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -25,11 +27,14 @@ struct LlamaLoraOptions {
   std::vector<std::string> target_modules = {"q_proj", "v_proj"};  // any of q,k,v,o,gate,up,down _proj
 };
 
-// Key/value cache for incremental decoding: per layer, [batch, kv_heads, cached_len, head_dim].
+// Key/value cache for incremental decoding: per layer, [batch, kv_heads, cached_len, head_dim]. A layer with a
+// sliding window w keeps only its last w - 1 keys and values (all a later query can see), so its cached_len may be
+// shorter than length().
 struct KVCache {
   std::vector<torch::Tensor> keys;
   std::vector<torch::Tensor> values;
-  int64_t length() const { return keys.empty() || !keys[0].defined() ? 0 : keys[0].size(2); }
+  int64_t tokens = 0;  // positions decoded so far (the next token's position)
+  int64_t length() const { return tokens; }
 };
 
 // What the attention layers need besides the hidden states.

@@ -1,10 +1,15 @@
-// Reading and writing Hugging Face config.json for LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM.
+// Reading and writing Hugging Face config.json for LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and
+// Qwen3ForCausalLM (transformers 5's configuration_*.py and modeling_*.py are the reference for every default and
+// for which fields each class reads).
 #include "tune/models/llama_config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "tune/core/error.h"
 #include "tune/io/json_fields.h"
@@ -25,19 +30,34 @@ LlamaConfig defaults_for(const std::string& model_type) {
     config.num_key_value_heads = 8;
     config.max_position_embeddings = 4096 * 32;
     config.sliding_window = 4096;
-  } else if (model_type == "qwen2") {
-    config.architecture = "Qwen2ForCausalLM";
+  } else if (model_type == "qwen2" || model_type == "qwen3") {
+    config.architecture = model_type == "qwen2" ? "Qwen2ForCausalLM" : "Qwen3ForCausalLM";
     config.vocab_size = 151936;
     config.intermediate_size = 22016;
     config.max_position_embeddings = 32768;
-    config.attention_bias = true;
+    config.attention_bias = model_type == "qwen2";
+    config.max_window_layers = 28;
+    if (model_type == "qwen3") config.head_dim = 128;  // Qwen3Config's own default, not hidden / heads
     config.bos_token_id = 151643;
     config.eos_token_ids = {151643};
   }
   return config;
 }
 
+// The keys a RoPE dict may hold: those of the "default" and "llama3" types, which are all tune implements. Any other
+// key belongs to a RoPE variant tune would silently run as plain RoPE.
+const std::set<std::string> kRopeKeys = {"rope_type", "type", "rope_theta", "factor", "low_freq_factor",
+                                         "high_freq_factor", "original_max_position_embeddings",
+                                         "partial_rotary_factor"};
 
+// partial_rotary_factor (top level or in the RoPE dict): RoPE on only a leading fraction of each head.
+void check_partial_rotary_factor(const io::JsonFields& reader) {
+  const double factor = reader.real("partial_rotary_factor", 1.0);
+  if (factor != 1.0) {
+    reader.fail("partial_rotary_factor", fmt::format("is {}; tune applies RoPE to the whole head (only 1.0 is "
+                                                     "supported)", factor));
+  }
+}
 
 RopeScaling read_rope_scaling(const json& value, const std::string& source, const std::string& field) {
   RopeScaling scaling;
@@ -46,6 +66,18 @@ RopeScaling read_rope_scaling(const json& value, const std::string& source, cons
     throw InputError(fmt::format("{}: field '{}' must be null or an object, got {}", source, field, value.dump()));
   }
   const io::JsonFields reader(value, source, field + ".");
+  for (const auto& item : value.items()) {
+    if (item.key() == "full_attention" || item.key() == "sliding_attention") {
+      reader.fail(item.key(), "holds RoPE parameters per layer type, which tune does not implement (one set for all "
+                              "layers only)");
+    }
+    if (kRopeKeys.count(item.key()) == 0) {
+      reader.fail(item.key(), fmt::format("is not a parameter of the RoPE types tune implements (\"default\", "
+                                          "\"llama3\"), so tune would compute a different RoPE than the model's; "
+                                          "known keys: {}", fmt::join(kRopeKeys, ", ")));
+    }
+  }
+  check_partial_rotary_factor(reader);
   // "type" is the pre-4.45 spelling of "rope_type".
   std::string type = reader.has("rope_type") ? reader.string("rope_type", "default") : reader.string("type", "default");
   if (type == "default") return scaling;
@@ -71,7 +103,129 @@ RopeScaling read_rope_scaling(const json& value, const std::string& source, cons
   return scaling;
 }
 
+// RoPE: transformers takes a non-empty "rope_scaling" (< 5) over "rope_parameters" (>= 5, which also nests
+// rope_theta); a rope_theta inside the chosen dict wins over the top-level one.
+void read_rope(const io::JsonFields& reader, const json& config_json, const std::string& source, LlamaConfig& config) {
+  check_partial_rotary_factor(reader);
+  config.rope_theta = reader.real("rope_theta", config.rope_theta);
+  const bool scaling_given = reader.has("rope_scaling") && !config_json.at("rope_scaling").empty();
+  const char* field = scaling_given ? "rope_scaling" : reader.has("rope_parameters") ? "rope_parameters" : nullptr;
+  if (field == nullptr) return;
+  const json& parameters = config_json.at(field);
+  config.rope_scaling = read_rope_scaling(parameters, source, field);
+  if (parameters.is_object()) {
+    config.rope_theta = io::JsonFields(parameters, source, std::string(field) + ".").real("rope_theta", config.rope_theta);
+  }
+}
+
+// Settings of the four classes that change the maths and that tune does not implement: refused, never ignored.
+void check_unimplemented(const io::JsonFields& reader, const json& config_json, LlamaConfig& config) {
+  config.hidden_act = reader.string("hidden_act", config.hidden_act);
+  if (std::find(kSupportedHiddenActs.begin(), kSupportedHiddenActs.end(), config.hidden_act) == kSupportedHiddenActs.end()) {
+    reader.fail("hidden_act", fmt::format("is '{}', an activation tune's MLP does not implement (supported: {})",
+                                          config.hidden_act, fmt::join(kSupportedHiddenActs, ", ")));
+  }
+  // Dropout on the attention probabilities, which HF applies in training only. Refused rather than implemented:
+  // released checkpoints have 0.0, and fine-tuning would otherwise differ from HF's training.
+  const double attention_dropout = reader.real("attention_dropout", 0.0);
+  if (attention_dropout != 0.0) {
+    reader.fail("attention_dropout", fmt::format("is {}; tune does not implement attention dropout (only 0.0); "
+                                                 "HINT: set it to 0.0 in config.json to train without it",
+                                                 attention_dropout));
+  }
+  // A quantised checkpoint's tensors are not the plain weights tune loads.
+  if (reader.has("quantization_config")) {
+    const json& quantization = config_json.at("quantization_config");
+    const std::string method = quantization.is_object() && quantization.contains("quant_method") &&
+                                       quantization.at("quant_method").is_string()
+                                   ? quantization.at("quant_method").get<std::string>()
+                                   : quantization.dump();
+    reader.fail("quantization_config", fmt::format("is set (quant_method {}); tune loads only unquantised weights; "
+                                                   "HINT: use the unquantised checkpoint", method));
+  }
+  // pretraining_tp (Llama): transformers < 4.47 split the projections into that many slices and summed the partial
+  // products, mathematically the same matmul (only rounding differs); transformers 5 ignores it, and so does tune.
+}
+
+// Mistral: a non-null sliding_window applies to every layer (absent: MistralConfig's 4096). MistralForCausalLM
+// ignores layer_types (transformers warns and points to Ministral), so one that asks for something else is refused.
+void read_mistral_window(const io::JsonFields& reader, const json& config_json, LlamaConfig& config) {
+  if (config_json.contains("sliding_window")) {
+    config.sliding_window = reader.has("sliding_window") ? reader.positive("sliding_window", 0) : 0;
+  }
+  if (!reader.has("layer_types")) return;
+  const std::string wanted(config.sliding_window > 0 ? kSlidingAttention : kFullAttention);
+  for (const auto& type : reader.string_list("layer_types", {})) {
+    if (type != wanted) {
+      reader.fail("layer_types", fmt::format("has '{}', but MistralForCausalLM ignores layer_types and gives every "
+                                             "layer {} (sliding_window {}); HINT: make them all '{}' or remove them",
+                                             type, wanted, config.sliding_window, wanted));
+    }
+  }
+}
+
+// Qwen2/Qwen3 (their configuration_*.py __post_init__): the window exists only with use_sliding_window (a null
+// sliding_window then means none); layer_types, when absent, marks the layers from max_window_layers on as sliding.
+void read_qwen_window(const io::JsonFields& reader, const json& config_json, LlamaConfig& config) {
+  int64_t window = 0;
+  if (reader.boolean("use_sliding_window", false)) {
+    window = config_json.contains("sliding_window") ? (reader.has("sliding_window") ? reader.positive("sliding_window", 0) : 0)
+                                                    : 4096;
+  }
+  config.sliding_window = window;
+  config.max_window_layers = reader.integer("max_window_layers", config.max_window_layers);
+  if (config.max_window_layers < 0) {
+    reader.fail("max_window_layers", fmt::format("must be >= 0, got {}", config.max_window_layers));
+  }
+  config.layer_types.clear();
+  if (!reader.has("layer_types")) {
+    for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+      config.layer_types.emplace_back(window > 0 && i >= config.max_window_layers ? kSlidingAttention : kFullAttention);
+    }
+    return;
+  }
+  config.layer_types = reader.string_list("layer_types", {});
+  if (static_cast<int64_t>(config.layer_types.size()) != config.num_hidden_layers) {
+    reader.fail("layer_types", fmt::format("has {} entries for {} layers (num_hidden_layers)", config.layer_types.size(),
+                                           config.num_hidden_layers));
+  }
+  for (size_t i = 0; i < config.layer_types.size(); ++i) {
+    const std::string& type = config.layer_types[i];
+    if (type != kFullAttention && type != kSlidingAttention) {
+      reader.fail("layer_types", fmt::format("has '{}' for layer {}; supported: {}, {}", type, i, kFullAttention,
+                                             kSlidingAttention));
+    }
+    // transformers raises here too (create_sliding_window_causal_mask needs a window).
+    if (type == kSlidingAttention && window == 0) {
+      reader.fail("layer_types", fmt::format("marks layer {} {}, but there is no window (use_sliding_window false or "
+                                             "sliding_window null)", i, kSlidingAttention));
+    }
+  }
+}
+
+void read_eos(const io::JsonFields& reader, const json& config_json, LlamaConfig& config) {
+  if (!reader.has("eos_token_id")) return;
+  const json& eos = config_json.at("eos_token_id");
+  config.eos_token_ids.clear();
+  if (eos.is_number_integer()) {
+    config.eos_token_ids.push_back(eos.get<int64_t>());
+  } else if (eos.is_array()) {
+    for (const json& id : eos) {
+      if (!id.is_number_integer()) reader.fail("eos_token_id", fmt::format("must be an integer or a list of integers, got {}", eos.dump()));
+      config.eos_token_ids.push_back(id.get<int64_t>());
+    }
+  } else {
+    reader.fail("eos_token_id", fmt::format("must be an integer or a list of integers, got {}", eos.dump()));
+  }
+}
+
 }  // namespace
+
+int64_t LlamaConfig::layer_sliding_window(int64_t layer) const {
+  if (sliding_window <= 0) return 0;
+  if (layer_types.empty()) return sliding_window;
+  return layer_types.at(static_cast<size_t>(layer)) == kSlidingAttention ? sliding_window : 0;
+}
 
 LlamaConfig LlamaConfig::from_json(const json& config_json, const std::string& source) {
   if (!config_json.is_object()) {
@@ -79,8 +233,8 @@ LlamaConfig LlamaConfig::from_json(const json& config_json, const std::string& s
   }
   const io::JsonFields reader(config_json, source);
   const std::string model_type = reader.string("model_type", "llama");
-  if (model_type != "llama" && model_type != "mistral" && model_type != "qwen2") {
-    reader.fail("model_type", fmt::format("is '{}'; supported: llama, mistral, qwen2", model_type));
+  if (model_type != "llama" && model_type != "mistral" && model_type != "qwen2" && model_type != "qwen3") {
+    reader.fail("model_type", fmt::format("is '{}'; supported: llama, mistral, qwen2, qwen3", model_type));
   }
   LlamaConfig config = defaults_for(model_type);
 
@@ -97,51 +251,31 @@ LlamaConfig LlamaConfig::from_json(const json& config_json, const std::string& s
   config.num_hidden_layers = reader.positive("num_hidden_layers", config.num_hidden_layers);
   config.num_attention_heads = reader.positive("num_attention_heads", config.num_attention_heads);
   // Llama's rule: an absent num_key_value_heads means multi-head attention (as many kv heads as heads);
-  // Mistral's default is 8 (kept from defaults_for).
+  // Mistral's default is 8 (kept from defaults_for). An explicit null is multi-head attention for every class.
+  const bool kv_heads_absent = !config_json.contains("num_key_value_heads");
   config.num_key_value_heads = reader.positive(
-      "num_key_value_heads", model_type == "mistral" ? config.num_key_value_heads : config.num_attention_heads);
-  config.head_dim = reader.has("head_dim") ? reader.positive("head_dim", 0) : 0;
+      "num_key_value_heads", model_type == "mistral" && kv_heads_absent ? config.num_key_value_heads : config.num_attention_heads);
+  config.head_dim = reader.has("head_dim") ? reader.positive("head_dim", 0) : config.head_dim;
   config.max_position_embeddings = reader.positive("max_position_embeddings", config.max_position_embeddings);
   config.rms_norm_eps = reader.real("rms_norm_eps", config.rms_norm_eps);
-  config.rope_theta = reader.real("rope_theta", config.rope_theta);
-  if (config_json.contains("rope_scaling")) {
-    config.rope_scaling = read_rope_scaling(config_json.at("rope_scaling"), source, "rope_scaling");
-  }
-  // transformers >= 5 nests theta and scaling in "rope_parameters".
-  if (reader.has("rope_parameters")) {
-    const json& parameters = config_json.at("rope_parameters");
-    config.rope_scaling = read_rope_scaling(parameters, source, "rope_parameters");
-    if (parameters.is_object()) config.rope_theta = io::JsonFields(parameters, source, "rope_parameters.").real("rope_theta", config.rope_theta);
-  }
+  read_rope(reader, config_json, source, config);
   config.tie_word_embeddings = reader.boolean("tie_word_embeddings", config.tie_word_embeddings);
-  if (model_type != "qwen2") {
-    // Qwen2's q/k/v always have biases and its config has no such field.
+  // Which biases each class reads: Llama both flags; Qwen3 attention_bias (on all four projections); Qwen2's
+  // q/k/v always have biases and Mistral never has any, whatever config.json says (their classes ignore the
+  // fields, so tune does as well); the MLPs of Mistral and Qwen have none.
+  if (model_type == "llama" || model_type == "qwen3") {
     config.attention_bias = reader.boolean("attention_bias", config.attention_bias);
   }
-  config.mlp_bias = reader.boolean("mlp_bias", config.mlp_bias);
-  // Mistral's sliding window is kept for the round trip only (see LlamaConfig::sliding_window). Qwen2 applies
-  // its window only when use_sliding_window is true.
+  if (model_type == "llama") config.mlp_bias = reader.boolean("mlp_bias", config.mlp_bias);
+  check_unimplemented(reader, config_json, config);
+  // Sliding windows: LlamaForCausalLM has none (it ignores any such field, so tune does too).
   if (model_type == "mistral") {
-    config.sliding_window = config_json.contains("sliding_window") ? reader.integer("sliding_window", 0) : config.sliding_window;
-  } else if (model_type == "qwen2" && reader.boolean("use_sliding_window", false)) {
-    config.sliding_window = reader.integer("sliding_window", 4096);
+    read_mistral_window(reader, config_json, config);
+  } else if (model_type == "qwen2" || model_type == "qwen3") {
+    read_qwen_window(reader, config_json, config);
   }
-  if (config.sliding_window < 0) reader.fail("sliding_window", fmt::format("must be null or positive, got {}", config.sliding_window));
   config.bos_token_id = reader.integer("bos_token_id", config.bos_token_id);
-  if (reader.has("eos_token_id")) {
-    const json& eos = config_json.at("eos_token_id");
-    config.eos_token_ids.clear();
-    if (eos.is_number_integer()) {
-      config.eos_token_ids.push_back(eos.get<int64_t>());
-    } else if (eos.is_array()) {
-      for (const json& id : eos) {
-        if (!id.is_number_integer()) reader.fail("eos_token_id", fmt::format("must be an integer or a list of integers, got {}", eos.dump()));
-        config.eos_token_ids.push_back(id.get<int64_t>());
-      }
-    } else {
-      reader.fail("eos_token_id", fmt::format("must be an integer or a list of integers, got {}", eos.dump()));
-    }
-  }
+  read_eos(reader, config_json, config);
   // transformers >= 4.56 writes "dtype" instead of "torch_dtype".
   config.torch_dtype = reader.has("torch_dtype") ? reader.string("torch_dtype", config.torch_dtype)
                                                  : reader.string("dtype", config.torch_dtype);
@@ -160,6 +294,8 @@ LlamaConfig LlamaConfig::from_json(const json& config_json, const std::string& s
   }
   if (config.rms_norm_eps <= 0) reader.fail("rms_norm_eps", fmt::format("must be positive, got {}", config.rms_norm_eps));
   if (config.rope_theta <= 0) reader.fail("rope_theta", fmt::format("must be positive, got {}", config.rope_theta));
+  // Stored resolved, as to_json writes it, so that from_json(to_json()) equals the config.
+  config.head_dim = config.resolved_head_dim();
   return config;
 }
 
@@ -191,20 +327,24 @@ json LlamaConfig::to_json() const {
                            {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
   }
   out["tie_word_embeddings"] = tie_word_embeddings;
-  if (model_type != "qwen2") {
-    out["attention_bias"] = attention_bias;
-    out["mlp_bias"] = mlp_bias;
-  }
+  // Only the fields the model_type's class reads (from_json's rules).
+  if (model_type == "llama" || model_type == "qwen3") out["attention_bias"] = attention_bias;
+  if (model_type == "llama") out["mlp_bias"] = mlp_bias;
   if (model_type == "mistral") {
     // Written explicitly (null when absent): MistralConfig would otherwise default to a 4096-token window.
     out["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
-  } else if (model_type == "qwen2") {
+  } else if (model_type == "qwen2" || model_type == "qwen3") {
     out["use_sliding_window"] = sliding_window > 0;
     out["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
-    out["max_window_layers"] = num_hidden_layers;
+    out["max_window_layers"] = max_window_layers;
+    json types = json::array();
+    for (int64_t i = 0; i < num_hidden_layers; ++i) {
+      types.push_back(std::string(layer_sliding_window(i) > 0 ? kSlidingAttention : kFullAttention));
+    }
+    out["layer_types"] = types;
   }
-  out["hidden_act"] = "silu";
-  out["attention_dropout"] = 0.0;
+  out["hidden_act"] = hidden_act;
+  out["attention_dropout"] = 0.0;  // the only value from_json accepts
   out["initializer_range"] = 0.02;
   out["use_cache"] = true;
   out["bos_token_id"] = bos_token_id;

@@ -2,9 +2,11 @@
 #include "tune/models/llama_layers.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "tune/models/llama.h"
 #include "tune/nn/attention_core.h"
@@ -57,20 +59,34 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& config, const LlamaLor
       num_key_value_heads(config.num_key_value_heads),
       head_dim(config.resolved_head_dim()) {
   const int64_t hidden = config.hidden_size;
-  // Qwen2 has q/k/v biases but none on o_proj; Llama's attention_bias covers all four.
+  // Qwen2 has q/k/v biases but none on o_proj; the attention_bias of Llama and Qwen3 covers all four.
   const bool qkv_bias = config.attention_bias;
   const bool o_bias = config.attention_bias && config.model_type != "qwen2";
   q_proj = register_module("q_proj", make_projection(hidden, num_heads * head_dim, qkv_bias, "q_proj", lora));
   k_proj = register_module("k_proj", make_projection(hidden, num_key_value_heads * head_dim, qkv_bias, "k_proj", lora));
   v_proj = register_module("v_proj", make_projection(hidden, num_key_value_heads * head_dim, qkv_bias, "v_proj", lora));
   o_proj = register_module("o_proj", make_projection(num_heads * head_dim, hidden, o_bias, "o_proj", lora));
+  if (config.has_qk_norm()) {
+    // Over head_dim only, one weight shared by every head (Qwen3Attention), with the model's rms_norm_eps.
+    const auto options = nn::RMSNormOptions(head_dim).eps(config.rms_norm_eps);
+    q_norm = register_module("q_norm", nn::RMSNorm(options));
+    k_norm = register_module("k_norm", nn::RMSNorm(options));
+  }
 }
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& hidden, const LayerInputs& inputs) {
   const int64_t batch = hidden.size(0);
   const int64_t length = hidden.size(1);
-  torch::Tensor query = q_proj(hidden).reshape({batch, length, num_heads, head_dim}).transpose(1, 2);
-  torch::Tensor key = k_proj(hidden).reshape({batch, length, num_key_value_heads, head_dim}).transpose(1, 2);
+  nn::BlockRunner* runner = inputs.runner.get();
+  torch::Tensor query = q_proj(hidden).reshape({batch, length, num_heads, head_dim});
+  torch::Tensor key = k_proj(hidden).reshape({batch, length, num_key_value_heads, head_dim});
+  if (!q_norm.is_empty()) {
+    // Qwen3: on [B, T, heads, head_dim] (the norm acts on the last dimension), after the projection, before RoPE.
+    query = run_norm(q_norm, query, runner);
+    key = run_norm(k_norm, key, runner);
+  }
+  query = query.transpose(1, 2);
+  key = key.transpose(1, 2);
   torch::Tensor value = v_proj(hidden).reshape({batch, length, num_key_value_heads, head_dim}).transpose(1, 2);
   query = nn::apply_rotary_embedding(query, inputs.cos, inputs.sin);
   key = nn::apply_rotary_embedding(key, inputs.cos, inputs.sin);
@@ -83,8 +99,11 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& hidden, const Lay
       key = torch::cat({cached_keys, key.to(cached_keys.scalar_type())}, 2);
       value = torch::cat({cached_values, value.to(cached_values.scalar_type())}, 2);
     }
-    cached_keys = key;
-    cached_values = value;
+    // A sliding-window layer's later queries see at most the window - 1 keys before them: the rest is dropped,
+    // so the cache stays bounded however long generation runs (transformers' sliding-window cache layers do too).
+    const int64_t keep = inputs.sliding_window > 0 ? std::min(key.size(2), inputs.sliding_window - 1) : key.size(2);
+    cached_keys = key.slice(2, key.size(2) - keep);
+    cached_values = value.slice(2, value.size(2) - keep);
   }
 
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
@@ -93,7 +112,26 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& hidden, const Lay
   return o_proj(context.transpose(1, 2).reshape({batch, length, num_heads * head_dim}));
 }
 
-LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& config, const LlamaLoraOptions& lora) {
+HiddenActivation hidden_activation_from_name(const std::string& hidden_act) {
+  if (hidden_act == "silu" || hidden_act == "swish") return HiddenActivation::silu;
+  if (hidden_act == "gelu") return HiddenActivation::gelu;
+  // gelu_new is HF's Python spelling of the same tanh formula (rounding differs in the last bits).
+  if (hidden_act == "gelu_pytorch_tanh" || hidden_act == "gelu_new") return HiddenActivation::gelu_tanh;
+  throw std::invalid_argument(fmt::format("hidden_act '{}' is not implemented by tune's MLP (supported: {})", hidden_act,
+                                          fmt::join(kSupportedHiddenActs, ", ")));
+}
+
+torch::Tensor apply_hidden_activation(HiddenActivation activation, const torch::Tensor& x) {
+  switch (activation) {
+    case HiddenActivation::silu: return torch::silu(x);
+    case HiddenActivation::gelu: return torch::gelu(x);
+    case HiddenActivation::gelu_tanh: return torch::gelu(x, "tanh");
+  }
+  throw std::logic_error("apply_hidden_activation: unknown activation");
+}
+
+LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& config, const LlamaLoraOptions& lora)
+    : activation(hidden_activation_from_name(config.hidden_act)) {
   const int64_t hidden = config.hidden_size;
   const int64_t inner = config.intermediate_size;
   gate_proj = register_module("gate_proj", make_projection(hidden, inner, config.mlp_bias, "gate_proj", lora));
@@ -102,8 +140,10 @@ LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& config, const LlamaLoraOptions& lo
 }
 
 torch::Tensor LlamaMLPImpl::forward(const torch::Tensor& hidden, nn::BlockRunner* runner) {
-  auto swiglu = [](const std::vector<torch::Tensor>& inputs) { return torch::silu(inputs[0]) * inputs[1]; };
-  return down_proj(nn::run_region(runner, nn::RegionKind::activation, swiglu, {gate_proj(hidden), up_proj(hidden)}));
+  auto gated = [activation = activation](const std::vector<torch::Tensor>& inputs) {
+    return apply_hidden_activation(activation, inputs[0]) * inputs[1];
+  };
+  return down_proj(nn::run_region(runner, nn::RegionKind::activation, gated, {gate_proj(hidden), up_proj(hidden)}));
 }
 
 LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& config, const LlamaLoraOptions& lora) {

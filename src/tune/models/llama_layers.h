@@ -1,5 +1,6 @@
-// The building blocks of a Llama-family decoder: attention with grouped-query heads and RoPE, the SwiGLU MLP,
-// the pre-norm decoder layer, and the "model" trunk that holds them under Hugging Face's module names.
+// The building blocks of a Llama-family decoder: attention with grouped-query heads and RoPE (Qwen3: per-head
+// query/key norms), the gated MLP, the pre-norm decoder layer, and the "model" trunk that holds them under Hugging
+// Face's module names.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -24,10 +25,11 @@ struct LlamaLoraOptions;
 struct LayerInputs {
   torch::Tensor cos;            // [B, T, head_dim] float32, from the positions
   torch::Tensor sin;
-  torch::Tensor mask;           // [B or 1, 1, T, past + T] additive (nn/attention_mask.h)
+  torch::Tensor mask;           // [B or 1, 1, T, cached + T] additive (nn/attention_mask.h), with the layer's window
   bool causal_mask = false;     // mask is the plain causal one (no cache, one segment): fused kernels may drop it
   torch::Tensor* cached_keys = nullptr;    // decoding: this layer's cache slots (grown in place), else null
   torch::Tensor* cached_values = nullptr;
+  int64_t sliding_window = 0;   // the layer's window (0: none); decoding keeps only the last window - 1 keys
   // Runs the layer's norm, attention-core and activation regions (selective checkpointing); null: plain calls.
   // Shared, not raw: a recompute in backward may use it after the model's forward has returned.
   std::shared_ptr<nn::BlockRunner> runner;
@@ -37,9 +39,10 @@ struct LayerInputs {
 nn::LoraLinear make_projection(int64_t in_features, int64_t out_features, bool bias, const std::string& name,
                                const LlamaLoraOptions& lora);
 
-// Self-attention: q/k/v projections, RoPE on q and k, kv heads repeated to the query heads (GQA), scores scaled
-// by 1/sqrt(head_dim), additive mask, softmax in fp32, o projection. Everything between RoPE and o_proj runs as
-// the attention-core region of `inputs.runner`.
+// Self-attention: q/k/v projections, (Qwen3) RMSNorm over head_dim on each query and key head as norm regions of
+// `inputs.runner`, RoPE on q and k, kv heads repeated to the query heads (GQA), scores scaled by 1/sqrt(head_dim),
+// additive mask (causal, or with the layer's sliding window), softmax in fp32, o projection. Everything between
+// RoPE and o_proj runs as the attention-core region of `inputs.runner`.
 class LlamaAttentionImpl : public torch::nn::Module {
  public:
   LlamaAttentionImpl(const LlamaConfig& config, const LlamaLoraOptions& lora);
@@ -47,15 +50,25 @@ class LlamaAttentionImpl : public torch::nn::Module {
 
   int64_t num_heads, num_key_value_heads, head_dim;
   nn::LoraLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  nn::RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3 only (LlamaConfig::has_qk_norm)
 };
 TORCH_MODULE(LlamaAttention);
 
-// SwiGLU: down(silu(gate(x)) * up(x)); silu(gate) * up runs as an activation region of `runner` (null: plain).
+// The gated MLP's activation, by HF hidden_act name (kSupportedHiddenActs): silu/swish x * sigmoid(x); gelu
+// x * Phi(x) with the erf; gelu_pytorch_tanh/gelu_new the tanh approximation
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+enum class HiddenActivation { silu, gelu, gelu_tanh };
+HiddenActivation hidden_activation_from_name(const std::string& hidden_act);  // std::invalid_argument if unknown
+torch::Tensor apply_hidden_activation(HiddenActivation activation, const torch::Tensor& x);
+
+// Gated MLP: down(act(gate(x)) * up(x)) (act = SiLU: SwiGLU; GELU: GeGLU); act(gate) * up runs as an activation
+// region of `runner` (null: plain).
 class LlamaMLPImpl : public torch::nn::Module {
  public:
   LlamaMLPImpl(const LlamaConfig& config, const LlamaLoraOptions& lora);
   torch::Tensor forward(const torch::Tensor& hidden, nn::BlockRunner* runner = nullptr);
 
+  HiddenActivation activation;
   nn::LoraLinear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(LlamaMLP);

@@ -10,11 +10,13 @@
 namespace tune::nn {
 
 torch::Tensor make_causal_allowed(int64_t query_length, int64_t past_length, const torch::Tensor& segment_ids,
-                                  torch::Device device) {
+                                  torch::Device device, int64_t sliding_window) {
+  if (sliding_window < 0) throw std::invalid_argument(fmt::format("sliding_window must be >= 0, got {}", sliding_window));
   const auto long_options = torch::TensorOptions().dtype(torch::kInt64).device(device);
   const torch::Tensor query_index = torch::arange(past_length, past_length + query_length, long_options);
   const torch::Tensor key_index = torch::arange(0, past_length + query_length, long_options);
   torch::Tensor allowed = key_index.unsqueeze(0) <= query_index.unsqueeze(1);  // [T, S]
+  if (sliding_window > 0) allowed &= (query_index.unsqueeze(1) - key_index.unsqueeze(0)) < sliding_window;
   allowed = allowed.unsqueeze(0);                                               // [1, T, S]
   if (!segment_ids.defined()) return allowed;
 
@@ -34,8 +36,8 @@ torch::Tensor make_causal_allowed(int64_t query_length, int64_t past_length, con
 }
 
 torch::Tensor make_causal_mask(int64_t query_length, int64_t past_length, const torch::Tensor& segment_ids,
-                               torch::Device device) {
-  const torch::Tensor allowed = make_causal_allowed(query_length, past_length, segment_ids, device);
+                               torch::Device device, int64_t sliding_window) {
+  const torch::Tensor allowed = make_causal_allowed(query_length, past_length, segment_ids, device, sliding_window);
   // bf16 holds both values a mask needs (0 and a huge negative) in half the bytes of float32: the mask lives
   // through the whole forward and backward, T x T per sequence. Adding it to float32 scores is exact.
   const auto bf16 = torch::TensorOptions().dtype(torch::kBFloat16).device(device);

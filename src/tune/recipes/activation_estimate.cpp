@@ -5,7 +5,7 @@
 
 namespace tune::recipes {
 
-int64_t estimate_stack_bytes(const StackMemory& stack, const std::vector<bool>& checkpointed) {
+StackPhases stack_phases(const StackMemory& stack, const std::vector<bool>& checkpointed) {
   int64_t kept_before = 0;  // by blocks 0 .. i-1
   int64_t backward_peak = 0;
   for (size_t i = 0; i < stack.blocks.size(); ++i) {
@@ -14,10 +14,18 @@ int64_t estimate_stack_bytes(const StackMemory& stack, const std::vector<bool>& 
     backward_peak = std::max(backward_peak, kept_before + stack.blocks[i].backward_peak + recomputed_output);
     kept_before += is_checkpointed ? stack.block_input : stack.blocks[i].saved;
   }
-  return stack.alive_throughout + std::max(kept_before + stack.head_peak, backward_peak);
+  return {stack.alive_throughout + kept_before + stack.head_peak, stack.alive_throughout + backward_peak};
+}
+
+int64_t estimate_stack_bytes(const StackMemory& stack, const std::vector<bool>& checkpointed) {
+  return stack_phases(stack, checkpointed).peak();
 }
 
 int64_t estimate_segmented_stack_bytes(const StackMemory& stack, int64_t segment_size) {
+  return segmented_stack_phases(stack, segment_size).peak();
+}
+
+StackPhases segmented_stack_phases(const StackMemory& stack, int64_t segment_size) {
   const auto blocks = static_cast<int64_t>(stack.blocks.size());
   segment_size = std::max<int64_t>(1, segment_size);
   const int64_t segments = (blocks + segment_size - 1) / segment_size;
@@ -32,7 +40,7 @@ int64_t estimate_segmented_stack_bytes(const StackMemory& stack, int64_t segment
       before += block.saved;
     }
   }
-  return stack.alive_throughout + std::max(segments * stack.block_input + stack.head_peak, backward_peak);
+  return {stack.alive_throughout + segments * stack.block_input + stack.head_peak, stack.alive_throughout + backward_peak};
 }
 
 std::vector<bool> last_blocks_checkpointed(int64_t blocks, int64_t count) {
@@ -44,15 +52,20 @@ std::vector<bool> last_blocks_checkpointed(int64_t blocks, int64_t count) {
 
 int64_t estimate_for_runner(const StackMemory& plain, const StackMemory& selective,
                             const memory::CheckpointRunner& runner) {
+  return phases_for_runner(plain, selective, runner).peak();
+}
+
+StackPhases phases_for_runner(const StackMemory& plain, const StackMemory& selective,
+                              const memory::CheckpointRunner& runner) {
   switch (runner.policy()) {
     case memory::Policy::sqrt:
-      return estimate_segmented_stack_bytes(plain, runner.segment_size());
+      return segmented_stack_phases(plain, runner.segment_size());
     case memory::Policy::selective:
-      return estimate_stack_bytes(selective, {});
+      return stack_phases(selective, {});
     default: {
       std::vector<bool> layout;
       for (size_t i = 0; i < plain.blocks.size(); ++i) layout.push_back(runner.is_checkpointed(static_cast<int64_t>(i)));
-      return estimate_stack_bytes(plain, layout);
+      return stack_phases(plain, layout);
     }
   }
 }

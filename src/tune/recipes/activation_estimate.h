@@ -26,6 +26,19 @@ struct StackMemory {
   int64_t alive_throughout = 0;        // built before the first block and freed after backward (an attention mask)
 };
 
+// The two moments a stack's activation peak is the larger of (both include alive_throughout): the end of forward,
+// and the worst block backward. Callers that add parameter gradients need them apart: without gradient
+// accumulation no gradient exists yet at the end of forward (the memory budget planner, recipes/sft/sft_plan).
+struct StackPhases {
+  int64_t forward_end = 0;
+  int64_t backward = 0;
+  int64_t peak() const { return forward_end > backward ? forward_end : backward; }
+};
+StackPhases stack_phases(const StackMemory& stack, const std::vector<bool>& checkpointed);
+StackPhases segmented_stack_phases(const StackMemory& stack, int64_t segment_size);
+StackPhases phases_for_runner(const StackMemory& plain, const StackMemory& selective,
+                              const memory::CheckpointRunner& runner);
+
 // Peak with the given blocks checkpointed (one flag per block): the larger of the end of forward (what every block
 // keeps, plus the head) and the backward of some block i (what blocks before i keep, plus block i's footprint,
 // recomputed if checkpointed; everything after it and the head are freed by then).

@@ -11,7 +11,9 @@
 #include "tune/distributed/launch_environment.h"
 #include "tune/distributed/local_launcher.h"
 #include "tune/io/run_checkpoints.h"
+#include "tune/io/sharded_safetensors.h"
 #include "tune/recipes/data_parallel.h"
+#include "tune/recipes/plan/plan_command.h"
 #include "tune/recipes/recipe.h"
 
 namespace tune::recipes {
@@ -29,6 +31,7 @@ LoadedConfig load_recipe_config(const std::filesystem::path& file, const std::ve
   LoadedConfig loaded;
   loaded.recipe = &find_recipe(config::peek_recipe_name(file, overrides));
   loaded.config = config::load(file, overrides, loaded.recipe->schema());
+  log::debug("config: {} (recipe {}, {} override(s))", file.string(), loaded.recipe->name, overrides.size());
   return loaded;
 }
 
@@ -87,7 +90,8 @@ std::vector<std::string> read_prompts(const InferArguments& arguments) {
 }  // namespace
 
 int run_train(const TrainArguments& arguments) {
-  LoadedConfig loaded = load_recipe_config(arguments.recipe, arguments.overrides);
+  // --memory-budget: the plan's choice joins the overrides before anything reads the config (plan_command.h).
+  LoadedConfig loaded = load_recipe_config(arguments.recipe, apply_memory_budget(arguments));
   if (arguments.nproc > 1) {
     // The launcher checks the config once (errors print once, not once per worker), then becomes a supervisor.
     if (distributed::read_launch_environment()) {
@@ -108,7 +112,10 @@ int run_train(const TrainArguments& arguments) {
   return loaded.recipe->train(request);
 }
 
-int run_infer(const InferArguments& arguments) {
+namespace {
+
+// What `tune infer` and `tune chat` are pointed at: a run directory, a Latte or LLM model directory, or a recipe.
+std::pair<const Recipe*, InferRequest> infer_request(const InferArguments& arguments) {
   InferRequest request;
   if (!arguments.prompt.empty() || arguments.prompts_file) request.prompts = read_prompts(arguments);
   request.class_label = arguments.class_label;
@@ -118,6 +125,7 @@ int run_infer(const InferArguments& arguments) {
   request.num_samples = arguments.num_samples;
   request.out = arguments.out;
   request.json = arguments.json;
+  request.raw = arguments.raw;
   request.max_new_tokens = arguments.max_new_tokens;
   request.temperature = arguments.temperature;
   request.top_p = arguments.top_p;
@@ -128,12 +136,18 @@ int run_infer(const InferArguments& arguments) {
     recipe = loaded.recipe;
     request.config = loaded.config;
     request.run_dir = target;
+  } else if (std::filesystem::is_directory(target) && std::filesystem::exists(target / "latte_config.json")) {
+    // Latte weights (converted official ones, or a checkpoint), tested before config.json: never taken for an LLM.
+    recipe = &find_recipe("latte");
+    request.model_dir = target;
   } else if (std::filesystem::is_directory(target) && std::filesystem::exists(target / "config.json")) {
-    if (!arguments.overrides.empty()) {
-      throw UsageError(fmt::format("key=value overrides apply to recipes and runs; {} is a bare model directory",
-                                   target.string()));
-    }
-    recipe = &find_recipe("sft");  // a Hugging Face LLM directory
+    // A Hugging Face LLM directory: the SFT recipe's defaults, the directory as model.path, and the user's overrides
+    // of run settings (precision, device, threads, checkpointing, generation), checked as a recipe's would be.
+    recipe = &find_recipe("sft");
+    // The path as a double-quoted scalar (JSON's escapes are YAML's), so any file name reads back as itself.
+    std::vector<std::string> overrides = {"recipe=sft", "model.path=" + nlohmann::json(target.string()).dump()};
+    overrides.insert(overrides.end(), arguments.overrides.begin(), arguments.overrides.end());
+    request.config = config::load_overrides(overrides, recipe->schema(), "the model directory " + target.string());
     request.model_dir = target;
   } else if (std::filesystem::is_regular_file(target)) {
     LoadedConfig loaded = load_recipe_config(target, arguments.overrides);
@@ -145,7 +159,24 @@ int run_infer(const InferArguments& arguments) {
                                  "Face model directory (with config.json)", target.string()));
   }
   request.grad = arguments.grad.value_or(request.config ? request.config->get_bool("grad_inference") : true);
+  return {recipe, std::move(request)};
+}
+
+}  // namespace
+
+int run_infer(const InferArguments& arguments) {
+  auto [recipe, request] = infer_request(arguments);
   return recipe->infer(request);
+}
+
+int run_chat(const InferArguments& arguments) {
+  auto [recipe, request] = infer_request(arguments);
+  if (!recipe->chat) {
+    throw UsageError(fmt::format("tune chat is for LLMs; {} is a {} model (use tune infer)", arguments.target.string(),
+                                 recipe->name));
+  }
+  request.grad = arguments.grad.value_or(false);  // attribution after every answer only when asked (--grad or /grad)
+  return recipe->chat(request);
 }
 
 int run_validate(const std::filesystem::path& recipe, const std::vector<std::string>& overrides) {
@@ -191,7 +222,12 @@ int run_export(const ExportArguments& arguments) {
   const auto checkpoint = io::resolve_resume_target(arguments.checkpoint);
   const auto config_file = run_dir_of_checkpoint(checkpoint) / "config.yaml";
   LoadedConfig loaded = load_recipe_config(config_file, {});
-  return loaded.recipe->export_model({checkpoint, loaded.config, arguments.merge_lora, arguments.out});
+  const auto max_shard_bytes = io::parse_byte_size(arguments.max_shard_size);
+  if (!max_shard_bytes || *max_shard_bytes == 0) {
+    throw UsageError(fmt::format("--max-shard-size '{}': expected a size such as 5GB, 500MB or 2GiB",
+                                 arguments.max_shard_size));
+  }
+  return loaded.recipe->export_model({checkpoint, loaded.config, arguments.merge_lora, arguments.out, *max_shard_bytes});
 }
 
 int run_prepare(const PrepareArguments& arguments) {

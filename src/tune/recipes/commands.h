@@ -16,6 +16,7 @@ struct TrainArguments {
   std::optional<std::filesystem::path> resume_from;  // --resume VALUE; unset with resume=true: output_dir
   int nproc = 0;                                     // --nproc N: launch N local worker processes (0: not given)
   std::vector<std::string> worker_command;           // this command line without --nproc (what workers run)
+  std::optional<std::string> memory_budget;          // --memory-budget 16GiB: apply tune plan's choice (per process)
 };
 
 struct InferArguments {
@@ -25,6 +26,7 @@ struct InferArguments {
   std::optional<std::filesystem::path> prompts_file;  // one prompt per line (JSON string or plain text)
   std::optional<bool> grad;      // --grad / --no-grad; unset: the config's grad_inference
   bool json = false;
+  bool raw = false;              // --raw: the prompt as given, no chat template
   int64_t max_new_tokens = -1;
   double temperature = -1.0;
   double top_p = -1.0;
@@ -40,6 +42,7 @@ struct ExportArguments {
   std::filesystem::path checkpoint;  // run directory or checkpoint directory
   bool merge_lora = false;
   std::filesystem::path out;
+  std::string max_shard_size = "5GB";
 };
 
 struct PrepareArguments {
@@ -59,13 +62,23 @@ struct TokenizeArguments {
   bool json = false;
 };
 
+struct PlanArguments {
+  std::filesystem::path recipe;
+  std::vector<std::string> overrides;
+  std::string memory;  // --memory 16GiB: the budget per process
+  int nproc = 1;       // --nproc N: data-parallel processes (ddp)
+  bool json = false;
+};
+
 int run_train(const TrainArguments& arguments);
 int run_infer(const InferArguments& arguments);
+int run_chat(const InferArguments& arguments);  // InferArguments' prompt options must be unset
 int run_validate(const std::filesystem::path& recipe, const std::vector<std::string>& overrides);
 int run_list();
 int run_copy(const std::string& name, const std::filesystem::path& destination);
 int run_export(const ExportArguments& arguments);
 int run_prepare(const PrepareArguments& arguments);
 int run_tokenize(const TokenizeArguments& arguments);
+int run_plan(const PlanArguments& arguments);  // recipes/plan/plan_command.cpp
 
 }  // namespace tune::recipes

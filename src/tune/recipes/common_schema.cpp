@@ -144,4 +144,10 @@ TrainingSettings read_training_settings(const config::Config& config) {
   return settings;
 }
 
+int64_t TrainingSettings::total_steps(int64_t batches_per_epoch) const {
+  if (max_steps > 0) return max_steps;
+  const int64_t micro_batches = epochs * std::max<int64_t>(1, batches_per_epoch);
+  return (micro_batches + gradient_accumulation_steps - 1) / gradient_accumulation_steps;
+}
+
 }  // namespace tune::recipes

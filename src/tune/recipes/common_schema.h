@@ -43,6 +43,11 @@ struct TrainingSettings {
   int64_t save_every = 0;                // 0: only at the end
   int64_t keep_last = 2;                 // 0: keep all
   std::string on_nan = "stop";           // "stop" | "skip"
+
+  // Optimizer steps of the run: max_steps when set, else enough steps that every micro-batch of every epoch is
+  // trained: ceil(epochs * batches_per_epoch / accumulation). Rounding down would never train an epoch's last
+  // batches. With accumulation the final step may draw up to accumulation - 1 micro-batches of the next epoch.
+  int64_t total_steps(int64_t batches_per_epoch) const;
 };
 
 RunSettings read_run_settings(const config::Config& config);

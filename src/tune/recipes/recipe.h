@@ -2,6 +2,7 @@
 // commands. The CLI looks recipes up by the `recipe:` key of a config.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "tune/config/config.h"
+#include "tune/recipes/plan/budget_plan.h"
 
 namespace tune::recipes {
 
@@ -25,6 +27,7 @@ struct InferRequest {
   std::vector<std::string> prompts;      // one generation per prompt (--prompt, or each line of --prompts-file)
   bool grad = true;                       // --grad / --no-grad, default from grad_inference
   bool json = false;
+  bool raw = false;                       // LLMs: the prompt as given (after BOS), no chat template
   int64_t max_new_tokens = -1;            // -1: from the config
   double temperature = -1.0;              // < 0: from the config
   double top_p = -1.0;
@@ -42,6 +45,7 @@ struct ExportRequest {
   config::Config config;                  // the run's config.yaml
   bool merge_lora = false;
   std::filesystem::path out;
+  uint64_t max_shard_bytes = 5'000'000'000ULL;  // weights above this are sharded with an index, as transformers does
 };
 
 struct PrepareRequest {
@@ -56,8 +60,10 @@ struct Recipe {
   std::function<config::Schema()> schema;
   std::function<int(const TrainRequest&)> train;
   std::function<int(const InferRequest&)> infer;
+  std::function<int(const InferRequest&)> chat;        // empty: the recipe has no conversation (video recipes)
   std::function<int(const ExportRequest&)> export_model;
   std::function<int(const PrepareRequest&)> prepare;  // empty: the recipe has nothing to precompute
+  std::function<BudgetPlan(const PlanRequest&)> plan;  // empty: no memory planner (tune plan, --memory-budget)
 };
 
 // Every built-in recipe, registered explicitly (static registration is dropped by the linker in static libs).

@@ -63,10 +63,14 @@ void write_sample(const std::filesystem::path& path, const torch::Tensor& video,
 
 int infer(const InferRequest& request) {
   // ---- checks
-  if (!request.config) {
-    throw UsageError("Latte samples from a recipe or a run directory (a bare model directory holds no sampling settings)");
+  if (!request.config) {  // a directory with latte_config.json: converted weights or a checkpoint
+    const std::string dir = request.model_dir ? request.model_dir->string() : "a bare model directory";
+    throw UsageError(fmt::format("{} holds Latte weights but no sampling settings (frames, VAE, sampler): sample "
+                                 "from a recipe (recipe: latte) with model.path: {}, or from a run directory",
+                                 dir, dir));
   }
   if (!request.prompts.empty()) throw UsageError("--prompt applies to LLM recipes; Latte samples a class (--class N)");
+  if (request.raw) throw UsageError("--raw applies to LLM recipes (it skips the chat template); this is Latte");
   const RunSettings run = read_run_settings(*request.config);
   LatteSettings latte = read_latte_settings(*request.config);
   auto& sampling = latte.sampling;
@@ -130,8 +134,9 @@ int infer(const InferRequest& request) {
   diffusion::DiffusionOptions diffusion_options;
   diffusion_options.noise_schedule = latte.diffusion.beta_schedule;
   diffusion_options.diffusion_steps = latte.diffusion.num_timesteps;
-  diffusion_options.timestep_respacing =
-      sampling.sampler == "ddim" ? "ddim" + std::to_string(sampling.steps) : std::to_string(sampling.steps);
+  // Latte's sample.py respaces with create_diffusion(str(N)) for DDPM and DDIM alike: N evenly strided timesteps
+  // with fractional stride (0, 20, 41, ..., 999 at 50), possible for any N, not the DDIM paper's "ddimN".
+  diffusion_options.timestep_respacing = std::to_string(sampling.steps);
   diffusion_options.process.var_type =
       config.learn_sigma ? diffusion::ModelVarType::LearnedRange : diffusion::ModelVarType::FixedLarge;
   const auto diffusion = diffusion::create_diffusion(diffusion_options);
@@ -175,12 +180,14 @@ int infer(const InferRequest& request) {
                                        reference.defined() ? std::to_string(guidance.reference_frame) : "none",
                                        reference.defined() ? guidance.reference_weight : 0.0, guidance.smoothness_weight);
   }
+  // Sampling has no loss: its progress line shows the step, the model's timestep, elapsed time and ETA.
   ProgressOptions progress_options;
   progress_options.total_steps = sampling.steps;
   progress_options.log_every = std::max<int64_t>(1, sampling.steps / 5);
-  progress_options.throughput_unit = "steps";
   Progress progress(progress_options);
-  sampler_options.on_step = [&](int64_t done, int64_t) { progress.update(done, std::nan(""), 0.0); };
+  sampler_options.on_step = [&](int64_t done, int64_t, int64_t timestep) {
+    progress.update_status(done, fmt::format("timestep {}", timestep));
+  };
 
   at::Generator generator = at::detail::createCPUGenerator(run.seed);
   const auto noise = torch::randn({sampling.num_samples, config.num_frames, config.in_channels, config.input_size,

@@ -12,7 +12,15 @@ models::LatteConfig make_latte_config(const LatteSettings& settings, int64_t num
   const auto& model = settings.model;
   models::LatteConfig config;
   if (model.path) {
-    config = models::LatteConfig::from_file((std::filesystem::path(*model.path) / "latte_config.json").string());
+    const std::filesystem::path dir(*model.path);
+    // Before latte_config.json, scripts/convert_latte_checkpoint.py wrote config.json, the name LLM directories use.
+    if (!std::filesystem::exists(dir / "latte_config.json") && std::filesystem::exists(dir / "config.json")) {
+      throw InputError(fmt::format("model.path {}: no latte_config.json (Latte's config file); if its config.json is "
+                                   "a Latte config from an older scripts/convert_latte_checkpoint.py, rename it to "
+                                   "latte_config.json or convert the checkpoint again",
+                                   dir.string()));
+    }
+    config = models::LatteConfig::from_file((dir / "latte_config.json").string());
   } else {
     config = models::latte_preset(model.variant);
     if (model.hidden_size > 0) config.hidden_size = model.hidden_size;

@@ -133,8 +133,7 @@ int train(const TrainRequest& request) {
   if (run.mixed_precision == precision::MixedPrecision::fp16) {
     scaler = std::make_unique<precision::DynamicLossScaler>(run.loss_scale);
   }
-  const int64_t steps_per_epoch = std::max<int64_t>(1, batcher.batches_per_epoch() / training.gradient_accumulation_steps);
-  training.schedule.total_steps = training.max_steps > 0 ? training.max_steps : training.epochs * steps_per_epoch;
+  training.schedule.total_steps = training.total_steps(batcher.batches_per_epoch());
 
   LatteTrainerState state;
   const LatteTrainingObjects objects{&model, &optimizer, &ema, &noise_generator};

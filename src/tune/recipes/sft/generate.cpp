@@ -41,6 +41,7 @@ std::vector<int64_t> generate(models::LlamaForCausalLM& model, const std::vector
   for (int64_t i = 0; i < options.max_new_tokens; ++i) {
     const int64_t next = sample_next(logits[0][-1].to(torch::kCPU), options, generator);
     output.push_back(next);
+    if (options.on_token) options.on_token(next);
     if (std::find(options.stop_ids.begin(), options.stop_ids.end(), next) != options.stop_ids.end()) break;
     if (static_cast<int64_t>(prompt_ids.size() + output.size()) >= context) break;
     logits = model->forward(ids_tensor({next}, device), {torch::Tensor(), torch::Tensor(), &cache});

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "tune/models/llama.h"
@@ -16,6 +17,8 @@ struct SamplingOptions {
   double top_p = 1.0;
   uint64_t seed = 0;
   std::vector<int64_t> stop_ids;  // generation ends after emitting one of these (EOS)
+  // Called with each id as soon as it is chosen (tune chat streams the text); may be empty.
+  std::function<void(int64_t)> on_token;
 };
 
 // Runs under no-grad with the model's KV cache; returns the generated ids (stop id included if emitted).

@@ -18,6 +18,8 @@ struct Sizes {
   bool base_weights_in_compute_dtype;
   bool low_precision;  // compute dtype narrower than the fp32 weights: autocast makes copies
   bool fused_attention;
+  bool qk_norm;  // Qwen3's per-head query/key norms
+  int64_t kv_heads;
 };
 
 Sizes sizes_of(const models::LlamaConfig& config, const ActivationShape& shape) {
@@ -39,6 +41,8 @@ Sizes sizes_of(const models::LlamaConfig& config, const ActivationShape& shape) 
   s.base_weights_in_compute_dtype = shape.base_weights_in_compute_dtype;
   s.low_precision = shape.compute_bytes < kFloat32;
   s.fused_attention = shape.fused_attention;
+  s.qk_norm = config.has_qk_norm();
+  s.kv_heads = config.num_key_value_heads;
   return s;
 }
 
@@ -48,6 +52,14 @@ int64_t rms_norm_saved(const Sizes& s) {
   // A frozen weight (LoRA) needs no gradient, so the weight multiply keeps no normalised tensor.
   const int64_t tensors = s.lora.lora.rank > 0 ? 2 : 3;
   return tensors * s.tokens * s.hidden * kFloat32 + s.tokens * kFloat32;
+}
+
+// Qwen3's q_norm and k_norm (RMSNorm over head_dim of [tokens, heads, head_dim]): rms_norm_saved's tensors at the
+// query and key widths, with one rsqrt per token and head. (Not yet checked against the tracking allocator.)
+int64_t qk_norm_saved(const Sizes& s) {
+  if (!s.qk_norm) return 0;
+  const int64_t tensors = s.lora.lora.rank > 0 ? 2 : 3;
+  return tensors * s.tokens * (s.q_width + s.kv_width) * kFloat32 + s.tokens * (s.heads + s.kv_heads) * kFloat32;
 }
 
 // The norm's output as seen by the `readers` projections that consume it: under autocast each linear casts the
@@ -175,6 +187,8 @@ LayerFootprint selective_layer_footprint(const models::LlamaConfig& config, cons
   LayerFootprint layer;
   // The two norms keep only their fp32 inputs; their outputs as the projections' inputs as in a plain layer.
   layer.saved = 2 * s.tokens * s.hidden * kFloat32 + base_inputs_from_norm(s, 3) + base_inputs_from_norm(s, 2);
+  // Qwen3's query/key norm regions keep their inputs, the q and k projections' outputs.
+  if (s.qk_norm) layer.saved += s.tokens * (s.q_width + s.kv_width) * s.c;
   if (s.low_precision) layer.saved += 4 * s.tokens * s.head_dim * s.c;  // RoPE's cos/sin casts
   // The attention core keeps rotated q, k and v (keys and values at their own width: it repeats them itself), or
   // on CUDA what the fused kernel keeps; o_proj keeps the context.
@@ -207,17 +221,17 @@ LayerFootprint selective_layer_footprint(const models::LlamaConfig& config, cons
 namespace {
 
 // Final norm, lm_head and the loss at their peak, the end of forward (train/loss.cpp runs inside the step's
-// forward): the final RMSNorm's saved tensors, lm_head's input copy and weight copy, the logits from lm_head in the
-// compute dtype and their fp32 cast (the model returns fp32), then in the loss the contiguous fp32 copy of the
-// shifted logits and log_softmax's output (saved for its backward). The loss's backward needs no more than this:
-// the log-probabilities plus two [tokens, vocab] fp32 gradients.
+// forward): the final RMSNorm's saved tensors, lm_head's input copy and weight copy, the fp32 logits the model
+// returns, then in the loss the contiguous fp32 copy of the shifted logits and log_softmax's output (saved for its
+// backward). Under autocast lm_head's compute-dtype logits are gone by then: the model's .to(float32) saves
+// nothing, so they are freed when forward returns (6 bytes per logit at that moment, under the 12 here; measured
+// at a 32k vocabulary by tests/cli/plan_tests.sh). The loss's backward needs no more than this: the
+// log-probabilities plus two [tokens, vocab] fp32 gradients.
 int64_t head_peak(const models::LlamaConfig& config, const Sizes& s) {
   const int64_t vocab = config.vocab_size;
   int64_t bytes = rms_norm_saved(s) + norm_output_for_matmuls(s, 1);
   if (s.low_precision && !s.base_weights_in_compute_dtype) bytes += vocab * s.hidden * s.c;  // lm_head copy
-  bytes += s.tokens * vocab * s.c;                                         // logits from lm_head
-  if (s.low_precision) bytes += s.tokens * vocab * kFloat32;               // .to(float32) of the logits
-  bytes += 2 * s.tokens * vocab * kFloat32;                                // shifted fp32 copy, log-probabilities
+  bytes += 3 * s.tokens * vocab * kFloat32;  // fp32 logits, shifted fp32 copy, log-probabilities
   return bytes;
 }
 
@@ -228,7 +242,7 @@ int64_t estimate_layer_activation_bytes(const models::LlamaConfig& config, const
   const int64_t scores = s.batch * s.heads * s.sequence * s.sequence;
   // input_layernorm and post_attention_layernorm; the first one's input is the layer's fp32 input (the residual
   // stream stays fp32: fp32 + compute-dtype sums promote), the second's is the residual after attention.
-  int64_t bytes = 2 * rms_norm_saved(s);
+  int64_t bytes = 2 * rms_norm_saved(s) + qk_norm_saved(s);
   // Their outputs as matmul inputs: q, k, v read the first; gate and up read the second.
   bytes += base_inputs_from_norm(s, 3) + base_inputs_from_norm(s, 2);
   // RoPE multiplies by cos and sin cast to the compute dtype, once each for q and for k; the products keep the

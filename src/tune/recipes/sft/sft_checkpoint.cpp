@@ -4,7 +4,9 @@
 #include "tune/core/error.h"
 #include "tune/io/safetensors.h"
 #include "tune/io/weights.h"
+#include "tune/models/generation_config.h"
 #include "tune/recipes/checkpoint_files.h"
+#include "tune/recipes/sft/peft_config.h"
 #include "tune/recipes/sft/sft_model.h"
 
 namespace tune::recipes::sft {
@@ -32,9 +34,15 @@ void write_checkpoint(const std::filesystem::path& dir, const models::LlamaForCa
     io::save_safetensors(dir / "model.safetensors", weights, {{"format", "pt"}});
     write_json_file(dir / "config.json", model->config().to_json());
   }
-  // The tokenizer travels with every checkpoint so the directory is self-contained for inference and export.
+  // The tokenizer travels with every checkpoint so the directory is self-contained for inference and export, and
+  // so does the base model's generation_config.json (its stop tokens).
   for (const auto& file : tokenizer.files()) {
     std::filesystem::copy_file(file, dir / file.filename(), std::filesystem::copy_options::overwrite_existing);
+  }
+  const auto generation_config = std::filesystem::path(base_model_path) / models::kGenerationConfigFile;
+  if (!base_model_path.empty() && std::filesystem::exists(generation_config)) {
+    std::filesystem::copy_file(generation_config, dir / models::kGenerationConfigFile,
+                               std::filesystem::copy_options::overwrite_existing);
   }
   if (optimizer == nullptr) return;
   io::save_safetensors(dir / "optimizer.safetensors", optimizer->state_tensors());

@@ -1,39 +1,99 @@
 // Dataset preparation for the SFT recipe, with the counts logged so nothing is dropped silently.
 #include "tune/recipes/sft/sft_data.h"
 
+#include <optional>
+
 #include "tune/core/log.h"
+#include "tune/data/dataset_file.h"
+#include "tune/data/text_dataset.h"
 
 namespace tune::recipes::sft {
 namespace {
 
-std::vector<data::TokenizedExample> read_and_tokenize(const std::string& path, const DataSettings& settings,
-                                                      const data::Tokenizer& tokenizer) {
-  data::ReadReport read_report;
-  const auto conversations = data::read_jsonl(path, settings.format, settings.on_bad_line, &read_report);
-  data::TokenizeReport tokenize_report;
-  const auto chat_template = data::ChatTemplate::resolve(settings.chat_template, tokenizer);
-  auto examples = data::tokenize_all(conversations, tokenizer, chat_template, settings.max_length,
-                                     settings.train_on_prompt, &tokenize_report);
+struct ReadFile {
+  std::string path;
+  data::DatasetRows rows;
+};
+
+ReadFile read_file(const std::string& path, const DataSettings& settings) {
+  ReadFile file{path, data::read_dataset_file(path, settings.format, settings.on_bad_line)};
+  if (file.rows.report.rows_skipped > 0) log::warn("data: {}", data::skip_summary(path, file.rows.report));
+  return file;
+}
+
+// Tokenizes one file's rows; examples are tagged with `source`, the file's place in data.train.
+std::vector<data::TokenizedExample> tokenize(const ReadFile& file, int32_t source, const DataSettings& settings,
+                                             const data::Tokenizer& tokenizer,
+                                             const std::optional<data::ChatTemplate>& chat_template) {
+  const data::ReadReport& read = file.rows.report;
+  if (settings.format == data::DataFormat::text) {
+    data::TextTokenizeReport report;
+    auto examples = data::tokenize_documents(file.rows.documents, tokenizer, settings.max_length, source, &report);
+    log::info("data: {}: {} documents ({} skipped as bad), {} tokens, {} longer than {} tokens split; {} chunks",
+              file.path, report.documents, read.rows_skipped, report.tokens, report.split_documents,
+              settings.max_length, report.chunks);
+    return examples;
+  }
+  data::TokenizeReport report;
+  auto examples = data::tokenize_all(file.rows.conversations, tokenizer, *chat_template, settings.max_length,
+                                     settings.train_on_prompt, &report);
+  for (auto& example : examples) example.source = source;
   log::info("data: {}: {} rows read, {} skipped as malformed, {} truncated to {} tokens, {} dropped with no "
-            "response tokens; chat template {}{}", path, read_report.lines_read, read_report.lines_skipped,
-            tokenize_report.truncated, settings.max_length, tokenize_report.dropped_no_loss, chat_template.name(),
-            chat_template.is_jinja() ? " (Jinja, rendered whole)" : "");
+            "response tokens; chat template {}{}", file.path, read.rows_read, read.rows_skipped, report.truncated,
+            settings.max_length, report.dropped_no_loss, chat_template->name(),
+            chat_template->is_jinja() ? " (Jinja, rendered whole)" : "");
   return examples;
+}
+
+// What one epoch draws from each file, so a mixture's proportions are visible before training.
+void log_mixture(const DataSettings& settings, const data::MixedExamples& train) {
+  if (settings.train.size() < 2 && !data::is_weighted(train.source_weights)) return;
+  std::vector<int64_t> counts(settings.train.size(), 0);
+  for (const auto& example : train.examples) ++counts[static_cast<size_t>(example.source)];
+  int64_t total = 0;
+  for (size_t i = 0; i < counts.size(); ++i) total += data::examples_per_epoch(counts[i], settings.train[i].weight);
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const int64_t per_epoch = data::examples_per_epoch(counts[i], settings.train[i].weight);
+    log::info("data: mixture: {}: {} training examples x weight {} -> {} per epoch ({:.1f}% of the epoch)",
+              settings.train[i].path, counts[i], settings.train[i].weight, per_epoch,
+              total > 0 ? 100.0 * static_cast<double>(per_epoch) / static_cast<double>(total) : 0.0);
+  }
 }
 
 }  // namespace
 
 PreparedData prepare_data(const DataSettings& settings, const data::Tokenizer& tokenizer, uint64_t seed) {
-  PreparedData prepared;
-  auto train = read_and_tokenize(settings.train_path, settings, tokenizer);
-  if (settings.eval_path) {
-    prepared.train = std::move(train);
-    prepared.eval = read_and_tokenize(*settings.eval_path, settings, tokenizer);
-  } else {
-    data::split_train_eval(std::move(train), settings.eval_fraction, seed, prepared.train, prepared.eval);
+  // Every row of every file is parsed and validated before anything is tokenized.
+  std::vector<ReadFile> train_files;
+  for (const auto& file : settings.train) train_files.push_back(read_file(file.path, settings));
+  std::optional<ReadFile> eval_file;
+  if (settings.eval_path) eval_file = read_file(*settings.eval_path, settings);
+
+  std::optional<data::ChatTemplate> chat_template;
+  if (settings.format != data::DataFormat::text) {
+    chat_template = data::ChatTemplate::resolve(settings.chat_template, tokenizer);
   }
-  log::info("data: {} training and {} evaluation examples (template {}, packing {})", prepared.train.size(),
-            prepared.eval.size(), settings.chat_template, settings.packing ? "on" : "off");
+  std::vector<data::TokenizedExample> all;
+  for (size_t i = 0; i < train_files.size(); ++i) {
+    auto examples = tokenize(train_files[i], static_cast<int32_t>(i), settings, tokenizer, chat_template);
+    all.insert(all.end(), std::make_move_iterator(examples.begin()), std::make_move_iterator(examples.end()));
+    train_files[i].rows = {};  // the text is no longer needed
+  }
+
+  PreparedData prepared;
+  for (const auto& file : settings.train) prepared.train.source_weights.push_back(file.weight);
+  if (eval_file) {
+    prepared.train.examples = std::move(all);
+    prepared.eval = tokenize(*eval_file, 0, settings, tokenizer, chat_template);
+  } else {
+    // One split over all files together: with a single file exactly the split it always was.
+    data::split_train_eval(std::move(all), settings.eval_fraction, seed, prepared.train.examples, prepared.eval);
+  }
+  log_mixture(settings, prepared.train);
+  log::info("data: {} training and {} evaluation examples ({}, packing {})", prepared.train.size(),
+            prepared.eval.size(),
+            settings.format == data::DataFormat::text ? "raw text" : "template " + settings.chat_template,
+            settings.packing ? "on" : "off");
   return prepared;
 }
 

@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "tune/data/dataset_mixture.h"
 #include "tune/data/sft_dataset.h"
 #include "tune/data/tokenizer.h"
 #include "tune/recipes/sft/sft_settings.h"
@@ -10,10 +11,12 @@
 namespace tune::recipes::sft {
 
 struct PreparedData {
-  std::vector<data::TokenizedExample> train;
+  data::MixedExamples train;  // with the weights of data.train's files (the loader draws each epoch from them)
   std::vector<data::TokenizedExample> eval;
 };
 
+// Reads and validates every row of every file first (a bad row anywhere stops the run before any tokenizing, and
+// before training), then tokenizes: conversations through the chat template, raw text (format text) into chunks.
 PreparedData prepare_data(const DataSettings& settings, const data::Tokenizer& tokenizer, uint64_t seed);
 
 }  // namespace tune::recipes::sft

@@ -1,8 +1,6 @@
 // Model and tokenizer construction for the SFT recipe.
 #include "tune/recipes/sft/sft_model.h"
 
-#include <fstream>
-
 #include "tune/core/error.h"
 #include "tune/core/log.h"
 #include "tune/io/weights.h"
@@ -10,14 +8,20 @@
 namespace tune::recipes::sft {
 
 data::Tokenizer load_tokenizer(const SftSettings& settings) {
-  if (settings.tokenizer_path) return data::Tokenizer::load(*settings.tokenizer_path);
+  if (settings.tokenizer_path) {
+    auto tokenizer = data::Tokenizer::load(*settings.tokenizer_path);
+    log::debug("tokenizer: {} ({} pieces)", tokenizer.model_path().string(), tokenizer.vocab_size());
+    return tokenizer;
+  }
   const std::filesystem::path directory(*settings.model.path);
   if (!data::Tokenizer::directory_has_tokenizer(directory)) {
     throw InputError(fmt::format("{}: no tokenizer.json or tokenizer.model in the model directory; set `tokenizer:` "
                                  "in the recipe to one",
                                  directory.string()));
   }
-  return data::Tokenizer::load(directory);  // tokenizer.json wins over tokenizer.model, as in transformers
+  auto tokenizer = data::Tokenizer::load(directory);  // tokenizer.json wins over tokenizer.model, as in transformers
+  log::debug("tokenizer: {} ({} pieces)", tokenizer.model_path().string(), tokenizer.vocab_size());
+  return tokenizer;
 }
 
 namespace {
@@ -92,52 +96,6 @@ std::vector<std::pair<std::string, torch::Tensor>> weights_to_save(const models:
     tensors.emplace_back(lora_only ? "base_model.model." + item.key() : item.key(), item.value().detach());
   }
   return tensors;
-}
-
-nlohmann::json peft_adapter_config(const models::LlamaLoraOptions& lora, const std::string& base_model_path) {
-  return {{"peft_type", "LORA"},
-          {"task_type", "CAUSAL_LM"},
-          {"base_model_name_or_path", base_model_path},
-          {"r", lora.lora.rank},
-          {"lora_alpha", lora.lora.alpha},
-          {"lora_dropout", lora.lora.dropout},
-          {"target_modules", lora.target_modules},
-          {"bias", "none"},
-          {"fan_in_fan_out", false},
-          {"inference_mode", true},
-          {"init_lora_weights", true},
-          {"use_rslora", false},
-          {"use_dora", false},
-          {"modules_to_save", nullptr},
-          {"layers_to_transform", nullptr},
-          {"layers_pattern", nullptr},
-          {"rank_pattern", nlohmann::json::object()},
-          {"alpha_pattern", nlohmann::json::object()},
-          {"revision", nullptr}};
-}
-
-models::LlamaLoraOptions lora_from_peft_config(const std::filesystem::path& adapter_config_json) {
-  std::ifstream in(adapter_config_json);
-  if (!in) throw InputError(fmt::format("{}: cannot open the PEFT adapter config", adapter_config_json.string()));
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(in);
-    models::LlamaLoraOptions lora;
-    if (json.value("peft_type", "LORA") != "LORA") {
-      throw InputError(fmt::format("{}: peft_type is '{}', only LORA adapters are supported",
-                                   adapter_config_json.string(), json.value("peft_type", "")));
-    }
-    lora.lora.rank = json.at("r").get<int64_t>();
-    lora.lora.alpha = json.at("lora_alpha").get<double>();
-    lora.lora.dropout = json.value("lora_dropout", 0.0);
-    lora.target_modules = json.at("target_modules").get<std::vector<std::string>>();
-    if (json.value("use_rslora", false)) {
-      throw InputError(fmt::format("{}: use_rslora adapters are not supported yet", adapter_config_json.string()));
-    }
-    return lora;
-  } catch (const nlohmann::json::exception& error) {
-    throw InputError(fmt::format("{}: not a valid PEFT adapter config: {}", adapter_config_json.string(), error.what()));
-  }
 }
 
 }  // namespace tune::recipes::sft

@@ -29,8 +29,4 @@ void load_model_weights(models::LlamaForCausalLM& model, const std::filesystem::
 // "base_model.model." prefix) when the model has LoRA.
 std::vector<std::pair<std::string, torch::Tensor>> weights_to_save(const models::LlamaForCausalLM& model);
 
-// PEFT adapter_config.json for the model's LoRA options.
-nlohmann::json peft_adapter_config(const models::LlamaLoraOptions& lora, const std::string& base_model_path);
-models::LlamaLoraOptions lora_from_peft_config(const std::filesystem::path& adapter_config_json);
-
 }  // namespace tune::recipes::sft

@@ -1,6 +1,7 @@
 // The SFT recipe's registration entry: its schema and command implementations.
 #include "tune/recipes/sft/sft_recipe.h"
 
+#include "tune/recipes/sft/sft_plan.h"
 #include "tune/recipes/sft/sft_settings.h"
 
 namespace tune::recipes::sft {
@@ -12,7 +13,9 @@ Recipe make_recipe() {
   recipe.schema = sft_schema;
   recipe.train = train;
   recipe.infer = infer;
+  recipe.chat = chat;
   recipe.export_model = export_model;
+  recipe.plan = plan;
   return recipe;
 }
 

@@ -9,6 +9,7 @@ Recipe make_recipe();
 
 int train(const TrainRequest& request);
 int infer(const InferRequest& request);
+int chat(const InferRequest& request);
 int export_model(const ExportRequest& request);
 
 }  // namespace tune::recipes::sft

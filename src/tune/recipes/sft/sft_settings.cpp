@@ -72,18 +72,33 @@ config::Schema sft_schema() {
   schema.string_list("lora.target_modules", {"q_proj", "v_proj"},
                      "projections that get adapters: q_proj k_proj v_proj o_proj gate_proj up_proj down_proj");
 
-  schema.required_path("data.train", "training JSONL (instruction or chat rows)");
-  schema.path("data.eval", "evaluation JSONL; unset = hold out data.eval_fraction of data.train");
+  // Required by `tune train` (sft_train.cpp) but not by tune infer, chat or export, which need no training data.
+  schema.add({"data.train", config::ValueType::weighted_paths, std::nullopt, false, {},
+      "training data (required to train): a file, or a list of files and {path: FILE, weight: W} entries mixed by weight; W (> 0, "
+      "default 1) is how many passes over that file one epoch makes, fractions allowed: each epoch takes "
+      "round(W x rows) of the file's rows (at least 1), the whole file as often as that fits and the rest drawn "
+      "afresh, continuing through the file from epoch to epoch. Files: JSONL, a JSON array (.json, as "
+      "alpaca_data.json), or with format text also .txt (one document per file)"});
+  schema.path("data.eval", "evaluation file (any layout data.train takes); unset = hold out data.eval_fraction of "
+                           "data.train's rows (of all files together; evaluation is not weighted)");
   schema.real("data.eval_fraction", 0.02, "held-out fraction of data.train when data.eval is unset");
-  schema.choice("data.format", {"auto", "instruction", "chat"}, "auto", "row format; auto = by the fields present");
+  schema.choice("data.format", {"auto", "instruction", "chat", "sharegpt", "text"}, "auto",
+                "row format: instruction (Alpaca: instruction, input, output), chat (messages: [{role, content}]), "
+                "sharegpt (conversations: [{from: human|gpt|system, value}]), auto = by the fields present; text = "
+                "raw text for continued pre-training ({\"text\": ...} rows or .txt files): BOS + document + EOS, loss "
+                "on every token, documents longer than max_length split into consecutive chunks (not truncated); "
+                "no chat template (data.template and data.train_on_prompt stay unset)");
   schema.choice("data.template", data::ChatTemplate::names(), "auto",
                 "chat template; auto = the model's own (tokenizer_config.json chat_template) when it has one, else "
-                "plain; none = the messages back to back (base models)");
-  schema.integer("data.max_length", 512, "tokens per row; longer samples are truncated");
+                "plain; none = the messages back to back (base models); not used with format text");
+  schema.integer("data.max_length", 512,
+                 "tokens per row; longer conversations are truncated, longer text documents (format text) split");
   schema.boolean("data.packing", true, "pack several samples per row (attention kept within each sample)");
-  schema.boolean("data.train_on_prompt", false, "also compute the loss on prompt tokens");
+  schema.boolean("data.train_on_prompt", false, "also compute the loss on prompt tokens (format text: always)");
   schema.boolean("data.shuffle", true, "seeded shuffle each epoch");
-  schema.choice("data.on_bad_line", {"fail", "skip"}, "fail", "a malformed row stops the run, or is skipped and counted");
+  schema.choice("data.on_bad_line", {"fail", "skip"}, "fail",
+                "a malformed row stops the run before training (naming file:line or file:index N), or is skipped: "
+                "one summary per file (skipped K of N rows, the first reasons); no usable row is still an error");
 
   schema.integer("eval.every", 0, "evaluate every N steps; 0 = only at the end");
   schema.integer("generation.max_new_tokens", 64, "tune infer: tokens to generate at most");
@@ -131,7 +146,9 @@ SftSettings read_sft_settings(const config::Config& config) {
   }
 
   auto& data_settings = settings.data;
-  data_settings.train_path = config.get_string("data.train");
+  if (config.has("data.train")) {
+    for (const auto& file : config.get_weighted_paths("data.train")) data_settings.train.push_back({file.path, file.weight});
+  }
   if (config.has("data.eval")) data_settings.eval_path = config.get_string("data.eval");
   data_settings.eval_fraction = config.get_real("data.eval_fraction");
   if (data_settings.eval_fraction < 0 || data_settings.eval_fraction >= 1) {
@@ -140,7 +157,21 @@ SftSettings read_sft_settings(const config::Config& config) {
   const std::string format = config.get_string("data.format");
   data_settings.format = format == "instruction" ? data::DataFormat::instruction
                          : format == "chat"      ? data::DataFormat::chat
+                         : format == "sharegpt"  ? data::DataFormat::sharegpt
+                         : format == "text"      ? data::DataFormat::text
                                                  : data::DataFormat::automatic;
+  // Raw text has no template and no prompt. A key that would be ignored is refused; the defaults are accepted,
+  // since a run's resolved config.yaml (resume, infer) writes every key.
+  if (data_settings.format == data::DataFormat::text) {
+    if (config.get_string("data.template") != "auto") {
+      config.fail("data.template", "is not used with data.format: text (raw text is tokenized as it is, BOS and EOS "
+                                   "around each document); remove it");
+    }
+    if (config.get_bool("data.train_on_prompt")) {
+      config.fail("data.train_on_prompt", "is not used with data.format: text (the loss covers every token); "
+                                          "remove it");
+    }
+  }
   data_settings.chat_template = config.get_string("data.template");
   data_settings.max_length = get_int_at_least(config, "data.max_length", 2);
   data_settings.packing = config.get_bool("data.packing");

@@ -18,8 +18,14 @@ struct ModelSettings {
   models::LlamaLoraOptions lora;
 };
 
+// One training file and its weight: how many passes over it one epoch makes (data::MixedExamples).
+struct DataFile {
+  std::string path;
+  double weight = 1.0;
+};
+
 struct DataSettings {
-  std::string train_path;
+  std::vector<DataFile> train;           // one or more files, mixed by weight
   std::optional<std::string> eval_path;  // else a held-out fraction of train
   double eval_fraction = 0.02;
   data::DataFormat format = data::DataFormat::automatic;

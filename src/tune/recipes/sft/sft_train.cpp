@@ -67,6 +67,9 @@ int train(const TrainRequest& request) {
   const RunSettings run = read_run_settings(config);
   TrainingSettings training = read_training_settings(config);
   const SftSettings sft = read_sft_settings(config);
+  if (sft.data.train.empty()) {
+    config.fail("data.train", "is required to train: a JSONL or JSON file of rows, or a list of files (see tune validate)");
+  }
   const std::filesystem::path output_dir = request.output_dir;
   if (run.frozen_weights_bf16 && sft.model.lora.lora.rank == 0) {
     config.fail("param_dtype", "is 'bf16', which stores frozen weights in bf16, but full fine-tuning trains every "
@@ -118,9 +121,7 @@ int train(const TrainRequest& request) {
   if (run.mixed_precision == precision::MixedPrecision::fp16) {
     scaler = std::make_unique<precision::DynamicLossScaler>(run.loss_scale);
   }
-  const int64_t steps_per_epoch =
-      std::max<int64_t>(1, loader.batches_per_epoch() / training.gradient_accumulation_steps);
-  training.schedule.total_steps = training.max_steps > 0 ? training.max_steps : training.epochs * steps_per_epoch;
+  training.schedule.total_steps = training.total_steps(loader.batches_per_epoch());
 
   TrainerState state;
   if (request.resume_from) {
@@ -166,8 +167,8 @@ int train(const TrainRequest& request) {
             "tokens)", format_bytes(all_param_bytes), format_bytes(total_bytes(param_tensors)),
             format_bytes(optimizer.state_bytes()), "~",
             format_bytes(activation_estimate), shape.batch, shape.sequence);
-  log::info("training: {} steps ({} per epoch), {} micro-batch(es) of {} rows x {} tokens per step{}",
-            training.schedule.total_steps, steps_per_epoch, training.gradient_accumulation_steps, training.batch_size,
+  log::info("training: {} steps ({} batches per epoch), {} micro-batch(es) of {} rows x {} tokens per step{}",
+            training.schedule.total_steps, loader.batches_per_epoch(), training.gradient_accumulation_steps, training.batch_size,
             sft.data.max_length, parallel.active() ? fmt::format(" on each of {} processes", parallel.size()) : "");
   if (parallel.active()) log::info("data parallel: {}", parallel.describe());
 

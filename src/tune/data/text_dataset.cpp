@@ -1,0 +1,52 @@
+// Tokenizing raw-text documents into overlapping chunks of at most max_length tokens (see text_dataset.h).
+#include "tune/data/text_dataset.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "tune/core/error.h"
+
+namespace tune::data {
+
+std::vector<TokenizedExample> tokenize_documents(const std::vector<TextDocument>& documents,
+                                                 const Tokenizer& tokenizer, int64_t max_length, int32_t source,
+                                                 TextTokenizeReport* report) {
+  if (max_length < 2) {
+    throw UsageError(fmt::format("max_length must be at least 2 (one token to read, one to predict), got {}",
+                                 max_length));
+  }
+  if (tokenizer.eos_id() < 0) {
+    throw InputError(fmt::format("tokenizer '{}' has no EOS token; raw-text documents end with one so the model "
+                                 "learns where a document stops",
+                                 tokenizer.model_path().string()));
+  }
+  TextTokenizeReport counts;
+  std::vector<TokenizedExample> examples;
+  for (const auto& document : documents) {
+    std::vector<int64_t> ids;
+    if (tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
+    const std::vector<int64_t> text_ids = tokenizer.encode(document.text, false, false);
+    ids.insert(ids.end(), text_ids.begin(), text_ids.end());
+    ids.push_back(tokenizer.eos_id());
+    const auto length = static_cast<int64_t>(ids.size());
+    ++counts.documents;
+    counts.tokens += length;
+    if (length > max_length) ++counts.split_documents;
+    // Chunk k starts where chunk k-1 ended, minus one token: that token is the context for the next prediction.
+    for (int64_t start = 0;; start += max_length - 1) {
+      const int64_t end = std::min(start + max_length, length);
+      TokenizedExample example;
+      example.input_ids.assign(ids.begin() + start, ids.begin() + end);
+      example.labels = example.input_ids;
+      example.source = source;
+      examples.push_back(std::move(example));
+      ++counts.chunks;
+      if (end == length) break;
+    }
+  }
+  if (report != nullptr) *report = counts;
+  return examples;
+}
+
+}  // namespace tune::data

@@ -1,0 +1,31 @@
+// What lives across training steps for a Llama model, counted from its config without building it (a planner must
+// answer for an 8B model without allocating 32 GB): parameters by storage dtype, gradients and AdamW state of the
+// trainable ones, as models/llama_layers.cpp and nn/lora_linear.cpp register them.
+#pragma once
+
+#include <cstdint>
+
+#include "tune/models/llama.h"
+#include "tune/models/llama_config.h"
+
+namespace tune::recipes::sft {
+
+struct ParameterCounts {
+  int64_t total = 0;      // elements of every parameter (LoRA adapters included)
+  int64_t trainable = 0;  // full fine-tuning: all; LoRA: the adapters (freeze_base_weights freezes the rest)
+  int64_t largest_trainable = 0;  // elements of the largest trainable tensor
+};
+
+ParameterCounts count_parameters(const models::LlamaConfig& config, const models::LlamaLoraOptions& lora);
+
+// Bytes of the steady state: parameters (trainable in fp32; frozen ones in bf16 under param_dtype bf16, else fp32),
+// their fp32 gradients, and AdamW's two fp32 moments.
+struct ResidentBytes {
+  int64_t parameters = 0;
+  int64_t gradients = 0;
+  int64_t optimizer_state = 0;
+};
+
+ResidentBytes resident_bytes(const ParameterCounts& counts, bool frozen_weights_bf16);
+
+}  // namespace tune::recipes::sft

@@ -1,0 +1,78 @@
+// Peak memory of an SFT step, term by term (peak_prediction.h).
+#include "tune/recipes/sft/peak_prediction.h"
+
+#include <algorithm>
+
+#include "tune/recipes/activation_estimate.h"
+#include "tune/recipes/sft/memory_report.h"
+#include "tune/recipes/sft/parameter_bytes.h"
+#include "tune/recipes/sft/step_flops.h"
+
+namespace tune::recipes::sft {
+
+memory::CheckpointOptions checkpoint_options(const PlanSetting& setting) {
+  memory::CheckpointOptions options;
+  options.policy = setting.checkpointing == "off" ? memory::Policy::off : memory::parse_policy(setting.checkpointing);
+  options.k = std::max<int64_t>(1, setting.k > 0 ? setting.k : 2);
+  return options;
+}
+
+PeakBreakdown predict_peak(const SftPlanInputs& inputs, const PlanSetting& setting) {
+  const bool frozen_bf16 = setting.param_dtype == "bf16" && inputs.lora.lora.rank > 0;
+  const ParameterCounts counts = count_parameters(inputs.model, inputs.lora);
+  const ResidentBytes resident = resident_bytes(counts, frozen_bf16);
+  PeakBreakdown peak;
+  peak.parameters = resident.parameters;
+  peak.gradients = resident.gradients;
+  peak.optimizer_state = resident.optimizer_state;
+
+  ActivationShape shape{setting.batch_size, inputs.sequence, inputs.low_precision ? 2 : 4};
+  shape.mask_batch = setting.batch_size;  // SFT rows carry segment ids: one mask per row (as sft_train.cpp)
+  shape.lora = inputs.lora;
+  shape.base_weights_in_compute_dtype = frozen_bf16;
+  shape.fused_attention = inputs.cuda;
+  const memory::CheckpointRunner runner(checkpoint_options(setting), inputs.model.num_hidden_layers);
+  const StackPhases phases =
+      phases_for_runner(llama_stack(inputs.model, shape, false), llama_stack(inputs.model, shape, true), runner);
+  peak.activations = phases.peak();
+
+  // Batch tensors: input_ids, labels, position_ids and segment_ids, int64 [rows, T]. The CPU loader holds a step's
+  // global micro-batches at once (every rank's rows: sft_train.cpp fetches them before the first forward) and a
+  // rank slices a copy of its share; on CUDA only the micro-batch copied to the device counts.
+  const int64_t row_bytes = 4 * 8 * inputs.sequence;
+  if (inputs.cuda) {
+    peak.other = row_bytes * setting.batch_size;
+  } else {
+    peak.other = row_bytes * setting.batch_size * setting.processes * setting.accumulation;
+    if (setting.processes > 1) peak.other += row_bytes * setting.batch_size;
+  }
+  // ddp: the reducer flattens each bucket's gradients into a copy in the reduce dtype, held until the step's
+  // reductions finish (distributed/gradient_reducer.cpp); a bf16 bucket is cast from an fp32 concatenation.
+  if (setting.processes > 1) {
+    peak.other += counts.trainable * (inputs.reduce_bf16 ? 2 : 4);
+    if (inputs.reduce_bf16) peak.other += std::min(inputs.bucket_bytes, counts.trainable * 4);
+  }
+  // Gradients during the step. With accumulation, the earlier micro-batches' are there from the first forward on.
+  // Without it they are dropped after each update (zero_grad sets them to none), so the end of forward has none,
+  // and backward's worst moment is counted with every gradient but the input embedding's (full fine-tuning,
+  // untied: it arrives last, when the activations are gone), an upper bound.
+  if (setting.accumulation > 1) {
+    peak.step = phases.peak() + peak.gradients + peak.other;
+  } else {
+    const bool embedding_last = inputs.lora.lora.rank == 0 && !inputs.model.tie_word_embeddings;
+    const int64_t embedding_gradient = embedding_last ? inputs.model.vocab_size * inputs.model.hidden_size * 4 : 0;
+    peak.step = std::max({phases.forward_end, phases.backward + peak.gradients - embedding_gradient, peak.gradients}) +
+                peak.other;
+  }
+  // AdamW's update (train/adamw.cpp): sqrt(v) and its division by the bias correction, two fp32 temporaries of
+  // the largest trainable tensor; activations are freed by then.
+  peak.optimizer_step = 2 * counts.largest_trainable * 4;
+  return peak;
+}
+
+double predict_relative_time(const SftPlanInputs& inputs, const PlanSetting& setting) {
+  const memory::CheckpointRunner runner(checkpoint_options(setting), inputs.model.num_hidden_layers);
+  return step_flops(inputs.model, inputs.lora, inputs.sequence, runner, inputs.cuda).relative_time();
+}
+
+}  // namespace tune::recipes::sft

@@ -1,0 +1,236 @@
+// The SFT recipe's memory budget planner (sft_plan.h).
+#include "tune/recipes/sft/sft_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+#include <set>
+
+#include "tune/core/progress.h"
+#include "tune/recipes/common_schema.h"
+#include "tune/recipes/data_parallel.h"
+#include "tune/recipes/sft/parameter_bytes.h"
+#include "tune/recipes/sft/sft_model.h"
+#include "tune/recipes/sft/sft_settings.h"
+
+namespace tune::recipes::sft {
+namespace {
+
+// The recipe as the planner sees it: the prediction inputs and what the candidates keep from it.
+struct RecipeShape {
+  SftPlanInputs inputs;
+  int64_t rows_per_process = 1;  // training.batch_size x training.gradient_accumulation_steps
+  int64_t recipe_k = 2;
+  std::string param_dtype = "fp32";
+  bool has_model_path = false;
+  bool mixed_precision_off = false;
+};
+
+models::LlamaConfig model_config(const SftSettings& sft) {
+  if (sft.model.path) {
+    return models::LlamaConfig::from_file((std::filesystem::path(*sft.model.path) / "config.json").string());
+  }
+  models::LlamaConfig config = sft.model.architecture;
+  if (config.vocab_size == 0) config.vocab_size = load_tokenizer(sft).vocab_size();  // as build_model does
+  return config;
+}
+
+RecipeShape read_recipe(const config::Config& config) {
+  const RunSettings run = read_run_settings(config);
+  const TrainingSettings training = read_training_settings(config);
+  const SftSettings sft = read_sft_settings(config);
+  if (run.frozen_weights_bf16 && sft.model.lora.lora.rank == 0) {  // the check sft_train.cpp makes
+    config.fail("param_dtype", "is 'bf16', which stores frozen weights in bf16, but full fine-tuning trains every "
+                               "weight (kept in fp32); use it with lora.rank > 0");
+  }
+  const DistributedSettings distributed = read_distributed_settings(config);
+  RecipeShape shape;
+  shape.inputs.model = model_config(sft);
+  shape.inputs.lora = sft.model.lora;
+  shape.inputs.sequence = sft.data.max_length;
+  shape.inputs.low_precision = run.mixed_precision != precision::MixedPrecision::no;
+  shape.inputs.cuda = run.device == "cuda";
+  shape.inputs.bucket_bytes = distributed.bucket_bytes;
+  shape.inputs.reduce_bf16 = distributed.reduce_bf16;
+  shape.rows_per_process = training.batch_size * training.gradient_accumulation_steps;
+  shape.recipe_k = run.checkpointing.k;
+  shape.param_dtype = run.frozen_weights_bf16 ? "bf16" : "fp32";
+  shape.has_model_path = sft.model.path.has_value();
+  shape.mixed_precision_off = run.mixed_precision == precision::MixedPrecision::no;
+  return shape;
+}
+
+std::string describe_model(const SftPlanInputs& inputs) {
+  const ParameterCounts counts = count_parameters(inputs.model, inputs.lora);
+  const std::string training =
+      inputs.lora.lora.rank > 0
+          ? fmt::format("LoRA rank {}, {} trainable", inputs.lora.lora.rank, format_count(static_cast<double>(counts.trainable)))
+          : std::string("full fine-tuning");
+  return fmt::format("{} layers, hidden {}, vocabulary {}, {} parameters ({})", inputs.model.num_hidden_layers,
+                     inputs.model.hidden_size, inputs.model.vocab_size, format_count(static_cast<double>(counts.total)),
+                     training);
+}
+
+BudgetPlan plan_recipe(const RecipeShape& recipe, int processes, uint64_t budget) {
+  return plan_for(recipe.inputs, candidate_settings(recipe.inputs, recipe.rows_per_process, processes, recipe.recipe_k),
+                  budget, recipe.param_dtype);
+}
+
+PlanAlternative alternative(const RecipeShape& changed, int processes, uint64_t budget, std::string description,
+                            std::vector<std::string> overrides) {
+  const BudgetPlan plan = plan_recipe(changed, processes, budget);
+  PlanAlternative result;
+  result.description = std::move(description);
+  result.overrides = std::move(overrides);
+  result.fits = plan.chosen.has_value();
+  result.best = result.fits ? *plan.chosen_row() : plan.smallest_row();
+  return result;
+}
+
+// The longest data.max_length below the recipe's at which some setting fits (the peak grows with the length),
+// rounded down to a multiple of 64 (or 8) for tidy rows; nullopt when not even one token fits.
+std::optional<int64_t> longest_fitting_length(RecipeShape recipe, int processes, uint64_t budget) {
+  auto fits = [&](int64_t length) {
+    recipe.inputs.sequence = length;
+    return plan_recipe(recipe, processes, budget).chosen.has_value();
+  };
+  int64_t low = 1, high = recipe.inputs.sequence - 1;
+  if (high < 1 || !fits(low)) return std::nullopt;
+  while (low < high) {  // invariant: low fits
+    const int64_t middle = low + (high - low + 1) / 2;
+    if (fits(middle)) low = middle; else high = middle - 1;
+  }
+  if (low >= 64) return low / 64 * 64;
+  if (low >= 8) return low / 8 * 8;
+  return low;
+}
+
+// Computed alternatives for a budget nothing fits: each change alone, then (if none alone fits) all together.
+std::vector<PlanAlternative> alternatives(const RecipeShape& recipe, int processes, uint64_t budget) {
+  std::vector<PlanAlternative> found;
+  std::vector<std::function<void(RecipeShape&, std::vector<std::string>&, std::string&)>> changes;
+  if (recipe.inputs.lora.lora.rank == 0) {
+    changes.push_back([](RecipeShape& shape, std::vector<std::string>& overrides, std::string& what) {
+      shape.inputs.lora.lora.rank = 8;  // PEFT's usual rank, on the schema's default targets
+      shape.inputs.lora.target_modules = {"q_proj", "v_proj"};
+      overrides.push_back("lora.rank=8");
+      what += (what.empty() ? "" : ", ") + std::string("LoRA rank 8 on q_proj, v_proj");
+    });
+  }
+  if (recipe.mixed_precision_off) {
+    changes.push_back([](RecipeShape& shape, std::vector<std::string>& overrides, std::string& what) {
+      shape.inputs.low_precision = true;
+      shape.mixed_precision_off = false;
+      overrides.push_back("mixed_precision=bf16");
+      what += (what.empty() ? "" : ", ") + std::string("bf16 autocast");
+    });
+  }
+  auto with_length = [&](RecipeShape shape, std::vector<std::string> overrides, std::string what) {
+    if (const auto length = longest_fitting_length(shape, processes, budget)) {
+      shape.inputs.sequence = *length;
+      overrides.push_back(fmt::format("data.max_length={}", *length));
+      what += fmt::format("{}data.max_length {} -> {}", what.empty() ? "" : ", ", recipe.inputs.sequence, *length);
+      found.push_back(alternative(shape, processes, budget, what, overrides));
+    }
+  };
+  with_length(recipe, {}, "");
+  bool single_change_fits = !found.empty();
+  for (const auto& change : changes) {
+    RecipeShape shape = recipe;
+    std::vector<std::string> overrides;
+    std::string what;
+    change(shape, overrides, what);
+    found.push_back(alternative(shape, processes, budget, what, overrides));
+    single_change_fits = single_change_fits || found.back().fits;
+  }
+  if (!single_change_fits && !changes.empty()) {
+    RecipeShape shape = recipe;
+    std::vector<std::string> overrides;
+    std::string what;
+    for (const auto& change : changes) change(shape, overrides, what);
+    with_length(shape, overrides, what);
+  }
+  for (auto& entry : found) {
+    if (entry.description.find("LoRA") != std::string::npos && !recipe.has_model_path) {
+      entry.note = "LoRA adapts a pretrained model: it also needs model.path";
+    }
+  }
+  return found;
+}
+
+}  // namespace
+
+std::vector<PlanSetting> candidate_settings(const SftPlanInputs& inputs, int64_t rows_per_process, int processes,
+                                            int64_t recipe_k) {
+  const int64_t layers = inputs.model.num_hidden_layers;
+  std::vector<PlanSetting> policies;
+  auto add_policy = [&](const std::string& name, int64_t k) {
+    PlanSetting setting;
+    setting.checkpointing = name;
+    setting.k = k;
+    policies.push_back(setting);
+  };
+  add_policy("off", 0);
+  add_policy("selective", 0);
+  std::set<int64_t> ks;
+  for (const int64_t k : {int64_t{2}, int64_t{4}, int64_t{8}, recipe_k}) {
+    if (k >= 2 && k < layers) ks.insert(k);  // k = 1 is full; k >= layers checkpoints block 0 alone
+  }
+  for (const int64_t k : ks) add_policy("every_k", k);
+  add_policy("sqrt", 0);
+  add_policy("full", 0);
+
+  std::vector<std::string> dtypes = {"fp32"};
+  if (inputs.lora.lora.rank > 0 && inputs.low_precision) dtypes.push_back("bf16");
+
+  std::vector<PlanSetting> candidates;
+  for (int64_t batch = rows_per_process; batch >= 1; --batch) {
+    if (rows_per_process % batch != 0) continue;
+    for (const auto& dtype : dtypes) {
+      for (PlanSetting setting : policies) {
+        setting.batch_size = batch;
+        setting.accumulation = rows_per_process / batch;
+        setting.param_dtype = dtype;
+        setting.processes = processes;
+        candidates.push_back(setting);
+      }
+    }
+  }
+  return candidates;
+}
+
+BudgetPlan plan_for(const SftPlanInputs& inputs, const std::vector<PlanSetting>& candidates, uint64_t budget_bytes,
+                    const std::string& preferred_param_dtype) {
+  BudgetPlan plan;
+  plan.budget_bytes = budget_bytes;
+  for (const PlanSetting& setting : candidates) {
+    PlanRow row;
+    row.setting = setting;
+    row.breakdown = predict_peak(inputs, setting);
+    row.peak_bytes = row.breakdown.peak();
+    row.relative_time = predict_relative_time(inputs, setting);
+    plan.rows.push_back(row);
+  }
+  rank_and_choose(plan, preferred_param_dtype);
+  return plan;
+}
+
+BudgetPlan plan(const PlanRequest& request) {
+  const RecipeShape recipe = read_recipe(request.config);
+  BudgetPlan result = plan_recipe(recipe, request.processes, request.budget_bytes);
+  result.recipe = "sft";
+  result.model = describe_model(recipe.inputs);
+  result.precision = recipe.inputs.low_precision ? request.config.get_string("mixed_precision") + " autocast" : "fp32";
+  result.device = recipe.inputs.cuda ? "cuda" : "cpu";
+  result.processes = request.processes;
+  result.global_batch = recipe.rows_per_process * request.processes;
+  result.sequence = recipe.inputs.sequence;
+  result.time_model = "a FLOP model, not a measurement: (forward + backward + recompute) / (forward + backward) of the "
+                      "same step without checkpointing; matmul FLOPs counted exactly, elementwise work roughly, "
+                      "memory traffic and communication not at all";
+  if (!result.chosen) result.alternatives = alternatives(recipe, request.processes, request.budget_bytes);
+  return result;
+}
+
+}  // namespace tune::recipes::sft

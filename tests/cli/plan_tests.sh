@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# End-to-end tests of the memory budget planner: `tune plan` and `tune train --memory-budget`. Predicted peaks are
+# checked against what runs measure (RUN/memory.json peak_bytes, the tracking allocator's peak over the steps).
+# Usage: plan_tests.sh CASE (environment as cli_tests.sh, whose helpers it uses).
+set -uo pipefail
+CLI_TESTS_AS_LIBRARY=1 source "$(dirname "$0")/cli_tests.sh"
+
+# Predicted against measured peak, relative to the measurement: the activation estimate is within 10% on LibTorch
+# 2.13 (tests/recipes/test_checkpointing_memory.cpp), and the planner counts gradients whole during the step (an
+# upper bound: without accumulation they fill up during backward).
+PLAN_TOL=${PLAN_TOL:-0.15}
+
+# write_recipe's model made larger so that activations dominate and the policies' peaks differ clearly: 4 layers,
+# hidden 128, rows of 256 tokens, bf16 autocast; 2 steps, no evaluation set, a checkpoint only at the end.
+write_plan_recipe() {  # write_plan_recipe FILE OUTPUT_DIR
+  write_recipe "$1" "$2"
+  sed -i 's/^mixed_precision: "no"/mixed_precision: bf16/; s/hidden_size: 32/hidden_size: 128/;
+          s/intermediate_size: 64/intermediate_size: 352/; s/num_hidden_layers: 2/num_hidden_layers: 4/;
+          s/max_position_embeddings: 128/max_position_embeddings: 256/; s/max_length: 64/max_length: 256/;
+          s/eval_fraction: 0.05/eval_fraction: 0.0/; s/max_steps: 20/max_steps: 2/; s/every: 10/every: 0/' "$1"
+}
+
+peak_of() { "$PYTHON" -c "import json,sys; print(json.load(open(sys.argv[1]))['peak_bytes'])" "$1/memory.json"; }
+
+# train_setting NAME YAML OVERRIDES...: trains 2 steps in $WORK/runs/plan-NAME, prints the measured peak.
+train_setting() {
+  local name=$1 yaml=$2; shift 2
+  rm -rf "$WORK/runs/plan-$name"
+  expect_exit 0 "$TUNE" train "$yaml" --output-dir "$WORK/runs/plan-$name" "$@"
+  peak_of "$WORK/runs/plan-$name"
+}
+
+# Bad --memory values are usage errors naming the flag.
+case_plan_bad_memory_values() {
+  write_plan_recipe "$WORK/plan-bad.yaml" "$WORK/runs/plan-bad"
+  for value in 16XB 0 -5 1.5GiB GiB; do
+    expect_exit 2 "$TUNE" plan "$WORK/plan-bad.yaml" --memory "$value"; contains "$ERR" "--memory '$value'"
+  done
+  expect_exit 2 "$TUNE" plan "$WORK/plan-bad.yaml"; contains "$ERR" "--memory"
+  expect_exit 2 "$TUNE" train "$WORK/plan-bad.yaml" --memory-budget 16XB; contains "$ERR" "--memory-budget '16XB'"
+  [ ! -d "$WORK/runs/plan-bad" ] || fail "a rejected --memory-budget must not start a run"
+  expect_exit 2 "$TUNE" plan "$WORK/plan-bad.yaml" --memory 1GiB training.batch_size=0; contains "$ERR" "training.batch_size"
+}
+
+# The table, its JSON form, the global batch kept, ddp rows with --nproc.
+case_plan_table_and_json() {
+  write_plan_recipe "$WORK/plan-table.yaml" "$WORK/runs/plan-table"
+  expect_exit 0 "$TUNE" plan "$WORK/plan-table.yaml" --memory 4GiB
+  echo "$OUT"
+  contains "$OUT" "* off"; contains "$OUT" "a FLOP model, not a measurement"; contains "$OUT" "the fastest that fits"
+  contains "$OUT" "gradient_checkpointing=false training.batch_size=4 training.gradient_accumulation_steps=1"
+  for nproc in 1 2; do
+    expect_exit 0 "$TUNE" plan "$WORK/plan-table.yaml" --memory 4GiB --json --nproc $nproc
+    "$PYTHON" - "$OUT" "$nproc" <<'PY' || fail "plan json (--nproc $nproc): $OUT"
+import json, sys
+plan, nproc = json.loads(sys.argv[1]), int(sys.argv[2])
+rows = plan["rows"]
+assert plan["chosen"] == 0 and plan["global_batch"] == 4 * nproc and plan["processes"] == nproc, plan["chosen"]
+assert {r["checkpointing"] for r in rows} == {"off", "selective", "every_k", "sqrt", "full"}
+assert all(r["batch_size"] * r["gradient_accumulation_steps"] == 4 for r in rows)
+assert all(r["strategy"] == ("ddp" if nproc > 1 else "single") and r["fits"] for r in rows)
+assert all(r["param_dtype"] == "fp32" for r in rows)  # bf16 storage is for LoRA's frozen weights only
+times = [r["relative_time"] for r in rows]
+assert times == sorted(times) and times[0] == 1.0 and max(times) < 4 / 3, times
+assert rows[0]["checkpointing"] == "off" and rows[0]["batch_size"] == 4
+PY
+  done
+}
+
+# For several budgets: the chosen setting's measured peak is within the budget, and the setting ranked just before
+# it (faster, or as fast with a larger micro-batch) would not have fit: its prediction is over the budget and
+# within PLAN_TOL of its own measurement (or the measurement itself is over).
+case_plan_budget_choice_fits_when_measured() {
+  local yaml="$WORK/plan-budget.yaml"
+  write_plan_recipe "$yaml" "$WORK/runs/plan-unused"
+  expect_exit 0 "$TUNE" plan "$yaml" --memory 100GiB --json
+  echo "$OUT" > "$WORK/plan-all.json"
+  # Budgets that choose row i: those between its prediction and the smallest prediction ranked before it.
+  local budgets
+  budgets=$("$PYTHON" - "$WORK/plan-all.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+eligible, smallest_before = [], rows[0]["peak_bytes"]
+for i in range(1, len(rows)):
+    peak = rows[i]["peak_bytes"]
+    if peak < smallest_before:
+        eligible.append((i, peak + (smallest_before - peak) // 4))
+    smallest_before = min(smallest_before, peak)
+picks = sorted({eligible[0], eligible[len(eligible) // 2], eligible[-1]})
+print(" ".join(f"{i}:{b}" for i, b in picks))
+PY
+) || fail "choosing budgets"
+  local pick index budget
+  for pick in $budgets; do
+    index=${pick%%:*}; budget=${pick##*:}
+    rm -rf "$WORK/runs/plan-chosen-$index"
+    expect_exit 0 "$TUNE" train "$yaml" --output-dir "$WORK/runs/plan-chosen-$index" --memory-budget "$budget"
+    contains "$ERR" "memory budget"; contains "$ERR" "the fastest of the"
+    local chosen_peak faster_peak
+    chosen_peak=$(peak_of "$WORK/runs/plan-chosen-$index")
+    local faster_overrides
+    faster_overrides=$("$PYTHON" -c "import json,sys; print(' '.join(json.load(open(sys.argv[1]))['rows'][int(sys.argv[2]) - 1]['overrides']))" "$WORK/plan-all.json" "$index")
+    # shellcheck disable=SC2086
+    faster_peak=$(train_setting "faster-$index" "$yaml" $faster_overrides) || exit 1
+    "$PYTHON" - "$WORK/plan-all.json" "$index" "$budget" "$chosen_peak" "$faster_peak" "$PLAN_TOL" \
+      "$WORK/runs/plan-chosen-$index/config.yaml" <<'PY' || fail "budget $budget"
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+index, budget, chosen_measured, faster_measured, tol = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
+chosen, faster = rows[index], rows[index - 1]
+def name(r):
+    k = f" k={r['k']}" if r["k"] else ""
+    return f"{r['checkpointing']}{k} {r['batch_size']}x{r['gradient_accumulation_steps']}"
+print(f"budget {budget / 2**20:.1f} MiB: chose {name(chosen)}: predicted {chosen['peak_bytes'] / 2**20:.1f} MiB, "
+      f"measured {chosen_measured / 2**20:.1f} MiB ({chosen['peak_bytes'] / chosen_measured - 1:+.1%}); "
+      f"next faster {name(faster)}: predicted {faster['peak_bytes'] / 2**20:.1f} MiB, "
+      f"measured {faster_measured / 2**20:.1f} MiB ({faster['peak_bytes'] / faster_measured - 1:+.1%})")
+assert chosen_measured <= budget, "the chosen setting's measured peak is over the budget"
+assert faster["peak_bytes"] > budget
+assert faster_measured > budget or abs(faster["peak_bytes"] / faster_measured - 1) <= tol, "faster row's prediction off"
+assert abs(chosen["peak_bytes"] / chosen_measured - 1) <= tol, "chosen row's prediction off"
+# The choice is in the run's resolved config.yaml.
+config = open(sys.argv[7]).read()
+assert f"batch_size: {chosen['batch_size']}\n" in config and \
+       f"gradient_accumulation_steps: {chosen['gradient_accumulation_steps']}\n" in config, config
+if chosen["checkpointing"] == "off":
+    assert "gradient_checkpointing: false" in config
+else:
+    assert "gradient_checkpointing: true" in config and f"policy: {chosen['checkpointing']}\n" in config
+PY
+  done
+}
+
+# A 32k vocabulary: the logits and loss dominate the step, and the prediction still holds for the fastest and the
+# smallest setting.
+case_plan_large_vocabulary_prediction() {
+  local yaml="$WORK/plan-vocab.yaml"
+  write_plan_recipe "$yaml" "$WORK/runs/plan-unused"
+  sed -i 's/hidden_size: 128/hidden_size: 64/; s/intermediate_size: 352/intermediate_size: 176/;
+          s/num_hidden_layers: 4/num_hidden_layers: 2/; s/max_length: 256/max_length: 128/' "$yaml"
+  sed -i 's/^model:/model:\n  vocab_size: 32000/' "$yaml"
+  expect_exit 0 "$TUNE" plan "$yaml" --memory 100GiB --json
+  echo "$OUT" > "$WORK/plan-vocab.json"
+  local first last
+  first=$("$PYTHON" -c "import json,sys; r=json.load(open(sys.argv[1]))['rows']; print(' '.join(r[0]['overrides']))" "$WORK/plan-vocab.json")
+  last=$("$PYTHON" -c "import json,sys; r=json.load(open(sys.argv[1]))['rows']; print(' '.join(min(r, key=lambda x: x['peak_bytes'])['overrides']))" "$WORK/plan-vocab.json")
+  local first_peak last_peak
+  # shellcheck disable=SC2086
+  first_peak=$(train_setting vocab-fastest "$yaml" $first) || exit 1
+  # shellcheck disable=SC2086
+  last_peak=$(train_setting vocab-smallest "$yaml" $last) || exit 1
+  "$PYTHON" - "$WORK/plan-vocab.json" "$first_peak" "$last_peak" "$PLAN_TOL" <<'PY' || fail "large vocabulary prediction"
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+tol = float(sys.argv[4])
+for row, measured in ((rows[0], int(sys.argv[2])), (min(rows, key=lambda r: r["peak_bytes"]), int(sys.argv[3]))):
+    b = row["breakdown"]
+    print(f"vocab 32000, {row['checkpointing']} {row['batch_size']}x{row['gradient_accumulation_steps']}: predicted "
+          f"{row['peak_bytes'] / 2**20:.1f} MiB (activations {b['activations'] / 2**20:.1f}), measured "
+          f"{measured / 2**20:.1f} MiB ({row['peak_bytes'] / measured - 1:+.1%})")
+    assert abs(row["peak_bytes"] / measured - 1) <= tol
+PY
+}
+
+# A budget nothing fits: exit 1, by how much, and what would fit, computed: the suggested data.max_length is then
+# planned again and fits.
+case_plan_too_small_budget() {
+  local yaml="$WORK/plan-small.yaml"
+  write_plan_recipe "$yaml" "$WORK/runs/plan-small"
+  expect_exit 0 "$TUNE" plan "$yaml" --memory 100GiB --json
+  local budget
+  budget=$("$PYTHON" -c "import json,sys; print(int(json.loads(sys.argv[1])['smallest_peak_bytes'] * 0.9))" "$OUT")
+  expect_exit 1 "$TUNE" plan "$yaml" --memory "$budget"
+  echo "$ERR"
+  contains "$ERR" "no setting fits in"; contains "$ERR" "the smallest predicted peak is"; contains "$ERR" "over the budget"
+  contains "$ERR" "what would fit"; contains "$ERR" "data.max_length 256 ->"
+  contains "$ERR" "LoRA rank 8"; contains "$ERR" "needs model.path"
+  expect_exit 1 "$TUNE" plan "$yaml" --memory "$budget" --json
+  local length
+  length=$("$PYTHON" - "$OUT" "$budget" <<'PY'
+import json, sys
+plan, budget = json.loads(sys.argv[1]), int(sys.argv[2])
+assert plan["chosen"] is None and plan["smallest_peak_bytes"] > budget
+shorter = [a for a in plan["alternatives"] if a["change"].startswith("data.max_length")]
+assert shorter and shorter[0]["fits"] and shorter[0]["best"]["peak_bytes"] <= budget, plan["alternatives"]
+print(shorter[0]["overrides"][0].split("=")[1])
+PY
+) || fail "alternatives: $OUT"
+  expect_exit 0 "$TUNE" plan "$yaml" --memory "$budget" data.max_length="$length"
+  expect_exit 1 "$TUNE" train "$yaml" --memory-budget "$budget"
+  contains "$ERR" "no setting fits in"
+  [ ! -d "$WORK/runs/plan-small" ] || fail "a budget nothing fits must not start a run"
+}
+
+# ddp: the plan for 2 processes is per process; each rank's measured peak stays within the budget.
+case_plan_ddp_budget_per_rank() {
+  local yaml="$WORK/plan-ddp.yaml"
+  write_plan_recipe "$yaml" "$WORK/runs/plan-unused"
+  expect_exit 0 "$TUNE" plan "$yaml" --memory 100GiB --json --nproc 2
+  local budget
+  budget=$("$PYTHON" -c "
+import json, sys
+rows = json.loads(sys.argv[1])['rows']
+print(rows[1]['peak_bytes'] + (rows[0]['peak_bytes'] - rows[1]['peak_bytes']) // 4)" "$OUT")
+  rm -rf "$WORK/runs/plan-ddp"
+  expect_exit 0 "$TUNE" train "$yaml" --output-dir "$WORK/runs/plan-ddp" --nproc 2 threads=1 --memory-budget "$budget"
+  contains "$ERR" "ddp x 2"
+  "$PYTHON" - "$WORK/runs/plan-ddp/memory.json" "$budget" <<'PY' || fail "ddp per-rank peaks"
+import json, sys
+memory, budget = json.load(open(sys.argv[1])), int(sys.argv[2])
+print(f"ddp x 2, budget {budget / 2**20:.1f} MiB: measured per rank", [f"{p / 2**20:.1f} MiB" for p in memory["peak_bytes_per_rank"]])
+assert all(p <= budget for p in memory["peak_bytes_per_rank"])
+PY
+}
+
+case="${1:?case name}"
+mkdir -p "$WORK"
+"case_$case"
+echo "PASS: $case"
