@@ -858,6 +858,69 @@ PY
   expect_exit 1 "$TUNE" tokenize "$WORK/nowhere" --text x; contains "$ERR" "nowhere"   # a missing model file: 1
 }
 
+# Issue 11's acceptance: a Llama-3-style and a Qwen3 model directory (tiny random weights saved by transformers, the
+# real tokenizer files) fine-tune with the model's own chat template, answer with tune infer, and export a directory
+# transformers loads and continues exactly as tune does.
+case_model_dirs_train_and_answer() {
+  need_tokenizer_files
+  [ -s "$WORK/chat.jsonl" ] || "$PYTHON" - "$WORK/chat.jsonl" <<'PY'
+import json, random, sys
+rng = random.Random(0)
+with open(sys.argv[1], "w") as f:
+    for _ in range(64):
+        letters = rng.sample("abcdefgh", 3)
+        messages = [{"role": "user", "content": "Reverse: " + " ".join(letters)},
+                    {"role": "assistant", "content": " ".join(reversed(letters))}]
+        f.write(json.dumps({"messages": messages}) + "\n")
+PY
+  for name in llama3 qwen3; do
+    local model="$WORK/models/$name" run="$WORK/runs/md-$name" export="$WORK/runs/md-$name-export"
+    rm -rf "$model" "$run" "$export"
+    "$PYTHON" - "$name" "$model" "$TUNE_TOKENIZER_FIXTURES/$name" <<'PY' || fail "$name: making the model directory"
+import shutil, sys
+import torch
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+name, out, tokenizer_dir = sys.argv[1:4]
+tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+shape = dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+             bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+torch.manual_seed(0)
+if name == "qwen3":
+    model = Qwen3ForCausalLM(Qwen3Config(**shape, head_dim=8, tie_word_embeddings=True))
+else:
+    model = LlamaForCausalLM(LlamaConfig(**shape, tie_word_embeddings=True, rope_theta=500000.0))
+model.save_pretrained(out, safe_serialization=True)
+for f in ("tokenizer.json", "tokenizer_config.json"):
+    shutil.copy(f"{tokenizer_dir}/{f}", f"{out}/{f}")
+PY
+    write_recipe "$WORK/md-$name.yaml" "$run"
+    sed -i "/^model:/,/^  max_position_embeddings/d; /^tokenizer: /d; s|  train: .*|  train: $WORK/chat.jsonl|" "$WORK/md-$name.yaml"
+    printf 'model:\n  path: %s\n' "$model" >> "$WORK/md-$name.yaml"
+    expect_exit 0 "$TUNE" train "$WORK/md-$name.yaml" training.max_steps=8 checkpoint.every=8 data.packing=false
+    contains "$ERR" "chat template auto (Jinja, rendered whole)"
+    expect_exit 0 "$TUNE" infer "$run" --prompt "Reverse: a b c" --json --no-grad --max-new-tokens 6
+    local answer=$OUT
+    expect_exit 0 "$TUNE" export "$run" --out "$export"
+    "$PYTHON" - "$export" "$answer" <<'PY' || fail "$name: the export does not answer as tune did"
+import json, sys
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+export, answer = sys.argv[1], json.loads(sys.argv[2])
+tokenizer = AutoTokenizer.from_pretrained(export)
+prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Reverse: a b c"}], add_generation_prompt=True,
+                                       tokenize=True, return_dict=False)
+assert list(prompt) == answer["prompt_ids"], (list(prompt), answer["prompt_ids"])
+model = AutoModelForCausalLM.from_pretrained(export, torch_dtype=torch.float32)
+out = model.generate(torch.tensor([list(prompt)]), max_new_tokens=len(answer["output_ids"]), do_sample=False,
+                     eos_token_id=None, pad_token_id=0)[0, len(prompt):].tolist()
+n = len(answer["output_ids"])
+assert out[:n] == answer["output_ids"], (out, answer["output_ids"])
+print(f"{export}: prompt = apply_chat_template, transformers' greedy continuation = tune's ({n} tokens)")
+PY
+  done
+}
+
 # ---- CUDA: run where the tune binary's LibTorch sees a GPU (scripts/build_cuda.sh on the GPU machine); elsewhere
 # each case exits 77, which CTest reports as skipped (SKIP_RETURN_CODE), never as passed.
 need_cuda() {
