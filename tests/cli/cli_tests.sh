@@ -876,24 +876,8 @@ PY
   for name in llama3 qwen3; do
     local model="$WORK/models/$name" run="$WORK/runs/md-$name" export="$WORK/runs/md-$name-export"
     rm -rf "$model" "$run" "$export"
-    "$PYTHON" - "$name" "$model" "$TUNE_TOKENIZER_FIXTURES/$name" <<'PY' || fail "$name: making the model directory"
-import shutil, sys
-import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
-name, out, tokenizer_dir = sys.argv[1:4]
-tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-shape = dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-             bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-torch.manual_seed(0)
-if name == "qwen3":
-    model = Qwen3ForCausalLM(Qwen3Config(**shape, head_dim=8, tie_word_embeddings=True))
-else:
-    model = LlamaForCausalLM(LlamaConfig(**shape, tie_word_embeddings=True, rope_theta=500000.0))
-model.save_pretrained(out, safe_serialization=True)
-for f in ("tokenizer.json", "tokenizer_config.json"):
-    shutil.copy(f"{tokenizer_dir}/{f}", f"{out}/{f}")
-PY
+    "$PYTHON" "$TUNE_SOURCE/scripts/make_tiny_hf_model.py" "$name" --tokenizer "$TUNE_TOKENIZER_FIXTURES/$name" \
+      --out "$model" >/dev/null || fail "$name: making the model directory"
     write_recipe "$WORK/md-$name.yaml" "$run"
     sed -i "/^model:/,/^  max_position_embeddings/d; /^tokenizer: /d; s|  train: .*|  train: $WORK/chat.jsonl|" "$WORK/md-$name.yaml"
     printf 'model:\n  path: %s\n' "$model" >> "$WORK/md-$name.yaml"

@@ -70,7 +70,7 @@ config::Schema sft_schema() {
   schema.real("lora.alpha", 16.0, "LoRA scaling numerator (scaling = alpha / rank)");
   schema.real("lora.dropout", 0.0, "dropout on the LoRA input");
   schema.string_list("lora.target_modules", {"q_proj", "v_proj"},
-                     "projections that get adapters: q_proj k_proj v_proj o_proj gate_proj up_proj down_proj");
+                     "projections that get adapters: q_proj k_proj v_proj o_proj gate_proj up_proj down_proj, or [all-linear]");
 
   // Required by `tune train` (sft_train.cpp) but not by tune infer, chat or export, which need no training data.
   schema.add({"data.train", config::ValueType::weighted_paths, std::nullopt, false, {},
@@ -133,6 +133,8 @@ SftSettings read_sft_settings(const config::Config& config) {
   if (lora.lora.dropout < 0 || lora.lora.dropout >= 1) config.fail("lora.dropout", "must be in [0, 1)");
   static const std::vector<std::string> kTargets = {"q_proj", "k_proj", "v_proj", "o_proj",
                                                     "gate_proj", "up_proj", "down_proj"};
+  // PEFT's "all-linear": every projection of the decoder layers (not lm_head).
+  if (lora.target_modules == std::vector<std::string>{"all-linear"}) lora.target_modules = kTargets;
   for (const auto& target : lora.target_modules) {
     if (std::find(kTargets.begin(), kTargets.end(), target) == kTargets.end()) {
       config.fail("lora.target_modules", fmt::format("has unknown module '{}'; valid: q_proj, k_proj, v_proj, "
