@@ -802,8 +802,9 @@ need_tokenizer_files() {
     { echo "SKIP: the real tokenizer files could not be fetched (see tokenizer_fixtures_setup)"; exit 77; }
 }
 
-case_tokenizer_json_train_infer() {
-  need_tokenizer_files
+# 64 chat rows of the reverse task in $WORK/chat.jsonl (made once).
+write_reverse_chat() {
+  [ -s "$WORK/chat.jsonl" ] && return
   "$PYTHON" - "$WORK/chat.jsonl" <<'PY'
 import json, random, sys
 rng = random.Random(0)
@@ -814,6 +815,11 @@ with open(sys.argv[1], "w") as f:
                     {"role": "assistant", "content": " ".join(reversed(letters))}]
         f.write(json.dumps({"messages": messages}) + "\n")
 PY
+}
+
+case_tokenizer_json_train_infer() {
+  need_tokenizer_files
+  write_reverse_chat
   for name in llama3 qwen3; do
     local run="$WORK/runs/tj-$name" tokenizer="$TUNE_TOKENIZER_FIXTURES/$name"
     rm -rf "$run"
@@ -863,16 +869,7 @@ PY
 # transformers loads and continues exactly as tune does.
 case_model_dirs_train_and_answer() {
   need_tokenizer_files
-  [ -s "$WORK/chat.jsonl" ] || "$PYTHON" - "$WORK/chat.jsonl" <<'PY'
-import json, random, sys
-rng = random.Random(0)
-with open(sys.argv[1], "w") as f:
-    for _ in range(64):
-        letters = rng.sample("abcdefgh", 3)
-        messages = [{"role": "user", "content": "Reverse: " + " ".join(letters)},
-                    {"role": "assistant", "content": " ".join(reversed(letters))}]
-        f.write(json.dumps({"messages": messages}) + "\n")
-PY
+  write_reverse_chat
   for name in llama3 qwen3; do
     local model="$WORK/models/$name" run="$WORK/runs/md-$name" export="$WORK/runs/md-$name-export"
     rm -rf "$model" "$run" "$export"
