@@ -47,6 +47,27 @@ Value loop_object(const List& items, size_t index) {
   return Value(loop);
 }
 
+// Namespaces are the only values a template can change, hence the only way to build a value that holds itself (a
+// shared_ptr cycle, leaked, on which str() would recurse forever) or one nested without bound by a loop (whose
+// destruction would recurse as deep): what a namespace attribute may hold is checked when it is stored. jinja2
+// allows both; no chat template does either.
+constexpr int kMaxStoredDepth = 100;
+
+void check_storable(const Value& value, const std::string& attribute, int depth = 0) {
+  if (value.is_namespace()) {
+    throw EvaluationError(fmt::format("namespace attribute '{}' cannot hold a namespace", attribute));
+  }
+  if (depth >= kMaxStoredDepth) {
+    throw EvaluationError(fmt::format("the value for namespace attribute '{}' nests more than {} levels deep",
+                                      attribute, kMaxStoredDepth));
+  }
+  if (value.is_list()) {
+    for (const Value& item : value.as_list()) check_storable(item, attribute, depth + 1);
+  } else if (value.is_map()) {
+    for (const auto& entry : value.as_map().entries()) check_storable(entry.second, attribute, depth + 1);
+  }
+}
+
 }  // namespace
 
 Renderer::Renderer(std::string template_name, Map context, Map globals)
@@ -72,7 +93,12 @@ Renderer::Flow Renderer::render_statement(const Statement& statement, Scope& sco
   if (const auto* text = std::get_if<TextOutput>(&node)) {
     out += text->text;
   } else if (const auto* output = std::get_if<ExpressionOutput>(&node)) {
-    out += python_str(evaluate(*output->expression, scope));
+    const Value value = evaluate(*output->expression, scope);
+    try {
+      out += python_str(value);
+    } catch (const EvaluationError& error) {  // str() of a namespace that holds itself
+      fail(output->expression->location, error.what());
+    }
   } else if (const auto* branch = std::get_if<IfStatement>(&node)) {
     for (const auto& [condition, body] : branch->branches) {
       if (evaluate(*condition, scope).truthy()) return render_body(body, scope, out);
@@ -137,7 +163,9 @@ void Renderer::render_set(const SetStatement& set, Scope& scope) {
       throw EvaluationError(fmt::format("Chat templates cannot store underscore-prefixed attributes on a namespace, "
                                         "but got '{}'", set.attribute));
     }
-    target.namespace_attributes().set(set.attribute, evaluate(*set.value, scope));
+    Value value = evaluate(*set.value, scope);
+    check_storable(value, set.attribute);
+    target.namespace_attributes().set(set.attribute, std::move(value));
     return;
   }
   if (set.value) {
@@ -151,7 +179,14 @@ void Renderer::render_set(const SetStatement& set, Scope& scope) {
 }
 
 Value Renderer::make_macro(const MacroStatement& macro, const Scope& scope) {
-  return Value::function(macro.name, [this, &macro, &scope](const CallArguments& call) {
+  return Value::function(macro.name, [this, &macro, &scope, alive = std::weak_ptr<const bool>(scope.alive)](
+                                         const CallArguments& call) {
+    // Stored in a namespace, a macro can outlive the scope it was defined in (a loop's iteration), whose variables
+    // it would read: refused (jinja2's closure would keep them alive; no chat template does this).
+    if (alive.expired()) {
+      throw EvaluationError(fmt::format("macro '{}' was called after the block it was defined in had ended",
+                                        macro.name));
+    }
     if (call.positional.size() > macro.parameters.size()) {
       throw EvaluationError(fmt::format("macro '{}' takes not more than {} argument(s)", macro.name,
                                         macro.parameters.size()));

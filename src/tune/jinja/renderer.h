@@ -3,6 +3,7 @@
 // variables resolve through the scopes, then the render context, then the globals.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "tune/jinja/ast.h"
@@ -13,6 +14,8 @@ namespace tune::jinja {
 struct Scope {
   Map variables;
   const Scope* parent = nullptr;
+  // Expires with the scope; a macro defined in it holds a weak_ptr to know whether the scope still exists.
+  std::shared_ptr<const bool> alive = std::make_shared<const bool>(true);
 };
 
 class Renderer {

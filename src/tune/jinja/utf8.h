@@ -2,13 +2,14 @@
 #pragma once
 
 #include <string>
-#include <vector>
+
+#include "tune/core/utf8.h"
 
 namespace tune::jinja {
 
-// Each code point of a UTF-8 string as its own (1 to 4 byte) string.
-std::vector<std::string> split_code_points(const std::string& text);
-size_t count_code_points(const std::string& text);
+using utf8::count_code_points;
+using utf8::split_code_points;
+
 // Python's str.isspace() for one code point in UTF-8 (str.strip() and str.split() with no argument use it).
 bool is_python_whitespace(const std::string& code_point);
 

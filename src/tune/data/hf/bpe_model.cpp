@@ -201,7 +201,7 @@ std::vector<BpeModel::Symbol> BpeModel::initial_symbols(std::string_view piece) 
   std::vector<Symbol> symbols;
   symbols.reserve(piece.size());
   for (size_t i = 0; i < piece.size();) {
-    const size_t length = std::min<size_t>(utf8_length(static_cast<unsigned char>(piece[i])), piece.size() - i);
+    const size_t length = std::min<size_t>(sequence_length(static_cast<unsigned char>(piece[i])), piece.size() - i);
     push_unit(piece.substr(i, length), i == 0, i + length == piece.size(), symbols);
     i += length;
   }

@@ -45,7 +45,7 @@ std::string alphabet_to_bytes(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (size_t i = 0; i < text.size();) {
-    const size_t length = std::min<size_t>(utf8_length(static_cast<unsigned char>(text[i])), text.size() - i);
+    const size_t length = std::min<size_t>(sequence_length(static_cast<unsigned char>(text[i])), text.size() - i);
     const std::string cp(text.substr(i, length));
     const auto found = a.to_byte.find(cp);
     if (found != a.to_byte.end()) {

@@ -44,7 +44,7 @@ Decoder make_decoder(const nlohmann::json& spec, const std::string& source) {
     return [](std::vector<std::string> tokens) {
       std::string bytes;
       for (const auto& token : tokens) bytes += alphabet_to_bytes(token);
-      return std::vector<std::string>{sanitize_utf8(bytes)};
+      return std::vector<std::string>{sanitize(bytes)};
     };
   }
   if (type == "Replace") {
@@ -62,7 +62,7 @@ Decoder make_decoder(const nlohmann::json& spec, const std::string& source) {
       size_t pending_count = 0;
       auto flush = [&]() {
         if (pending_count == 0) return;
-        if (sanitize_utf8(pending) == pending) {
+        if (sanitize(pending) == pending) {
           out.push_back(pending);
         } else {
           for (size_t i = 0; i < pending_count; ++i) out.emplace_back("\xEF\xBF\xBD");

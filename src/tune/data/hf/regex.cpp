@@ -43,7 +43,7 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) co
     if (end == begin) {
       // Empty match: nothing to record, move past one code point.
       if (begin >= text.size()) break;
-      start = begin + utf8_length(static_cast<unsigned char>(text[begin]));
+      start = begin + sequence_length(static_cast<unsigned char>(text[begin]));
       continue;
     }
     matches.emplace_back(begin, end);

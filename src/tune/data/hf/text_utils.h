@@ -1,5 +1,5 @@
-// UTF-8 helpers for the Hugging Face tokenizer pipeline: code point iteration, replacement of invalid byte
-// sequences, Unicode normalization forms (utf8proc, a maintained library, not hand-written tables).
+// Text helpers for the Hugging Face tokenizer pipeline: Unicode normalization forms and case mapping (utf8proc, a
+// maintained library, not hand-written tables), plus core/utf8.h's code point helpers.
 #pragma once
 
 #include <cstdint>
@@ -7,20 +7,16 @@
 #include <string_view>
 #include <vector>
 
+#include "tune/core/utf8.h"
+
 namespace tune::data::hf {
 
-// The text with every invalid UTF-8 sequence replaced by U+FFFD, as Python's bytes.decode("utf-8", "replace")
-// and Rust's String::from_utf8_lossy do (one U+FFFD per maximal invalid subpart). The tokenizers library only
-// ever sees valid UTF-8; tune's callers hand it bytes.
-std::string sanitize_utf8(std::string_view bytes);
-
-// Byte length of the UTF-8 sequence that starts with `lead` (1 for an invalid lead byte).
-int utf8_length(unsigned char lead);
-
-// The text split into its code points, each as its UTF-8 bytes (valid UTF-8 expected).
-std::vector<std::string> split_code_points(std::string_view text);
-
-std::string encode_code_point(char32_t code_point);
+// Code points, byte sequences and invalid-UTF-8 repair live in core/utf8.h (shared with jinja/). The tokenizers
+// library only ever sees valid UTF-8; tune's callers hand it bytes, so they go through utf8::sanitize first.
+using utf8::encode_code_point;
+using utf8::sanitize;
+using utf8::sequence_length;
+using utf8::split_code_points;
 
 enum class NormalForm { nfc, nfd, nfkc, nfkd };
 std::string normalize(std::string_view text, NormalForm form);

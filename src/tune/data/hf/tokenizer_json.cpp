@@ -120,7 +120,7 @@ class TokenizerJson final : public TokenizerBackend {
   }
 
   std::vector<int64_t> encode(const std::string& raw, bool add_bos, bool add_eos) const override {
-    const std::string text = sanitize_utf8(raw);
+    const std::string text = sanitize(raw);
     std::vector<int64_t> ids;
     if (add_bos) ids.insert(ids.end(), post_.prefix.begin(), post_.prefix.end());
     for (const Segment& segment : added_.split(text)) {
