@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "io_test_helpers.h"
+#include "tune/core/memory_tracker.h"
 #include "tune/io/weights.h"
 
 using Catch::Contains;
@@ -240,4 +241,46 @@ TEST_CASE("non-finite weights are refused naming the file and the tensor", "[io]
   const auto file = dir / "finite.safetensors";
   tune::io::save_safetensors(file, {{"scale", torch::ones({3})}, {"positions", torch::arange(4, torch::kInt64)}});
   CHECK(load_into_module(module, WeightSource::open_file(file)) == 2);
+}
+
+namespace {
+
+// A big parameter in the file's dtype (read in place), one converted from it, and a non-contiguous one.
+struct StreamedModule : torch::nn::Module {
+  StreamedModule() {
+    same_dtype = register_parameter("same_dtype", torch::zeros({1024, 1024}, torch::kBFloat16));
+    converted = register_parameter("converted", torch::zeros({256, 256}, torch::kFloat32));
+    transposed = register_parameter("transposed", torch::zeros({8, 4}, torch::kBFloat16).t());
+  }
+  torch::Tensor same_dtype, converted, transposed;
+};
+
+}  // namespace
+
+TEST_CASE("load_into_module reads a tensor of the parameter's dtype straight into it, with no temporary",
+          "[io][weights][load][memory]") {
+  tune::memory_tracker::install();
+  ScratchDir dir;
+  const auto file = dir / "streamed.safetensors";
+  const torch::Tensor same = torch::randn({1024, 1024}).to(torch::kBFloat16);
+  const torch::Tensor converted = torch::randn({256, 256}).to(torch::kBFloat16);
+  const torch::Tensor transposed = torch::randn({4, 8}).to(torch::kBFloat16);
+  tune::io::save_safetensors(file, {{"same_dtype", same}, {"converted", converted}, {"transposed", transposed}});
+
+  StreamedModule module;
+  const WeightSource source = WeightSource::open_file(file);
+  const int64_t live_before = tune::memory_tracker::cpu_live_bytes();
+  tune::memory_tracker::reset_cpu_peak();
+  CHECK(load_into_module(module, source) == 3);
+  const int64_t extra = tune::memory_tracker::cpu_peak_bytes() - live_before;
+
+  CHECK(torch::equal(module.same_dtype, same));
+  CHECK(module.same_dtype.scalar_type() == torch::kBFloat16);
+  CHECK(torch::equal(module.converted, converted.to(torch::kFloat32)));
+  CHECK(torch::equal(module.transposed, transposed));
+  CHECK_FALSE(module.transposed.is_contiguous());
+  // The 2 MiB bf16 tensor needed no temporary; only the converted one (128 KiB in the file's dtype) and the
+  // non-contiguous one went through one, each in turn.
+  INFO("extra bytes while loading: " << extra);
+  CHECK(extra < 256 * 256 * 2 + 64 * 1024);
 }

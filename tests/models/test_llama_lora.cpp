@@ -7,6 +7,8 @@
 
 #include "llama_fixture.h"
 #include "tune/core/error.h"
+#include "tune/core/memory_tracker.h"
+#include "tune/io/weights.h"
 
 using namespace tune;
 using tune::test::load_llama_fixture;
@@ -109,4 +111,118 @@ TEST_CASE("freeze_base_weights leaves only LoRA parameters trainable", "[models]
       CHECK_FALSE(item.value().grad().defined());
     }
   }
+}
+
+namespace {
+
+// Untied (an lm_head), grouped-query, several layers: enough modules that "one module in fp32" and "the whole model
+// in fp32" are far apart.
+models::LlamaConfig bf16_base_config() {
+  models::LlamaConfig config;
+  config.vocab_size = 512;
+  config.hidden_size = 64;
+  config.intermediate_size = 256;
+  config.num_hidden_layers = 6;
+  config.num_attention_heads = 4;
+  config.num_key_value_heads = 2;
+  config.head_dim = 16;
+  config.max_position_embeddings = 64;
+  return config;
+}
+
+// What param_dtype: bf16 did before the base could be built in bf16: every non-LoRA parameter converted afterwards.
+void convert_base_to_bf16(models::LlamaForCausalLMImpl& model) {
+  torch::NoGradGuard no_grad;
+  for (auto& item : model.named_parameters()) {
+    if (item.key().find("lora_") == std::string::npos) item.value().set_data(item.value().to(torch::kBFloat16));
+  }
+}
+
+void check_same_parameters(const models::LlamaForCausalLMImpl& expected, const models::LlamaForCausalLMImpl& actual) {
+  const auto want = expected.named_parameters();
+  const auto got = actual.named_parameters();
+  REQUIRE(want.size() == got.size());
+  for (const auto& item : want) {
+    INFO(item.key());
+    REQUIRE(got.contains(item.key()));
+    const bool is_lora = item.key().find("lora_") != std::string::npos;
+    CHECK(got[item.key()].scalar_type() == (is_lora ? torch::kFloat32 : torch::kBFloat16));
+    CHECK(got[item.key()].scalar_type() == item.value().scalar_type());
+    CHECK(torch::equal(got[item.key()], item.value()));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a bf16 base is built module by module: the values of converting afterwards, never the fp32 model",
+          "[models][lora][param_dtype]") {
+  memory_tracker::install();
+  const models::LlamaConfig config = bf16_base_config();
+  models::LlamaLoraOptions lora;
+  lora.lora.rank = 4;
+  lora.target_modules = {"q_proj", "v_proj", "down_proj"};
+
+  torch::manual_seed(11);
+  models::LlamaForCausalLM reference(config, lora);
+  convert_base_to_bf16(*reference);
+
+  models::LlamaLoraOptions bf16_lora = lora;
+  bf16_lora.base_dtype = torch::kBFloat16;
+  torch::manual_seed(11);
+  const int64_t live_before = memory_tracker::cpu_live_bytes();
+  memory_tracker::reset_cpu_peak();
+  models::LlamaForCausalLM built(config, bf16_lora);
+  const int64_t peak = memory_tracker::cpu_peak_bytes() - live_before;
+
+  // Same values (the init is drawn in fp32 and rounded once), and LoRA's init drew from the same random stream.
+  check_same_parameters(*reference, *built);
+
+  int64_t resident = 0, fp32_model = 0;
+  for (const auto& tensor : built->parameters()) {
+    resident += tensor.numel() * static_cast<int64_t>(tensor.element_size());
+    fp32_model += tensor.numel() * 4;
+  }
+  for (const auto& tensor : built->buffers()) resident += tensor.numel() * static_cast<int64_t>(tensor.element_size());
+  int64_t largest_module_fp32 = config.vocab_size * config.hidden_size * 4;  // embed_tokens, lm_head
+  for (const auto& layer : built->blocks()) {
+    int64_t layer_fp32 = 0;
+    for (const auto& tensor : layer->parameters()) layer_fp32 += tensor.numel() * 4;
+    largest_module_fp32 = std::max(largest_module_fp32, layer_fp32);
+  }
+  INFO("peak " << peak << " resident " << resident << " largest module in fp32 " << largest_module_fp32
+               << " fp32 model " << fp32_model);
+  // At most one module is ever held in fp32 next to what is already bf16; the fp32 model never exists.
+  CHECK(peak <= resident + largest_module_fp32);
+  CHECK(peak < fp32_model * 3 / 4);
+}
+
+TEST_CASE("weights load into a bf16 base as into an fp32 model converted afterwards", "[models][lora][param_dtype]") {
+  const auto dir = tune::test::llama_fixture_dir("llama");
+  const auto config = models::LlamaConfig::from_file(dir + "/config.json");
+  models::LlamaLoraOptions lora;
+  lora.lora.rank = 2;
+  lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  io::LoadOptions options;
+  options.ignore_missing_containing = {"lora_"};
+  const auto weights = io::WeightSource::open_file(dir + "/model.safetensors");  // fp32 values: rounded on load
+
+  torch::manual_seed(3);
+  models::LlamaForCausalLM reference(config, lora);
+  io::load_into_module(*reference, weights, options);
+  convert_base_to_bf16(*reference);
+
+  models::LlamaLoraOptions bf16_lora = lora;
+  bf16_lora.base_dtype = torch::kBFloat16;
+  torch::manual_seed(3);
+  models::LlamaForCausalLM loaded(config, bf16_lora);
+  io::load_into_module(*loaded, weights, options);
+  check_same_parameters(*reference, *loaded);
+
+  // A bf16 base without LoRA would leave nothing in fp32 to train: refused.
+  models::LlamaLoraOptions no_lora;
+  no_lora.base_dtype = torch::kBFloat16;
+  CHECK_THROWS_AS(models::LlamaForCausalLM(config, no_lora), tune::UsageError);
+  models::LlamaLoraOptions int_base = lora;
+  int_base.base_dtype = torch::kInt32;
+  CHECK_THROWS_AS(models::LlamaForCausalLM(config, int_base), tune::UsageError);
 }

@@ -44,14 +44,16 @@ struct LoadOptions {
   bool allow_unexpected = false;                  // otherwise a tensor in the file with no parameter is an error
 };
 
+// Corrupted weights would otherwise show only as "step 1: loss is nan": throws InputError naming `file` and the
+// tensor `name` when a floating `tensor` holds NaN or infinity (one min/max pass; other dtypes pass).
+void require_finite(const torch::Tensor& tensor, const std::filesystem::path& file, const std::string& name);
+
 // Copies tensors into the module's parameters and buffers by name (no_grad), converting dtype (F16/BF16/F32)
 // to the parameter's. Errors (InputError) name the file and tensor: missing tensor, shape mismatch,
 // non-floating dtype for a floating parameter, unexpected tensor, and a floating tensor holding NaN or infinity
 // (checked as it is copied). Returns the number of tensors loaded.
-// Corrupted weights would otherwise show only as "step 1: loss is nan": throws InputError naming `file` and the
-// tensor `name` when a floating `tensor` holds NaN or infinity (one isfinite pass; other dtypes pass).
-void require_finite(const torch::Tensor& tensor, const std::filesystem::path& file, const std::string& name);
-
+// Streams: one tensor at a time, read straight into a contiguous CPU parameter of the file's dtype (no temporary),
+// otherwise through one temporary in the file's dtype, so loading needs the module's memory plus at most one tensor.
 size_t load_into_module(torch::nn::Module& module, const WeightSource& source, const LoadOptions& options = {});
 
 }  // namespace tune::io

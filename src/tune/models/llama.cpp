@@ -20,7 +20,16 @@ const std::vector<std::string> kLoraTargets = {"q_proj", "k_proj", "v_proj", "o_
 
 void check_lora_options(const LlamaLoraOptions& lora) {
   if (lora.lora.rank < 0) throw UsageError(fmt::format("LoRA rank must be >= 0, got {}", lora.lora.rank));
-  if (lora.lora.rank == 0) return;
+  if (lora.base_dtype != torch::kFloat32 && lora.base_dtype != torch::kBFloat16 && lora.base_dtype != torch::kHalf) {
+    throw UsageError(fmt::format("the frozen base weights' dtype must be fp32, bf16 or fp16, got {}",
+                                 c10::toString(lora.base_dtype)));
+  }
+  if (lora.lora.rank == 0) {
+    if (lora.base_dtype != torch::kFloat32) {
+      throw UsageError("a base weight dtype other than fp32 needs LoRA (rank > 0): without it every weight trains");
+    }
+    return;
+  }
   if (lora.lora.dropout < 0.0 || lora.lora.dropout >= 1.0) {
     throw UsageError(fmt::format("LoRA dropout must be in [0, 1), got {}", lora.lora.dropout));
   }
@@ -52,6 +61,7 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config, const Llam
   if (!config_.tie_word_embeddings) {
     lm_head_ = register_module("lm_head", std::make_shared<nn::LoraLinearImpl>(
                                               nn::LoraLinearOptions(config_.hidden_size, config_.vocab_size)));
+    store_base_weights(*lm_head_, lora_);
   }
 }
 

@@ -25,6 +25,11 @@ class LlamaModelImpl;  // llama_layers.h
 struct LlamaLoraOptions {
   nn::LoraOptions lora;                  // rank 0: no LoRA
   std::vector<std::string> target_modules = {"q_proj", "v_proj"};  // any of q,k,v,o,gate,up,down _proj
+  // With LoRA, the dtype of every non-LoRA (frozen) parameter: fp32, or bf16 (param_dtype: bf16). Each module's
+  // are converted as soon as it is built, so the fp32 base model never exists at once (a 1B model: 2.5 GB, not
+  // 4.9 GB then 2.5 GB). Their initial values are drawn in fp32 first, so the values, and the random stream LoRA's
+  // own init draws from, equal building in fp32 and converting afterwards.
+  torch::ScalarType base_dtype = torch::kFloat32;
 };
 
 // Key/value cache for incremental decoding: per layer, [batch, kv_heads, cached_len, head_dim]. A layer with a

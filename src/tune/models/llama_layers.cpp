@@ -13,6 +13,15 @@
 
 namespace tune::models {
 
+void store_base_weights(torch::nn::Module& module, const LlamaLoraOptions& lora) {
+  if (lora.lora.rank == 0 || lora.base_dtype == torch::kFloat32) return;
+  torch::NoGradGuard no_grad;
+  for (auto& item : module.named_parameters(/*recurse=*/true)) {
+    if (item.key().find("lora_") != std::string::npos || item.value().scalar_type() == lora.base_dtype) continue;
+    item.value().set_data(item.value().to(lora.base_dtype));  // the fp32 storage is freed here
+  }
+}
+
 nn::LoraLinear make_projection(int64_t in_features, int64_t out_features, bool bias, const std::string& name,
                                const LlamaLoraOptions& lora) {
   nn::LoraLinearOptions options(in_features, out_features);
@@ -162,10 +171,17 @@ torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& hidden, const 
 }
 
 LlamaModelImpl::LlamaModelImpl(const LlamaConfig& config, const LlamaLoraOptions& lora) {
+  // With LoRA and a bf16 base, each module's frozen weights are converted before the next is built (base_dtype).
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(config.vocab_size, config.hidden_size));
+  store_base_weights(*embed_tokens, lora);
   layers = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < config.num_hidden_layers; ++i) layers->push_back(LlamaDecoderLayer(config, lora));
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+    LlamaDecoderLayer layer(config, lora);
+    store_base_weights(*layer, lora);
+    layers->push_back(layer);
+  }
   norm = register_module("norm", nn::RMSNorm(nn::RMSNormOptions(config.hidden_size).eps(config.rms_norm_eps)));
+  store_base_weights(*norm, lora);
   rotary_emb = register_module("rotary_emb", nn::RotaryEmbedding(rotary_options(config)));
 }
 

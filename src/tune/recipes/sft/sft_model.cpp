@@ -51,7 +51,8 @@ void load_model_weights(models::LlamaForCausalLM& model, const std::filesystem::
   log::info("loaded {} tensors from {}", loaded, model_dir.string());
 }
 
-models::LlamaForCausalLM build_model(const SftSettings& settings, const data::Tokenizer& tokenizer, uint64_t seed) {
+models::LlamaForCausalLM build_model(const SftSettings& settings, const data::Tokenizer& tokenizer, uint64_t seed,
+                                     bool frozen_weights_bf16) {
   torch::manual_seed(seed);
   models::LlamaConfig config;
   if (settings.model.path) {
@@ -66,7 +67,11 @@ models::LlamaForCausalLM build_model(const SftSettings& settings, const data::To
     throw InputError(fmt::format("the model's vocab_size ({}) is smaller than the tokenizer's ({} pieces in {})",
                                  config.vocab_size, tokenizer.vocab_size(), tokenizer.model_path().string()));
   }
-  models::LlamaForCausalLM model(config, settings.model.lora);
+  models::LlamaLoraOptions lora = settings.model.lora;
+  // Loaded weights overwrite the init, so the frozen ones can be built in bf16 straight away; a random init is
+  // drawn over the whole model in fp32 (its values must not depend on param_dtype) and converted by the caller.
+  if (frozen_weights_bf16 && lora.lora.rank > 0 && settings.model.path) lora.base_dtype = torch::kBFloat16;
+  models::LlamaForCausalLM model(config, lora);
   if (settings.model.path) {
     load_model_weights(model, *settings.model.path);
   } else {
@@ -78,13 +83,13 @@ models::LlamaForCausalLM build_model(const SftSettings& settings, const data::To
 
 int64_t store_frozen_weights_in_bf16(models::LlamaForCausalLM& model) {
   torch::NoGradGuard no_grad;
-  int64_t converted = 0;
+  int64_t in_bf16 = 0;
   for (auto& param : model->parameters()) {
-    if (param.requires_grad() || param.scalar_type() == torch::kBFloat16) continue;
-    param.set_data(param.to(torch::kBFloat16));
-    ++converted;
+    if (param.requires_grad()) continue;
+    if (param.scalar_type() != torch::kBFloat16) param.set_data(param.to(torch::kBFloat16));
+    ++in_bf16;
   }
-  return converted;
+  return in_bf16;
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> weights_to_save(const models::LlamaForCausalLM& model) {

@@ -16,10 +16,15 @@ data::Tokenizer load_tokenizer(const SftSettings& settings);
 
 // Weights come from settings.model.path when set, else a seeded random init (HF's: normal(0, 0.02) for
 // matrices and embeddings, ones for norms). With LoRA, base weights are frozen.
-models::LlamaForCausalLM build_model(const SftSettings& settings, const data::Tokenizer& tokenizer, uint64_t seed);
+// frozen_weights_bf16 (param_dtype: bf16) with LoRA and a model.path: the frozen weights are built in bf16 module by
+// module and the file's tensors read into them one at a time, so loading never holds the fp32 base model (a 1B
+// model peaks near its 2.5 GB of bf16 weights, not at 4.9 GB of fp32). The result equals building in fp32 and
+// calling store_frozen_weights_in_bf16; with a random init the model is built that way (it is small).
+models::LlamaForCausalLM build_model(const SftSettings& settings, const data::Tokenizer& tokenizer, uint64_t seed,
+                                     bool frozen_weights_bf16 = false);
 
 // param_dtype: bf16 — stores every frozen (requires_grad false) weight in bf16, halving the base model's memory.
-// Returns the number of tensors converted.
+// Returns the number of frozen tensors now stored in bf16 (converted here or built so by build_model).
 int64_t store_frozen_weights_in_bf16(models::LlamaForCausalLM& model);
 
 // Loads a HF model directory's weights into `model` (names must match exactly; see io::load_into_module).

@@ -85,7 +85,7 @@ int train(const TrainRequest& request) {
                    "prepare the run directory");
 
   const data::Tokenizer tokenizer = load_tokenizer(sft);
-  models::LlamaForCausalLM model = build_model(sft, tokenizer, run.seed);
+  models::LlamaForCausalLM model = build_model(sft, tokenizer, run.seed, run.frozen_weights_bf16);
   if (run.frozen_weights_bf16) {
     log::info("param_dtype bf16: {} frozen tensors stored in bf16", store_frozen_weights_in_bf16(model));
   }
