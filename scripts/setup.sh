@@ -15,6 +15,7 @@ packages=(
   libavformat-dev libavcodec-dev libswscale-dev libavutil-dev  # video I/O (Latte)
   ffmpeg                             # ffmpeg/ffprobe CLI: test videos made by an independent tool
   python3 python3-venv               # the virtual environment below
+  clang libclang-rt-14-dev           # scripts/fuzz.sh: libFuzzer and the sanitizer runtimes (clang 14)
 )
 
 missing=()

@@ -1,5 +1,6 @@
 // Reading config files: nested and dotted keys, include order, overrides, include errors and syntax errors, and
 // the bounds on what counts as a config file (regular, at most 1 MiB).
+#include <algorithm>
 #include <fmt/format.h>
 #include <sys/stat.h>
 
@@ -240,4 +241,17 @@ TEST_CASE("included and top-level files must be regular files of at most 1 MiB",
     REQUIRE(problems.size() == 1);
     CHECK(problems[0] == "/dev/zero: is a character device; expected a YAML file of at most 1 MiB");
   }
+}
+
+// Found by fuzz/config_fuzzer.cpp: to yaml-cpp an alias inside its own anchor is a map that contains itself, and
+// flattening it into dotted keys recursed until the stack overflowed.
+TEST_CASE("a YAML map that contains itself is a problem, not a stack overflow", "[config]") {
+  TempDir dir;
+  const auto recipe = dir.write("r.yaml", kTrain + "model: &m\n  layers: 2\n  again: *m\n");
+  const auto problems = load_problems(recipe);
+  const auto deep = std::find_if(problems.begin(), problems.end(), [](const std::string& problem) {
+    return problem.find("nests more than 32 levels deep (a YAML alias inside its own anchor?)") != std::string::npos;
+  });
+  REQUIRE(deep != problems.end());
+  CHECK_THAT(*deep, Catch::StartsWith(recipe.string() + ":"));
 }

@@ -185,3 +185,31 @@ TEST_CASE("data.template auto: the model's own chat template gives transformers'
   }
   CHECK(cases >= 6);
 }
+
+// Found by fuzz/tokenizer_json_fuzzer.cpp under UBSan: ids were read with nlohmann's get<int64_t>(), which converts
+// a float (1e85: undefined behaviour) and wraps or truncates others. Ids must be integers from 0 to 2^32 - 1.
+TEST_CASE("tokenizer.json: a token id that is not an integer from 0 to 2^32-1 is an error naming it",
+          "[data][tokenizer][hf]") {
+  tune::testing::ScratchDir dir;
+  auto message_of = [&](const std::string& json) {
+    std::ofstream(dir / "tokenizer.json") << json;
+    try {
+      tune::data::Tokenizer::load(dir / "tokenizer.json");
+    } catch (const tune::InputError& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  for (const char* id : {"1e85", "1.5", "-1", "4294967296"}) {
+    INFO(id);
+    CHECK_THAT(message_of(std::string(R"({"model": {"type": "BPE", "vocab": {"a": )") + id + R"(}, "merges": []}})"),
+               Catch::Contains("vocab entry 'a'") && Catch::Contains("is not an integer from 0 to 4294967295"));
+    CHECK_THAT(message_of(std::string(R"({"added_tokens": [{"id": )") + id +
+                          R"(, "content": "<s>"}], "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})"),
+               Catch::Contains("added_tokens") && Catch::Contains("token id"));
+  }
+  CHECK_THAT(message_of(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "post_processor": {)"
+                        R"("type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}],)"
+                        R"("special_tokens": {"<s>": {"id": "<s>", "ids": [2.5], "tokens": ["<s>"]}}}})"),
+             Catch::Contains("special token '<s>'") && Catch::Contains("token id 2.5"));
+}

@@ -81,4 +81,9 @@ TEST_CASE("shard sizes parse as transformers' max_shard_size", "[io][shards]") {
   CHECK_FALSE(parse_byte_size("5 GB").has_value());
   CHECK_FALSE(parse_byte_size("5TB").has_value());
   CHECK_FALSE(parse_byte_size("-1").has_value());
+  // Found while writing fuzz/weights_index_fuzzer.cpp: the multiplication wrapped around (999999999999999999GB
+  // gave a few GB), so a typo'd size silently sharded differently.
+  CHECK(parse_byte_size("18446744073GB") == 18'446'744'073'000'000'000ULL);
+  CHECK_FALSE(parse_byte_size("18446744074GB").has_value());
+  CHECK_FALSE(parse_byte_size("999999999999999999GiB").has_value());
 }

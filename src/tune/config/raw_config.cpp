@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <functional>
@@ -21,6 +22,10 @@ using LocationOf = std::function<SourceLocation(const YAML::Mark&)>;
 // Config files are small; anything bigger (or not a regular file: /dev/zero, /dev/urandom, a FIFO) is a mistake
 // that would otherwise exhaust memory or never finish reading.
 constexpr std::uintmax_t kMaxConfigBytes = std::uintmax_t{1} << 20;
+// Config keys are a few levels deep. A map nested deeper is a mistake, or a YAML alias inside its own anchor
+// (`a: &x {b: *x}`), which yaml-cpp reads as a map that contains itself: flattening it recursed until the stack
+// overflowed (found by fuzz/config_fuzzer.cpp).
+constexpr long kMaxKeyDepth = 32;
 constexpr const char* kExpectedConfigFile = "expected a YAML file of at most 1 MiB";
 
 std::string describe_file_type(fs::file_type type) {
@@ -240,6 +245,12 @@ class RawReader {
       }
       if (item.second.IsMap()) {
         set_section(key, key_location);
+        if (std::count(key.begin(), key.end(), '.') >= kMaxKeyDepth) {
+          result.problems.push_back(fmt::format("{}: '{}...' nests more than {} levels deep (a YAML alias inside its "
+                                                "own anchor?)", key_location.to_string(), key.substr(0, 40),
+                                                kMaxKeyDepth));
+          continue;
+        }
         flatten(item.second, key, location_of, seen, false);
         continue;
       }

@@ -80,7 +80,9 @@ std::optional<uint64_t> parse_byte_size(const std::string& text) {
                                                     {"KB", 1000ULL},  {"MB", 1000'000ULL}, {"GB", 1000'000'000ULL},
                                                     {"KIB", 1ULL << 10}, {"MIB", 1ULL << 20}, {"GIB", 1ULL << 30}};
   for (const auto& [name, scale] : units) {
-    if (unit == name) return number * scale;
+    uint64_t bytes = 0;
+    // 18 digits times a GB unit overflows 64 bits: no size at all, rather than a wrapped-around small one.
+    if (unit == name) return __builtin_mul_overflow(number, scale, &bytes) ? std::nullopt : std::optional(bytes);
   }
   return std::nullopt;
 }

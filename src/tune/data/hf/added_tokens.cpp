@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tune/core/error.h"
+#include "tune/data/hf/token_ids.h"
 
 namespace tune::data::hf {
 namespace {
@@ -16,7 +17,7 @@ bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' |
 AddedTokens::AddedTokens(const nlohmann::json& added_tokens, const std::string& source) : trie_(1) {
   if (added_tokens.is_null()) return;
   for (const auto& entry : added_tokens) {
-    AddedToken token{entry.at("id").get<int64_t>(), entry.at("content").get<std::string>(),
+    AddedToken token{token_id(entry.at("id"), source + ": added_tokens"), entry.at("content").get<std::string>(),
                      entry.value("special", false), entry.value("lstrip", false), entry.value("rstrip", false)};
     if (token.content.empty()) throw InputError(fmt::format("{}: added token {} has empty content", source, token.id));
     // single_word and normalized=true matching (against the normalized text) are approximated: every added

@@ -10,6 +10,7 @@
 
 #include "tune/core/error.h"
 #include "tune/data/hf/text_utils.h"
+#include "tune/data/hf/token_ids.h"
 
 namespace tune::data::hf {
 
@@ -73,7 +74,7 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source) {
     throw InputError(where + ": dropout is not supported (a training-time option; set it to null)");
   }
   for (const auto& [token, id] : model.at("vocab").items()) {
-    const int64_t value = id.get<int64_t>();
+    const int64_t value = token_id(id, fmt::format("{}: vocab entry '{}'", where, token));
     vocab_.emplace(token, value);
     tokens_.emplace(value, token);
     max_id_ = std::max(max_id_, value);

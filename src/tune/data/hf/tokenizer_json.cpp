@@ -14,6 +14,7 @@
 #include "tune/data/hf/normalizer.h"
 #include "tune/data/hf/pre_tokenizer.h"
 #include "tune/data/hf/text_utils.h"
+#include "tune/data/hf/token_ids.h"
 
 namespace tune::data::hf {
 namespace {
@@ -38,7 +39,7 @@ std::vector<int64_t> special_ids(const nlohmann::json& special_tokens, const std
   if (found == special_tokens.end()) {
     throw InputError(fmt::format("{}: template names special token '{}' that special_tokens does not define", where, name));
   }
-  return found->at("ids").get<std::vector<int64_t>>();
+  return token_ids(found->at("ids"), fmt::format("{}: special token '{}'", where, name));
 }
 
 PostProcessor make_post_processor(const nlohmann::json& spec, const std::string& source) {
@@ -61,8 +62,8 @@ PostProcessor make_post_processor(const nlohmann::json& spec, const std::string&
     return post;
   }
   if (type == "BertProcessing" || type == "RobertaProcessing") {
-    post.prefix = {spec.at("cls").at(1).get<int64_t>()};
-    post.suffix = {spec.at("sep").at(1).get<int64_t>()};
+    post.prefix = {token_id(spec.at("cls").at(1), where + " cls")};
+    post.suffix = {token_id(spec.at("sep").at(1), where + " sep")};
     return post;
   }
   if (type == "Sequence") {
