@@ -63,6 +63,10 @@ TEST_CASE("read_jsonl errors name file:line and the problem", "[data][jsonl]") {
     const auto message = error_for(good + "{\"instruction\": \"i\", \"output\": }\n");
     CHECK_THAT(message, Catch::Contains("bad.jsonl:2: malformed JSON") && Catch::Contains("parse error"));
   }
+  SECTION("a number beyond double's range is malformed JSON (nlohmann's out_of_range, found by fuzzing)") {
+    CHECK_THAT(error_for(good + "{\"instruction\": \"i\", \"output\": \"o\", \"n\": 1e999}\n"),
+               Catch::Contains("bad.jsonl:2: malformed JSON") && Catch::Contains("number overflow"));
+  }
   SECTION("missing output") {
     CHECK_THAT(error_for(good + good + "{\"instruction\": \"i\"}\n"),
                Catch::Contains("bad.jsonl:3: missing field 'output'"));

@@ -201,6 +201,16 @@ TEST_CASE("deep nesting and endless recursion are errors, not stack overflows") 
   CHECK(render("{{ " + std::string(50, '(') + "1" + std::string(50, ')') + " }}") == "1");
 }
 
+// Found by fuzzing as a slow input: loops nested over the characters of a joined string ran for minutes. A render
+// has a budget of work (statements run and expressions evaluated) that no real template comes near.
+TEST_CASE("a template that loops without end fails with an error naming its place, in bounded time") {
+  const std::string nested = "{% for a in range(1000) %}{% for b in range(1000) %}{{ a }}{% endfor %}{% endfor %}";
+  CHECK_THAT(error_of(nested), Catch::Contains("template 'test', line 1") &&
+                                   Catch::Contains("steps of work rendering one conversation"));
+  // 20,000 iterations of a small loop body (about 6 steps each) stay inside the budget.
+  CHECK(render("{% for i in range(20000) %}{% if i > 0 %}{{ i }}{% endif %}{% endfor %}").size() > 80000);
+}
+
 // Found by fuzzing as slow inputs: each token's column was counted from the start of its line, so a long one-line
 // template took time quadratic in its length. 20,000 tokens on one line now lex in linear time.
 TEST_CASE("a long one-line template lexes in linear time, with the right columns") {

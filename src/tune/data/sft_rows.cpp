@@ -44,7 +44,7 @@ ParsedRow parse_row(std::string_view json_text, DataFormat format) {
   nlohmann::json row;
   try {
     row = nlohmann::json::parse(json_text.begin(), json_text.end());
-  } catch (const nlohmann::json::parse_error& error) {
+  } catch (const nlohmann::json::exception& error) {  // parse_error, and out_of_range for a number like 1e999
     throw BadRow{fmt::format("malformed JSON: {}", error.what())};
   }
   if (!row.is_object()) throw BadRow{fmt::format("each row must be a JSON object, got {}", row.type_name())};

@@ -24,6 +24,9 @@ int64_t JsonFields::integer(const std::string& key, int64_t fallback) const {
   if (!has(key)) return fallback;
   const json& value = object_.at(key);
   if (!value.is_number_integer()) fail(key, fmt::format("must be an integer, got {} ({})", value.dump(), value.type_name()));
+  if (value.is_number_unsigned() && value.get<uint64_t>() > uint64_t{INT64_MAX}) {
+    fail(key, fmt::format("is out of range, got {}", value.dump()));
+  }
   return value.get<int64_t>();
 }
 
@@ -78,6 +81,30 @@ std::vector<std::string> JsonFields::string_list(const std::string& key, std::ve
     result.push_back(item.get<std::string>());
   }
   return result;
+}
+
+void JsonFields::require(const std::string& key) const {
+  if (!has(key)) fail(key, "is missing");
+}
+
+int64_t JsonFields::integer(const std::string& key) const {
+  require(key);
+  return integer(key, 0);
+}
+
+double JsonFields::real(const std::string& key) const {
+  require(key);
+  return real(key, 0.0);
+}
+
+bool JsonFields::boolean(const std::string& key) const {
+  require(key);
+  return boolean(key, false);
+}
+
+std::string JsonFields::string(const std::string& key) const {
+  require(key);
+  return string(key, "");
 }
 
 }  // namespace tune::io

@@ -32,7 +32,15 @@ class JsonFields {
   std::vector<int64_t> positive_list(const std::string& key, std::vector<int64_t> fallback) const;  // non-empty
   std::vector<std::string> string_list(const std::string& key, std::vector<std::string> fallback) const;  // non-empty
 
+  // Fields that must be present (tune's own files: checkpoints, latents.json): a missing one is an error naming it.
+  int64_t integer(const std::string& key) const;
+  double real(const std::string& key) const;
+  bool boolean(const std::string& key) const;
+  std::string string(const std::string& key) const;
+
  private:
+  void require(const std::string& key) const;
+
   const nlohmann::json& object_;
   std::string source_;
   std::string prefix_;

@@ -35,7 +35,15 @@ Value Renderer::lookup(const std::string& name, const Scope& scope) const {
 // The innermost failing expression names its own line and column; outer ones pass the InputError through.
 // Nested expressions, and macros calling macros, recurse through here: past kMaxDepth that is an error, as
 // jinja2's RecursionError, not a stack overflow (a template that calls itself forever, or a very deep one).
+void Renderer::spend_work(Location location) {
+  if (++work_ > kMaxWork) {
+    fail(location, fmt::format("the template does more than {} steps of work rendering one conversation (a loop "
+                               "that never ends, or nested loops over long values)", kMaxWork));
+  }
+}
+
 Value Renderer::evaluate(const Expression& expression, const Scope& scope) {
+  spend_work(expression.location);
   if (depth_ >= kMaxDepth) {
     fail(expression.location, fmt::format("maximum recursion depth exceeded (expressions and macro calls nest more "
                                           "than {} deep)", kMaxDepth));

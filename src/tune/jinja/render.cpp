@@ -82,7 +82,11 @@ std::string Renderer::render(const Body& body) {
 
 Renderer::Flow Renderer::render_body(const Body& body, Scope& scope, std::string& out) {
   for (const Statement& statement : body) {
+    spend_work(statement.location);
     const Flow flow = render_statement(statement, scope, out);
+    if (out.size() > kMaxOutputBytes) {
+      fail(statement.location, fmt::format("the template's output exceeds {} MiB", kMaxOutputBytes >> 20));
+    }
     if (flow != Flow::next) return flow;
   }
   return Flow::next;

@@ -43,12 +43,20 @@ class Renderer {
   CallArguments evaluate_arguments(const Arguments& arguments, const Scope& scope);
   [[noreturn]] void fail(Location location, const std::string& message) const;
 
+  // Counts a unit of work (a statement run or an expression evaluated); past kMaxWork the render fails. jinja2 has
+  // no such limit, but a chat template renders one conversation: nested loops over long strings (found by fuzzing)
+  // would otherwise run for hours, and no real template comes near this.
+  void spend_work(Location location);
+
   static constexpr int kMaxDepth = 512;  // evaluate()'s recursion (jinja2 stops near 100 levels)
+  static constexpr int64_t kMaxWork = 500'000;
+  static constexpr size_t kMaxOutputBytes = size_t{64} << 20;  // 64 MiB of rendered text
 
   std::string template_name_;
   Map context_;
   Map globals_;
   int depth_ = 0;  // evaluate() calls in progress
+  int64_t work_ = 0;  // units of work spent so far (spend_work)
 };
 
 }  // namespace tune::jinja

@@ -3,6 +3,7 @@
 
 #include "tune/core/error.h"
 #include "tune/core/log.h"
+#include "tune/io/json_fields.h"
 #include "tune/io/safetensors.h"
 #include "tune/recipes/checkpoint_files.h"
 #include "tune/recipes/latte/latte_model.h"
@@ -51,17 +52,15 @@ LatteTrainerState read_latte_checkpoint(const std::filesystem::path& dir, const 
   objects.noise_generator->set_state(rng.load("diffusion"));
   const auto json = read_json_file(dir / "trainer_state.json");
   LatteTrainerState state;
-  try {
-    state.step = json.at("step").get<int64_t>();
-    state.loader.epoch = json.at("epoch").get<int64_t>();
-    state.loader.batch_in_epoch = json.at("batch_in_epoch").get<int64_t>();
-    state.elapsed_s = json.at("elapsed_s").get<double>();
-    state.loss_scale = json.value("loss_scale", 0.0);
-    state.loss_scale_clean_steps = json.value("loss_scale_clean_steps", int64_t{0});
-    state.skipped_steps = json.value("skipped_steps", int64_t{0});
-  } catch (const nlohmann::json::exception& error) {
-    throw InputError(fmt::format("{}: trainer_state.json is incomplete: {}", dir.string(), error.what()));
-  }
+  if (!json.is_object()) throw InputError(fmt::format("{}: trainer_state.json is not a JSON object", dir.string()));
+  const io::JsonFields fields(json, (dir / "trainer_state.json").string());
+  state.step = fields.integer("step");
+  state.loader.epoch = fields.integer("epoch");
+  state.loader.batch_in_epoch = fields.integer("batch_in_epoch");
+  state.elapsed_s = fields.real("elapsed_s");
+  state.loss_scale = fields.real("loss_scale", 0.0);
+  state.loss_scale_clean_steps = fields.integer("loss_scale_clean_steps", 0);
+  state.skipped_steps = fields.integer("skipped_steps", 0);
   return state;
 }
 

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "tune/core/error.h"
+#include "tune/io/json_fields.h"
 #include "tune/io/json_file.h"
 
 namespace tune::recipes::latte {
@@ -40,26 +41,30 @@ LatentManifest read_latent_manifest(const std::filesystem::path& directory) {
     throw InputError(fmt::format("{}: missing; data.latents must be a folder written by `tune prepare`", file.string()));
   }
   const nlohmann::json json = io::read_json_file(file, "the latents manifest");
+  if (!json.is_object()) throw InputError(fmt::format("{}: not a valid latents manifest: not a JSON object", file.string()));
+  const io::JsonFields fields(json, file.string());
+  if (fields.string("format", "") != "tune-latents-v1") fields.fail("format", "must be \"tune-latents-v1\"");
   LatentManifest manifest;
-  try {
-    if (json.value("format", "") != "tune-latents-v1") throw InputError("format is not tune-latents-v1");
-    json.at("classes").get_to(manifest.classes);
-    json.at("videos").get_to(manifest.videos);
-    json.at("clips_per_video").get_to(manifest.clips_per_video);
-    json.at("num_frames").get_to(manifest.num_frames);
-    json.at("frame_interval").get_to(manifest.frame_interval);
-    json.at("image_size").get_to(manifest.image_size);
-    json.at("flip").get_to(manifest.flip);
-    json.at("vae").get_to(manifest.vae);
-    json.at("latent_channels").get_to(manifest.latent_channels);
-    json.at("latent_size").get_to(manifest.latent_size);
-    json.at("scaling_factor").get_to(manifest.scaling_factor);
-    json.at("shift_factor").get_to(manifest.shift_factor);
-    json.at("seed").get_to(manifest.seed);
-    json.at("complete").get_to(manifest.complete);
-  } catch (const std::exception& error) {
-    throw InputError(fmt::format("{}: not a valid latents manifest: {}", file.string(), error.what()));
+  if (!json.contains("classes") || !json.at("classes").is_array()) fields.fail("classes", "must be a list of strings");
+  for (const nlohmann::json& name : json.at("classes")) {
+    if (!name.is_string()) fields.fail("classes", "must be a list of strings");
+    manifest.classes.push_back(name.get<std::string>());
   }
+  manifest.videos = fields.integer("videos");
+  manifest.clips_per_video = fields.integer("clips_per_video");
+  manifest.num_frames = fields.integer("num_frames");
+  manifest.frame_interval = fields.integer("frame_interval");
+  manifest.image_size = fields.integer("image_size");
+  manifest.flip = fields.boolean("flip");
+  manifest.vae = fields.string("vae");
+  manifest.latent_channels = fields.integer("latent_channels");
+  manifest.latent_size = fields.integer("latent_size");
+  manifest.scaling_factor = fields.real("scaling_factor");
+  manifest.shift_factor = fields.real("shift_factor");
+  // The seed is a uint64 (written as such); JsonFields reads int64, so it is checked here.
+  if (!json.contains("seed") || !json.at("seed").is_number_unsigned()) fields.fail("seed", "must be a non-negative integer");
+  manifest.seed = json.at("seed").get<uint64_t>();
+  manifest.complete = fields.boolean("complete");
   return manifest;
 }
 

@@ -2,6 +2,7 @@
 #include "tune/recipes/sft/sft_checkpoint.h"
 
 #include "tune/core/error.h"
+#include "tune/io/json_fields.h"
 #include "tune/io/safetensors.h"
 #include "tune/io/weights.h"
 #include "tune/models/generation_config.h"
@@ -86,18 +87,16 @@ TrainerState read_checkpoint(const std::filesystem::path& dir, models::LlamaForC
 
   const auto json = read_json_file(dir / "trainer_state.json");
   TrainerState state;
-  try {
-    state.step = json.at("step").get<int64_t>();
-    state.loader.epoch = json.at("epoch").get<int64_t>();
-    state.loader.batch_in_epoch = json.at("batch_in_epoch").get<int64_t>();
-    state.elapsed_s = json.at("elapsed_s").get<double>();
-    state.tokens_seen = json.at("tokens_seen").get<int64_t>();
-    state.loss_scale = json.value("loss_scale", 0.0);
-    state.loss_scale_clean_steps = json.value("loss_scale_clean_steps", int64_t{0});
-    state.skipped_steps = json.value("skipped_steps", int64_t{0});
-  } catch (const nlohmann::json::exception& error) {
-    throw InputError(fmt::format("{}: trainer_state.json is incomplete: {}", dir.string(), error.what()));
-  }
+  if (!json.is_object()) throw InputError(fmt::format("{}: trainer_state.json is not a JSON object", dir.string()));
+  const io::JsonFields fields(json, (dir / "trainer_state.json").string());
+  state.step = fields.integer("step");
+  state.loader.epoch = fields.integer("epoch");
+  state.loader.batch_in_epoch = fields.integer("batch_in_epoch");
+  state.elapsed_s = fields.real("elapsed_s");
+  state.tokens_seen = fields.integer("tokens_seen");
+  state.loss_scale = fields.real("loss_scale", 0.0);
+  state.loss_scale_clean_steps = fields.integer("loss_scale_clean_steps", 0);
+  state.skipped_steps = fields.integer("skipped_steps", 0);
   return state;
 }
 
