@@ -42,6 +42,9 @@ config::Schema common_schema(const std::string& recipe_name) {
   schema.real("optimizer.beta1", 0.9, "AdamW beta1");
   schema.real("optimizer.beta2", 0.999, "AdamW beta2");
   schema.real("optimizer.eps", 1e-8, "AdamW epsilon");
+  schema.choice("optimizer.state_dtype", {"fp32", "bf16"}, "fp32",
+                "AdamW moments: fp32 (as torch.optim), or bf16 to halve their memory (an approximation: the update "
+                "computes in fp32, the stored moments keep 8 significant bits)");
 
   schema.choice("scheduler.kind", {"cosine", "linear", "constant"}, "cosine", "learning-rate decay after warmup");
   schema.integer("scheduler.warmup_steps", 0, "linear warmup from 0 over this many steps");
@@ -126,6 +129,7 @@ TrainingSettings read_training_settings(const config::Config& config) {
   settings.adamw.beta1 = config.get_real("optimizer.beta1");
   settings.adamw.beta2 = config.get_real("optimizer.beta2");
   settings.adamw.eps = config.get_real("optimizer.eps");
+  settings.adamw.state_dtype = config.get_string("optimizer.state_dtype") == "bf16" ? torch::kBFloat16 : torch::kFloat;
   for (const char* key : {"optimizer.beta1", "optimizer.beta2"}) {
     const double beta = config.get_real(key);
     if (beta < 0 || beta >= 1) config.fail(key, fmt::format("must be in [0, 1), got {}", beta));

@@ -1,5 +1,6 @@
-// AdamW written out op by op as torch.optim.AdamW's single-tensor path (torch 1.13), so results agree to the
-// last bit on CPU; plus the parameter-group split and gradient-norm clipping used by the step loop.
+// AdamW written out op by op as torch.optim.AdamW's single-tensor path (torch 1.13), so results agree with it to
+// rounding (the fixture test: 1e-6); plus the parameter-group split and gradient-norm clipping used by the step
+// loop.
 #include "tune/train/adamw.h"
 
 #include "tune/core/error.h"
@@ -28,8 +29,43 @@ std::vector<ParamGroup> make_param_groups(const std::vector<NamedParameter>& par
   return groups;
 }
 
+int64_t adamw_step_temporary_bytes(const AdamWOptions& options, int64_t largest_tensor_elements,
+                                   bool low_precision_parameters) {
+  const int64_t chunk = options.chunk_elements > 0 ? std::min(options.chunk_elements, largest_tensor_elements)
+                                                   : largest_tensor_elements;
+  int64_t copies = 2;                                      // sqrt(v), then divided by the bias correction
+  if (options.state_dtype != torch::kFloat) copies += 2;   // m and v in fp32
+  if (low_precision_parameters) copies += 2;               // the parameter and its gradient in fp32
+  return copies * chunk * 4;
+}
+
+namespace {
+
+// One AdamW update of a slice: the parameter, its gradient and its moments (any float dtypes), computed in fp32
+// exactly as torch.optim.AdamW's single-tensor path, then written back where storage is not fp32.
+void update_slice(const torch::Tensor& param, const torch::Tensor& grad, const torch::Tensor& exp_avg,
+                  const torch::Tensor& exp_avg_sq, double decay_factor, double beta1, double beta2, double step_size,
+                  double bias_correction2_sqrt, double eps) {
+  const auto fp32 = [](const torch::Tensor& t) { return t.scalar_type() == torch::kFloat ? t : t.to(torch::kFloat); };
+  torch::Tensor p = fp32(param), g = fp32(grad), m = fp32(exp_avg), v = fp32(exp_avg_sq);
+  p.mul_(decay_factor);
+  m.mul_(beta1).add_(g, 1.0 - beta1);
+  v.mul_(beta2).addcmul_(g, g, 1.0 - beta2);
+  auto denom = (v.sqrt() / bias_correction2_sqrt).add_(eps);
+  p.addcdiv_(m, denom, -step_size);
+  for (const auto& [stored, computed] : {std::pair{param, p}, std::pair{exp_avg, m}, std::pair{exp_avg_sq, v}}) {
+    if (!stored.is_same(computed)) stored.copy_(computed);
+  }
+}
+
+}  // namespace
+
 AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
     : groups_(std::move(groups)), options_(options) {
+  if (options_.state_dtype != torch::kFloat && options_.state_dtype != torch::kBFloat16) {
+    throw Error(fmt::format("AdamW: state dtype {} is not supported (fp32 or bf16)",
+                            c10::toString(options_.state_dtype)));
+  }
   std::set<std::string> names;
   torch::NoGradGuard no_grad;
   for (const auto& group : groups_) {
@@ -40,9 +76,9 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
       }
       // Allocated up front rather than at the first step (torch's way; the values are the same zeros) so the
       // memory report at start shows the optimizer's real footprint and an out-of-memory happens before step 1.
-      auto options32 = param.tensor.options().dtype(torch::kFloat).requires_grad(false);
-      exp_avg_.push_back(torch::zeros(param.tensor.sizes(), options32));
-      exp_avg_sq_.push_back(torch::zeros(param.tensor.sizes(), options32));
+      auto state_options = param.tensor.options().dtype(options_.state_dtype).requires_grad(false);
+      exp_avg_.push_back(torch::zeros(param.tensor.sizes(), state_options));
+      exp_avg_sq_.push_back(torch::zeros(param.tensor.sizes(), state_options));
       param_steps_.push_back(0);
     }
   }
@@ -59,25 +95,30 @@ void AdamW::step(double lr) {
       const torch::Tensor& grad_in = named.tensor.grad();
       if (!grad_in.defined()) continue;  // as torch: no grad, no update, and the step count does not advance
       const int64_t step = ++param_steps_[i];
-      // Low-precision parameters are updated in an fp32 copy and written back, so the moments and the
-      // arithmetic stay fp32 whatever the storage dtype.
-      const bool in_place = named.tensor.scalar_type() == torch::kFloat;
-      torch::Tensor param = in_place ? named.tensor : named.tensor.to(torch::kFloat);
-      torch::Tensor grad = grad_in.scalar_type() == torch::kFloat ? grad_in : grad_in.to(torch::kFloat);
-      torch::Tensor& exp_avg = exp_avg_[i];
-      torch::Tensor& exp_avg_sq = exp_avg_sq_[i];
-
-      param.mul_(1.0 - lr * group.weight_decay);
-      exp_avg.mul_(beta1).add_(grad, 1.0 - beta1);
-      exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1.0 - beta2);
       const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(step));
       const double bias_correction2 = 1.0 - std::pow(beta2, static_cast<double>(step));
       const double step_size = lr / bias_correction1;
       const double bias_correction2_sqrt = std::sqrt(bias_correction2);
-      auto denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(options_.eps);
-      param.addcdiv_(exp_avg, denom, -step_size);
-
-      if (!in_place) named.tensor.copy_(param);
+      const double decay_factor = 1.0 - lr * group.weight_decay;
+      const torch::Tensor& param = named.tensor;
+      const int64_t numel = param.numel();
+      const int64_t chunk = options_.chunk_elements;
+      // Elementwise arithmetic, so slices compute what the whole tensor would (to the last bit except, at most, where
+      // a vector kernel's scalar tail falls, as the whole tensor's split over threads already does); the slices bound
+      // the temporaries. Non-contiguous tensors (none that tune makes) are updated whole.
+      const bool sliced = chunk > 0 && numel > chunk && param.is_contiguous() && grad_in.is_contiguous();
+      if (!sliced) {
+        update_slice(param, grad_in, exp_avg_[i], exp_avg_sq_[i], decay_factor, beta1, beta2, step_size,
+                     bias_correction2_sqrt, options_.eps);
+        continue;
+      }
+      const torch::Tensor flat[] = {param.view(-1), grad_in.view(-1), exp_avg_[i].view(-1), exp_avg_sq_[i].view(-1)};
+      for (int64_t start = 0; start < numel; start += chunk) {
+        const int64_t length = std::min(chunk, numel - start);
+        update_slice(flat[0].narrow(0, start, length), flat[1].narrow(0, start, length),
+                     flat[2].narrow(0, start, length), flat[3].narrow(0, start, length), decay_factor, beta1, beta2,
+                     step_size, bias_correction2_sqrt, options_.eps);
+      }
     }
   }
   ++steps_;
@@ -118,7 +159,7 @@ const torch::Tensor& find_entry(const std::map<std::string, torch::Tensor>& entr
 }
 
 torch::Tensor load_moment(const std::map<std::string, torch::Tensor>& entries, const std::string& name,
-                          const torch::Tensor& param) {
+                          const torch::Tensor& param, torch::ScalarType state_dtype) {
   const auto& tensor = find_entry(entries, name);
   if (!tensor.is_floating_point() || tensor.sizes() != param.sizes()) {
     throw InputError(fmt::format("optimizer state: entry '{}' has dtype {} and shape [{}], expected a float tensor "
@@ -126,8 +167,9 @@ torch::Tensor load_moment(const std::map<std::string, torch::Tensor>& entries, c
                                  name, c10::toString(tensor.scalar_type()), fmt::join(tensor.sizes(), ", "),
                                  fmt::join(param.sizes(), ", ")));
   }
-  // A copy, so the restored optimizer never shares storage with whoever handed the state in.
-  return tensor.to(param.device(), torch::kFloat, /*non_blocking=*/false, /*copy=*/true).contiguous();
+  // A copy, so the restored optimizer never shares storage with whoever handed the state in. Moments saved in the
+  // other dtype (a run resumed with optimizer.state_dtype changed) are converted.
+  return tensor.to(param.device(), state_dtype, /*non_blocking=*/false, /*copy=*/true).contiguous();
 }
 
 int64_t load_step(const std::map<std::string, torch::Tensor>& entries, const std::string& name) {
@@ -160,8 +202,8 @@ void AdamW::load_state_tensors(const std::vector<std::pair<std::string, torch::T
   for (const auto& group : groups_) {
     for (const auto& param : group.params) {
       for (const char* suffix : {".exp_avg", ".exp_avg_sq", ".step"}) used.insert(param.name + suffix);
-      exp_avg.push_back(load_moment(entries, param.name + ".exp_avg", param.tensor));
-      exp_avg_sq.push_back(load_moment(entries, param.name + ".exp_avg_sq", param.tensor));
+      exp_avg.push_back(load_moment(entries, param.name + ".exp_avg", param.tensor, options_.state_dtype));
+      exp_avg_sq.push_back(load_moment(entries, param.name + ".exp_avg_sq", param.tensor, options_.state_dtype));
       param_steps.push_back(load_step(entries, param.name + ".step"));
     }
   }

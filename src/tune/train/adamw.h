@@ -1,5 +1,9 @@
 // AdamW (decoupled weight decay, Loshchilov & Hutter), identical in its update to torch.optim.AdamW
-// (amsgrad=False, maximize=False). State is fp32 and named, so it saves to safetensors and restores exactly.
+// (amsgrad=False, maximize=False). State is named, so it saves to safetensors and restores exactly. The moments are
+// fp32 (torch's choice) or, to save memory, bf16 (state_dtype): then each update reads them into fp32, computes as
+// the fp32 optimizer does, and rounds them back, an approximation torch.optim does not make (the rounded moments
+// carry 8 significant bits). The update runs in chunks of at most chunk_elements, so its temporaries stay a few
+// MiB rather than two copies of the largest tensor (1 GiB for a 128k x 2048 embedding).
 #pragma once
 
 #include <torch/types.h>
@@ -24,7 +28,14 @@ struct AdamWOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
+  torch::ScalarType state_dtype = torch::kFloat;  // kFloat or kBFloat16 (optimizer.state_dtype)
+  int64_t chunk_elements = int64_t{1} << 22;      // elements updated at once; <= 0: each tensor whole
 };
+
+// fp32 temporaries of one update chunk (AdamW::step): sqrt(v) and its scaled copy, plus the fp32 copies of bf16
+// moments or of a low-precision parameter and gradient. The memory planner counts this.
+int64_t adamw_step_temporary_bytes(const AdamWOptions& options, int64_t largest_tensor_elements,
+                                   bool low_precision_parameters);
 
 // Splits trainable parameters into decayed (matrices) and non-decayed (norm weights, biases: every tensor with
 // fewer than 2 dimensions) groups, as HF Trainer and torchtune do. Frozen parameters are left out entirely.

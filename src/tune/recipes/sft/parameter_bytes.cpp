@@ -55,12 +55,12 @@ ParameterCounts count_parameters(const models::LlamaConfig& config, const models
   return counts;
 }
 
-ResidentBytes resident_bytes(const ParameterCounts& counts, bool frozen_weights_bf16) {
+ResidentBytes resident_bytes(const ParameterCounts& counts, bool frozen_weights_bf16, bool optimizer_state_bf16) {
   const int64_t frozen = counts.total - counts.trainable;
   ResidentBytes bytes;
   bytes.parameters = counts.trainable * 4 + frozen * (frozen_weights_bf16 ? 2 : 4);
   bytes.gradients = counts.trainable * 4;
-  bytes.optimizer_state = counts.trainable * 8;
+  bytes.optimizer_state = counts.trainable * (optimizer_state_bf16 ? 4 : 8);
   return bytes;
 }
 

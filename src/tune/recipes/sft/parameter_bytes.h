@@ -19,13 +19,13 @@ struct ParameterCounts {
 ParameterCounts count_parameters(const models::LlamaConfig& config, const models::LlamaLoraOptions& lora);
 
 // Bytes of the steady state: parameters (trainable in fp32; frozen ones in bf16 under param_dtype bf16, else fp32),
-// their fp32 gradients, and AdamW's two fp32 moments.
+// their fp32 gradients, and AdamW's two moments (fp32, or bf16 under optimizer.state_dtype bf16).
 struct ResidentBytes {
   int64_t parameters = 0;
   int64_t gradients = 0;
   int64_t optimizer_state = 0;
 };
 
-ResidentBytes resident_bytes(const ParameterCounts& counts, bool frozen_weights_bf16);
+ResidentBytes resident_bytes(const ParameterCounts& counts, bool frozen_weights_bf16, bool optimizer_state_bf16);
 
 }  // namespace tune::recipes::sft

@@ -7,6 +7,7 @@
 #include "tune/recipes/sft/memory_report.h"
 #include "tune/recipes/sft/parameter_bytes.h"
 #include "tune/recipes/sft/step_flops.h"
+#include "tune/train/adamw.h"
 
 namespace tune::recipes::sft {
 
@@ -20,7 +21,7 @@ memory::CheckpointOptions checkpoint_options(const PlanSetting& setting) {
 PeakBreakdown predict_peak(const SftPlanInputs& inputs, const PlanSetting& setting) {
   const bool frozen_bf16 = setting.param_dtype == "bf16" && inputs.lora.lora.rank > 0;
   const ParameterCounts counts = count_parameters(inputs.model, inputs.lora);
-  const ResidentBytes resident = resident_bytes(counts, frozen_bf16);
+  const ResidentBytes resident = resident_bytes(counts, frozen_bf16, inputs.optimizer_state_bf16);
   PeakBreakdown peak;
   peak.parameters = resident.parameters;
   peak.gradients = resident.gradients;
@@ -64,9 +65,11 @@ PeakBreakdown predict_peak(const SftPlanInputs& inputs, const PlanSetting& setti
     peak.step = std::max({phases.forward_end, phases.backward + peak.gradients - embedding_gradient, peak.gradients}) +
                 peak.other;
   }
-  // AdamW's update (train/adamw.cpp): sqrt(v) and its division by the bias correction, two fp32 temporaries of
-  // the largest trainable tensor; activations are freed by then.
-  peak.optimizer_step = 2 * counts.largest_trainable * 4;
+  // AdamW's update (train/adamw.cpp): fp32 temporaries of one chunk of the largest trainable tensor; activations
+  // are freed by then.
+  train::AdamWOptions adamw;
+  adamw.state_dtype = inputs.optimizer_state_bf16 ? torch::kBFloat16 : torch::kFloat;
+  peak.optimizer_step = train::adamw_step_temporary_bytes(adamw, counts.largest_trainable, false);
   return peak;
 }
 

@@ -23,6 +23,7 @@ struct SftPlanInputs {
   bool cuda = false;            // fused attention kernels, CUDA allocator
   int64_t bucket_bytes = 25 * 1024 * 1024;  // distributed.bucket_mb
   bool reduce_bf16 = false;     // distributed.reduce_dtype
+  bool optimizer_state_bf16 = false;  // optimizer.state_dtype
 };
 
 memory::CheckpointOptions checkpoint_options(const PlanSetting& setting);

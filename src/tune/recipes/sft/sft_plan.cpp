@@ -53,6 +53,7 @@ RecipeShape read_recipe(const config::Config& config) {
   shape.inputs.cuda = run.device == "cuda";
   shape.inputs.bucket_bytes = distributed.bucket_bytes;
   shape.inputs.reduce_bf16 = distributed.reduce_bf16;
+  shape.inputs.optimizer_state_bf16 = training.adamw.state_dtype == torch::kBFloat16;
   shape.rows_per_process = training.batch_size * training.gradient_accumulation_steps;
   shape.recipe_k = run.checkpointing.k;
   shape.param_dtype = run.frozen_weights_bf16 ? "bf16" : "fp32";
@@ -116,6 +117,13 @@ std::vector<PlanAlternative> alternatives(const RecipeShape& recipe, int process
       shape.inputs.lora.target_modules = {"q_proj", "v_proj"};
       overrides.push_back("lora.rank=8");
       what += (what.empty() ? "" : ", ") + std::string("LoRA rank 8 on q_proj, v_proj");
+    });
+  }
+  if (recipe.inputs.lora.lora.rank == 0 && !recipe.inputs.optimizer_state_bf16) {
+    changes.push_back([](RecipeShape& shape, std::vector<std::string>& overrides, std::string& what) {
+      shape.inputs.optimizer_state_bf16 = true;
+      overrides.push_back("optimizer.state_dtype=bf16");
+      what += (what.empty() ? "" : ", ") + std::string("AdamW moments in bf16 (approximate)");
     });
   }
   if (recipe.mixed_precision_off) {
