@@ -8,10 +8,13 @@ namespace tune::recipes {
 StackPhases stack_phases(const StackMemory& stack, const std::vector<bool>& checkpointed) {
   int64_t kept_before = 0;  // by blocks 0 .. i-1
   int64_t backward_peak = 0;
+  const auto blocks = static_cast<int64_t>(stack.blocks.size());
   for (size_t i = 0; i < stack.blocks.size(); ++i) {
     const bool is_checkpointed = i < checkpointed.size() && checkpointed[i];
     const int64_t recomputed_output = is_checkpointed ? stack.block_output : 0;
-    backward_peak = std::max(backward_peak, kept_before + stack.blocks[i].backward_peak + recomputed_output);
+    const int64_t gradients = (blocks - static_cast<int64_t>(i)) * stack.gradient_per_block;  // blocks i .. L-1
+    backward_peak =
+        std::max(backward_peak, kept_before + stack.blocks[i].backward_peak + recomputed_output + gradients);
     kept_before += is_checkpointed ? stack.block_input : stack.blocks[i].saved;
   }
   return {stack.alive_throughout + kept_before + stack.head_peak, stack.alive_throughout + backward_peak};
@@ -36,7 +39,7 @@ StackPhases segmented_stack_phases(const StackMemory& stack, int64_t segment_siz
     int64_t before = j * stack.block_input + stack.block_output;
     for (int64_t k = j * segment_size; k < std::min(blocks, (j + 1) * segment_size); ++k) {
       const BlockFootprint& block = stack.blocks[static_cast<size_t>(k)];
-      backward_peak = std::max(backward_peak, before + block.backward_peak);
+      backward_peak = std::max(backward_peak, before + block.backward_peak + (blocks - k) * stack.gradient_per_block);
       before += block.saved;
     }
   }

@@ -24,6 +24,10 @@ struct StackMemory {
                                        // differentiated (the plain graph's output is gone by then)
   int64_t head_peak = 0;               // after the last block: head and loss at the end of forward
   int64_t alive_throughout = 0;        // built before the first block and freed after backward (an attention mask)
+  // Parameter gradients each block's backward leaves behind, to be held until the optimizer step: set by callers
+  // that want them in the backward phase (the planner, without accumulation: block i's backward then meets the
+  // gradients of blocks i .. L-1); 0 for the activation estimate alone.
+  int64_t gradient_per_block = 0;
 };
 
 // The two moments a stack's activation peak is the larger of (both include alive_throughout): the end of forward,

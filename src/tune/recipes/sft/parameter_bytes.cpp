@@ -48,9 +48,12 @@ ParameterCounts count_parameters(const models::LlamaConfig& config, const models
   if (rank > 0) {
     counts.trainable = layers * adapters_layer;
     counts.largest_trainable = largest_adapter;
+    counts.trainable_per_layer = adapters_layer;
   } else {
     counts.trainable = counts.total;
     counts.largest_trainable = std::max(largest_base, vocab * hidden);
+    counts.trainable_per_layer = base_layer;
+    counts.trainable_head = vocab * hidden + hidden;
   }
   return counts;
 }

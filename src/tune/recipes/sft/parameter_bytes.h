@@ -14,6 +14,10 @@ struct ParameterCounts {
   int64_t total = 0;      // elements of every parameter (LoRA adapters included)
   int64_t trainable = 0;  // full fine-tuning: all; LoRA: the adapters (freeze_base_weights freezes the rest)
   int64_t largest_trainable = 0;  // elements of the largest trainable tensor
+  int64_t trainable_per_layer = 0;  // in each decoder layer
+  // Trainable elements whose gradients backward produces before the layers': the output head and final norm (full
+  // fine-tuning; with tied embeddings the head is the embedding). An untied input embedding's comes after them.
+  int64_t trainable_head = 0;
 };
 
 ParameterCounts count_parameters(const models::LlamaConfig& config, const models::LlamaLoraOptions& lora);

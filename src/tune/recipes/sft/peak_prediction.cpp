@@ -33,8 +33,8 @@ PeakBreakdown predict_peak(const SftPlanInputs& inputs, const PlanSetting& setti
   shape.base_weights_in_compute_dtype = frozen_bf16;
   shape.fused_attention = inputs.cuda;
   const memory::CheckpointRunner runner(checkpoint_options(setting), inputs.model.num_hidden_layers);
-  const StackPhases phases =
-      phases_for_runner(llama_stack(inputs.model, shape, false), llama_stack(inputs.model, shape, true), runner);
+  StackMemory plain = llama_stack(inputs.model, shape, false), selective = llama_stack(inputs.model, shape, true);
+  const StackPhases phases = phases_for_runner(plain, selective, runner);
   peak.activations = phases.peak();
 
   // Batch tensors: input_ids, labels, position_ids and segment_ids, int64 [rows, T]. The CPU loader holds a step's
@@ -53,21 +53,23 @@ PeakBreakdown predict_peak(const SftPlanInputs& inputs, const PlanSetting& setti
     peak.other += counts.trainable * (inputs.reduce_bf16 ? 2 : 4);
     if (inputs.reduce_bf16) peak.other += std::min(inputs.bucket_bytes, counts.trainable * 4);
   }
-  // Gradients during the step. With accumulation, the earlier micro-batches' are there from the first forward on.
-  // Without it they are dropped after each update (zero_grad sets them to none), so the end of forward has none,
-  // and backward's worst moment is counted with every gradient but the input embedding's (full fine-tuning,
-  // untied: it arrives last, when the activations are gone), an upper bound.
+  // Gradients during the step. With accumulation, the earlier micro-batches' are all there from the first forward
+  // on. Without it they are dropped after each update (zero_grad sets them to none) and arrive during backward: the
+  // head's first (made by the head's backward, beside every block's activations), then block by block as each
+  // block's activations are freed (StackMemory::gradient_per_block), an untied input embedding's last.
   // A tied embedding, fully trained, gets its gradient twice: the output head's early in backward, then the input
   // lookup's at the very end, a dense fp32 [vocab, hidden] tensor added into the first. With every other gradient
-  // present, that moment (measured on the 1B model at 1024 tokens: all gradients + 1 GiB) can be backward's peak.
+  // present, that moment (measured on the 1B model at 1024 tokens: all gradients + 1 GiB) can be the step's peak.
   const bool full_training = inputs.lora.lora.rank == 0;
   const int64_t embedding_gradient = inputs.model.vocab_size * inputs.model.hidden_size * 4;
   const int64_t tied_lookup_gradient = full_training && inputs.model.tie_word_embeddings ? embedding_gradient : 0;
   if (setting.accumulation > 1) {
     peak.step = std::max(phases.peak(), tied_lookup_gradient) + peak.gradients + peak.other;
   } else {
-    const bool embedding_last = full_training && !inputs.model.tie_word_embeddings;
-    peak.step = std::max({phases.forward_end, phases.backward + peak.gradients - (embedding_last ? embedding_gradient : 0),
+    plain.gradient_per_block = selective.gradient_per_block = counts.trainable_per_layer * 4;
+    const StackPhases arriving = phases_for_runner(plain, selective, runner);
+    const int64_t head_gradients = counts.trainable_head * 4;
+    peak.step = std::max({phases.forward_end + head_gradients, arriving.backward + head_gradients,
                           peak.gradients + tied_lookup_gradient}) +
                 peak.other;
   }
