@@ -314,6 +314,19 @@ PY
     --prompt "Reverse: a b c" --no-grad --json
   expect_exit 2 "$TUNE" infer "$run/checkpoints/step-20" mixed_precision=fp8 --prompt x --no-grad
   contains "$ERR" "mixed_precision=fp8"; contains "$ERR" "bf16, fp16, no"
+  # param_dtype bf16 in inference, where nothing trains: every weight is built in bf16 (half the bytes), and
+  # attribution still runs through the bf16 model.
+  expect_exit 0 "$TUNE" infer "$run/checkpoints/step-20" --prompt "Reverse: a b c" --no-grad --json
+  local fp32_infer=$OUT
+  expect_exit 0 "$TUNE" infer "$run/checkpoints/step-20" param_dtype=bf16 --prompt "Reverse: a b c" --json --grad \
+    --max-new-tokens 4
+  contains "$ERR" "in bf16, param_dtype bf16"
+  "$PYTHON" - "$fp32_infer" "$OUT" <<'PY' || fail "param_dtype bf16 inference: $OUT"
+import json, math, sys
+fp32, bf16 = (json.loads(text) for text in sys.argv[1:3])
+assert bf16["parameters_bytes"] * 2 == fp32["parameters_bytes"], (fp32["parameters_bytes"], bf16["parameters_bytes"])
+assert all(math.isfinite(t["grad_norm"]) for t in bf16["attribution"]["tokens"])
+PY
   expect_exit 0 "$TUNE" infer "$run" --prompt "Reverse: a b c" --no-grad --json --raw
   local raw=$OUT
   expect_exit 0 "$TUNE" tokenize "$DATA/tokenizer.model" --text "Reverse: a b c" --json

@@ -25,7 +25,7 @@ void check_lora_options(const LlamaLoraOptions& lora) {
                                  c10::toString(lora.base_dtype)));
   }
   if (lora.lora.rank == 0) {
-    if (lora.base_dtype != torch::kFloat32) {
+    if (lora.base_dtype != torch::kFloat32 && !lora.all_frozen) {
       throw UsageError("a base weight dtype other than fp32 needs LoRA (rank > 0): without it every weight trains");
     }
     return;

@@ -30,6 +30,8 @@ struct LlamaLoraOptions {
   // 4.9 GB then 2.5 GB). Their initial values are drawn in fp32 first, so the values, and the random stream LoRA's
   // own init draws from, equal building in fp32 and converting afterwards.
   torch::ScalarType base_dtype = torch::kFloat32;
+  // An inference-only model: every parameter is frozen, so base_dtype applies to all of them, LoRA or not.
+  bool all_frozen = false;
 };
 
 // Key/value cache for incremental decoding: per layer, [batch, kv_heads, cached_len, head_dim]. A layer with a

@@ -14,7 +14,7 @@
 namespace tune::models {
 
 void store_base_weights(torch::nn::Module& module, const LlamaLoraOptions& lora) {
-  if (lora.lora.rank == 0 || lora.base_dtype == torch::kFloat32) return;
+  if ((lora.lora.rank == 0 && !lora.all_frozen) || lora.base_dtype == torch::kFloat32) return;
   torch::NoGradGuard no_grad;
   for (auto& item : module.named_parameters(/*recurse=*/true)) {
     if (item.key().find("lora_") != std::string::npos || item.value().scalar_type() == lora.base_dtype) continue;

@@ -35,8 +35,9 @@ struct LayerInputs {
   std::shared_ptr<nn::BlockRunner> runner;
 };
 
-// LoRA with lora.base_dtype other than fp32: stores `module`'s non-LoRA parameters (the ones LoRA freezes) in that
-// dtype. Called on each module as it is built (see LlamaLoraOptions::base_dtype); a no-op without LoRA or for fp32.
+// LoRA (or an inference-only model, all_frozen) with lora.base_dtype other than fp32: stores `module`'s non-LoRA
+// parameters (the frozen ones) in that dtype. Called on each module as it is built (see
+// LlamaLoraOptions::base_dtype); a no-op when every weight trains, or for fp32.
 void store_base_weights(torch::nn::Module& module, const LlamaLoraOptions& lora);
 
 // A projection that carries a LoRA adapter iff `name` (e.g. "q_proj") is among the LoRA target modules.

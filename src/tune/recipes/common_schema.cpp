@@ -26,7 +26,8 @@ config::Schema common_schema(const std::string& recipe_name) {
   schema.real("loss_scale.initial", 65536.0, "fp16: the loss scale to start from (halved on inf/NaN gradients)");
   schema.integer("loss_scale.growth_interval", 2000, "fp16: clean steps before the loss scale doubles");
   schema.choice("param_dtype", {"fp32", "bf16"}, "fp32",
-                "storage dtype of frozen weights (LoRA base); trainable weights stay fp32 masters");
+                "storage dtype of frozen weights (the LoRA base; every weight in tune infer and tune chat); trainable "
+                "weights stay fp32 masters");
   schema.boolean("grad_inference", true, "tune infer keeps autograd on (per-token attribution) unless --no-grad");
 
   schema.integer("training.batch_size", 8, "rows per micro-batch");

@@ -8,6 +8,7 @@
 #include "tune/core/error.h"
 #include "tune/core/log.h"
 #include "tune/core/memory_tracker.h"
+#include "tune/core/progress.h"
 #include "tune/core/threads.h"
 #include "tune/data/model_chat_template.h"
 #include "tune/io/run_checkpoints.h"
@@ -84,7 +85,7 @@ models::LlamaLoraOptions adapter_as_trained(const models::LlamaLoraOptions& requ
 }
 
 // Picks the weights: a bare model directory, the newest checkpoint of a run, or the recipe's base model.
-LoadedForInference load_for_inference(const InferRequest& request, SftSettings sft, uint64_t seed) {
+LoadedForInference load_for_inference(const InferRequest& request, SftSettings sft, const RunSettings& run) {
   LoadedForInference loaded;
   std::optional<std::filesystem::path> checkpoint;
   if (request.run_dir) checkpoint = io::newest_complete_checkpoint(*request.run_dir);
@@ -100,7 +101,7 @@ LoadedForInference load_for_inference(const InferRequest& request, SftSettings s
   }
   if (sft.model.path) loaded.model_dir = *sft.model.path;
   loaded.tokenizer = load_tokenizer(sft);
-  loaded.model = build_model(sft, *loaded.tokenizer, seed);
+  loaded.model = build_model(sft, *loaded.tokenizer, run.seed, run.frozen_weights_bf16, ModelUse::inference);
   if (checkpoint && is_lora_checkpoint(*checkpoint)) load_checkpoint_weights(*checkpoint, loaded.model);
   if (checkpoint) {
     loaded.weights_from = checkpoint->string();
@@ -133,15 +134,18 @@ InferenceSession open_inference_session(const InferRequest& request) {
   memory_tracker::install();
   precision::install_cpu_gemm();
   session.device = torch::Device(run.device);
-  auto loaded = load_for_inference(request, sft, run.seed);
+  auto loaded = load_for_inference(request, sft, run);
   session.model = loaded.model;
   session.tokenizer = loaded.tokenizer;
   session.weights_from = loaded.weights_from;
   auto& model = session.model;
   const auto& tokenizer = *session.tokenizer;
-  if (run.frozen_weights_bf16 && model->has_lora()) store_frozen_weights_in_bf16(model);
+  // param_dtype bf16: every weight in bf16 (built so from a model directory; converted here after a random init).
+  if (run.frozen_weights_bf16) store_frozen_weights_in_bf16(model);
   model->to(session.device);
-  log::info("weights: {}", loaded.weights_from);
+  for (const auto& param : model->parameters()) session.parameter_bytes += static_cast<int64_t>(param.nbytes());
+  log::info("weights: {} ({}{})", loaded.weights_from, format_bytes(static_cast<double>(session.parameter_bytes)),
+            run.frozen_weights_bf16 ? " in bf16, param_dtype bf16" : "");
 
   auto& chat_template = session.chat_template;
   if (!request.raw) {

@@ -31,6 +31,7 @@ struct InferenceSession {
   SamplingOptions sampling;  // --max-new-tokens/--temperature/--top-p over generation.*; stop tokens of the model
   std::shared_ptr<memory::CheckpointRunner> runner;
   std::string weights_from;  // for the log: which directory (or random initialisation) the weights came from
+  int64_t parameter_bytes = 0;  // the weights' storage as loaded (param_dtype bf16 halves it)
 };
 
 // Threads, allocator tracking and CPU GEMM set up as for training; the model moved to the device with the

@@ -38,7 +38,8 @@ int infer(const InferRequest& request) {
     const std::string text = tokenizer.decode(output_ids);
     nlohmann::json json = {{"prompt", prompt},   {"prompt_ids", prompt_ids},
                            {"output_ids", output_ids}, {"text", text},
-                           {"generation_peak_mem_bytes", generation_peak}};
+                           {"generation_peak_mem_bytes", generation_peak},
+                           {"parameters_bytes", session.parameter_bytes}};
 
     std::optional<AttributionResult> attribution;
     int64_t attribution_peak = 0;

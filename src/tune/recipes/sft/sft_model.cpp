@@ -52,7 +52,7 @@ void load_model_weights(models::LlamaForCausalLM& model, const std::filesystem::
 }
 
 models::LlamaForCausalLM build_model(const SftSettings& settings, const data::Tokenizer& tokenizer, uint64_t seed,
-                                     bool frozen_weights_bf16) {
+                                     bool frozen_weights_bf16, ModelUse use) {
   torch::manual_seed(seed);
   models::LlamaConfig config;
   if (settings.model.path) {
@@ -70,14 +70,21 @@ models::LlamaForCausalLM build_model(const SftSettings& settings, const data::To
   models::LlamaLoraOptions lora = settings.model.lora;
   // Loaded weights overwrite the init, so the frozen ones can be built in bf16 straight away; a random init is
   // drawn over the whole model in fp32 (its values must not depend on param_dtype) and converted by the caller.
-  if (frozen_weights_bf16 && lora.lora.rank > 0 && settings.model.path) lora.base_dtype = torch::kBFloat16;
+  lora.all_frozen = use == ModelUse::inference;
+  if (frozen_weights_bf16 && (lora.lora.rank > 0 || lora.all_frozen) && settings.model.path) {
+    lora.base_dtype = torch::kBFloat16;
+  }
   models::LlamaForCausalLM model(config, lora);
   if (settings.model.path) {
     load_model_weights(model, *settings.model.path);
   } else {
     initialise_like_hf(*model);
   }
-  if (model->has_lora()) model->freeze_base_weights();
+  if (lora.all_frozen) {
+    for (auto& param : model->parameters()) param.set_requires_grad(false);
+  } else if (model->has_lora()) {
+    model->freeze_base_weights();
+  }
   return model;
 }
 

@@ -20,8 +20,11 @@ data::Tokenizer load_tokenizer(const SftSettings& settings);
 // module and the file's tensors read into them one at a time, so loading never holds the fp32 base model (a 1B
 // model peaks near its 2.5 GB of bf16 weights, not at 4.9 GB of fp32). The result equals building in fp32 and
 // calling store_frozen_weights_in_bf16; with a random init the model is built that way (it is small).
+// ModelUse::inference freezes every weight (generation and attribution differentiate with respect to the prompt's
+// embeddings, never the weights), so param_dtype bf16 then builds all of them in bf16, LoRA or not.
+enum class ModelUse { training, inference };
 models::LlamaForCausalLM build_model(const SftSettings& settings, const data::Tokenizer& tokenizer, uint64_t seed,
-                                     bool frozen_weights_bf16 = false);
+                                     bool frozen_weights_bf16 = false, ModelUse use = ModelUse::training);
 
 // param_dtype: bf16 — stores every frozen (requires_grad false) weight in bf16, halving the base model's memory.
 // Returns the number of frozen tensors now stored in bf16 (converted here or built so by build_model).
