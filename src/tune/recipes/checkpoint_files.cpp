@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "tune/core/error.h"
+#include "tune/io/json_fields.h"
 #include "tune/io/run_checkpoints.h"
 #include "tune/io/safetensors.h"
 
@@ -46,6 +47,31 @@ void set_cpu_rng_state(const torch::Tensor& state) {
   auto generator = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(generator.mutex());
   generator.set_state(state);
+}
+
+nlohmann::json trainer_progress_json(const TrainerProgress& progress) {
+  return {{"step", progress.step},
+          {"epoch", progress.loader.epoch},
+          {"batch_in_epoch", progress.loader.batch_in_epoch},
+          {"elapsed_s", progress.elapsed_s},
+          {"loss_scale", progress.loss_scale},
+          {"loss_scale_clean_steps", progress.loss_scale_clean_steps},
+          {"skipped_steps", progress.skipped_steps}};
+}
+
+nlohmann::json read_trainer_progress(const std::filesystem::path& dir, TrainerProgress& progress) {
+  const auto path = dir / "trainer_state.json";
+  nlohmann::json json = read_json_file(path);
+  if (!json.is_object()) throw InputError(fmt::format("{}: not a JSON object", path.string()));
+  const io::JsonFields fields(json, path.string());
+  progress.step = fields.integer("step");
+  progress.loader.epoch = fields.integer("epoch");
+  progress.loader.batch_in_epoch = fields.integer("batch_in_epoch");
+  progress.elapsed_s = fields.real("elapsed_s");
+  progress.loss_scale = fields.real("loss_scale", 0.0);
+  progress.loss_scale_clean_steps = fields.integer("loss_scale_clean_steps", 0);
+  progress.skipped_steps = fields.integer("skipped_steps", 0);
+  return json;
 }
 
 }  // namespace tune::recipes

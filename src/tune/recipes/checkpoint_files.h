@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "tune/data/sft_loader.h"
 #include "tune/io/json_file.h"
 
 namespace tune::recipes {
@@ -27,5 +28,21 @@ std::vector<std::pair<std::string, torch::Tensor>> read_named_tensors(const std:
 
 torch::Tensor cpu_rng_state();
 void set_cpu_rng_state(const torch::Tensor& state);
+
+// What every recipe's trainer_state.json holds: steps done, where the loader is, the clock, the fp16 loss scaler.
+struct TrainerProgress {
+  int64_t step = 0;                  // optimizer steps completed
+  data::LoaderPosition loader;       // where the next batch comes from
+  double elapsed_s = 0.0;            // training time before this checkpoint (for the resumed run's clock)
+  double loss_scale = 0.0;           // fp16 dynamic loss scaler state (0: no scaler)
+  int64_t loss_scale_clean_steps = 0;
+  int64_t skipped_steps = 0;
+};
+
+// The common fields as JSON, for a recipe to add its own to and write.
+nlohmann::json trainer_progress_json(const TrainerProgress& progress);
+// Reads DIR/trainer_state.json: the common fields into `progress` (a missing or mistyped one is an InputError naming
+// the file and the field); returns the object for the recipe's own fields.
+nlohmann::json read_trainer_progress(const std::filesystem::path& dir, TrainerProgress& progress);
 
 }  // namespace tune::recipes

@@ -3,7 +3,6 @@
 
 #include "tune/core/error.h"
 #include "tune/core/log.h"
-#include "tune/io/json_fields.h"
 #include "tune/io/safetensors.h"
 #include "tune/recipes/checkpoint_files.h"
 #include "tune/recipes/latte/latte_model.h"
@@ -28,13 +27,7 @@ void write_latte_checkpoint(const std::filesystem::path& dir, const LatteTrainin
   io::save_safetensors(dir / "optimizer.safetensors", objects.optimizer->state_tensors());
   io::save_safetensors(dir / "rng_state.safetensors",
                        {{"cpu", cpu_rng_state()}, {"diffusion", objects.noise_generator->get_state()}});
-  write_json_file(dir / "trainer_state.json", {{"step", state.step},
-                                               {"epoch", state.loader.epoch},
-                                               {"batch_in_epoch", state.loader.batch_in_epoch},
-                                               {"elapsed_s", state.elapsed_s},
-                                               {"loss_scale", state.loss_scale},
-                                               {"loss_scale_clean_steps", state.loss_scale_clean_steps},
-                                               {"skipped_steps", state.skipped_steps}});
+  write_json_file(dir / "trainer_state.json", trainer_progress_json(state));
 }
 
 LatteTrainerState read_latte_checkpoint(const std::filesystem::path& dir, const LatteTrainingObjects& objects) {
@@ -50,17 +43,8 @@ LatteTrainerState read_latte_checkpoint(const std::filesystem::path& dir, const 
   const auto rng = io::SafetensorsFile::open(dir / "rng_state.safetensors");
   set_cpu_rng_state(rng.load("cpu"));
   objects.noise_generator->set_state(rng.load("diffusion"));
-  const auto json = read_json_file(dir / "trainer_state.json");
   LatteTrainerState state;
-  if (!json.is_object()) throw InputError(fmt::format("{}: trainer_state.json is not a JSON object", dir.string()));
-  const io::JsonFields fields(json, (dir / "trainer_state.json").string());
-  state.step = fields.integer("step");
-  state.loader.epoch = fields.integer("epoch");
-  state.loader.batch_in_epoch = fields.integer("batch_in_epoch");
-  state.elapsed_s = fields.real("elapsed_s");
-  state.loss_scale = fields.real("loss_scale", 0.0);
-  state.loss_scale_clean_steps = fields.integer("loss_scale_clean_steps", 0);
-  state.skipped_steps = fields.integer("skipped_steps", 0);
+  read_trainer_progress(dir, state);
   return state;
 }
 

@@ -9,19 +9,13 @@
 
 #include "tune/data/sft_loader.h"
 #include "tune/models/latte.h"
+#include "tune/recipes/checkpoint_files.h"
 #include "tune/train/adamw.h"
 #include "tune/train/ema.h"
 
 namespace tune::recipes::latte {
 
-struct LatteTrainerState {
-  int64_t step = 0;
-  data::LoaderPosition loader;
-  double elapsed_s = 0.0;
-  double loss_scale = 0.0;  // fp16 scaler (0: none)
-  int64_t loss_scale_clean_steps = 0;
-  int64_t skipped_steps = 0;
-};
+using LatteTrainerState = TrainerProgress;  // Latte's trainer_state.json holds the common fields only
 
 struct LatteTrainingObjects {
   models::Latte* model;

@@ -48,15 +48,10 @@ void write_checkpoint(const std::filesystem::path& dir, const models::LlamaForCa
   if (optimizer == nullptr) return;
   io::save_safetensors(dir / "optimizer.safetensors", optimizer->state_tensors());
   io::save_safetensors(dir / "rng_state.safetensors", {{"cpu", cpu_rng_state()}});
-  write_json_file(dir / "trainer_state.json", {{"step", state.step},
-                                          {"epoch", state.loader.epoch},
-                                          {"batch_in_epoch", state.loader.batch_in_epoch},
-                                          {"elapsed_s", state.elapsed_s},
-                                          {"tokens_seen", state.tokens_seen},
-                                          {"loss_scale", state.loss_scale},
-                                          {"loss_scale_clean_steps", state.loss_scale_clean_steps},
-                                          {"skipped_steps", state.skipped_steps},
-                                          {"adapter", model->has_lora()}});
+  nlohmann::json trainer_state = trainer_progress_json(state);
+  trainer_state["tokens_seen"] = state.tokens_seen;
+  trainer_state["adapter"] = model->has_lora();
+  write_json_file(dir / "trainer_state.json", trainer_state);
 }
 
 void load_checkpoint_weights(const std::filesystem::path& dir, models::LlamaForCausalLM& model) {
@@ -85,18 +80,9 @@ TrainerState read_checkpoint(const std::filesystem::path& dir, models::LlamaForC
   optimizer.load_state_tensors(read_named_tensors(dir / "optimizer.safetensors"));
   set_cpu_rng_state(io::SafetensorsFile::open(dir / "rng_state.safetensors").load("cpu"));
 
-  const auto json = read_json_file(dir / "trainer_state.json");
   TrainerState state;
-  if (!json.is_object()) throw InputError(fmt::format("{}: trainer_state.json is not a JSON object", dir.string()));
-  const io::JsonFields fields(json, (dir / "trainer_state.json").string());
-  state.step = fields.integer("step");
-  state.loader.epoch = fields.integer("epoch");
-  state.loader.batch_in_epoch = fields.integer("batch_in_epoch");
-  state.elapsed_s = fields.real("elapsed_s");
-  state.tokens_seen = fields.integer("tokens_seen");
-  state.loss_scale = fields.real("loss_scale", 0.0);
-  state.loss_scale_clean_steps = fields.integer("loss_scale_clean_steps", 0);
-  state.skipped_steps = fields.integer("skipped_steps", 0);
+  const nlohmann::json json = read_trainer_progress(dir, state);
+  state.tokens_seen = io::JsonFields(json, (dir / "trainer_state.json").string()).integer("tokens_seen");
   return state;
 }
 

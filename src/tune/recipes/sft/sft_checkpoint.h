@@ -10,18 +10,13 @@
 #include "tune/data/sft_loader.h"
 #include "tune/data/tokenizer.h"
 #include "tune/models/llama.h"
+#include "tune/recipes/checkpoint_files.h"
 #include "tune/train/adamw.h"
 
 namespace tune::recipes::sft {
 
-struct TrainerState {
-  int64_t step = 0;                 // optimizer steps completed
-  data::LoaderPosition loader;      // where the next batch comes from
-  double elapsed_s = 0.0;           // training time before this checkpoint (for the resumed run's clock)
+struct TrainerState : TrainerProgress {
   int64_t tokens_seen = 0;
-  double loss_scale = 0.0;          // fp16 dynamic loss scaler state (0: no scaler)
-  int64_t loss_scale_clean_steps = 0;
-  int64_t skipped_steps = 0;
 };
 
 // Writes the model (HF/PEFT format), and when `optimizer` is non-null the training state too.
