@@ -36,6 +36,11 @@ std::optional<std::string> nearest_key(const std::string& unknown, const std::ve
   std::optional<std::string> best;
   std::size_t best_distance = allowed + 1;
   for (const std::string& candidate : known) {
+    // The distance is at least the difference in length: a candidate that cannot beat the best is not computed.
+    // Long unknown keys (a fuzzed config has many) then cost nothing against the short known ones.
+    const std::size_t length_gap = unknown.size() > candidate.size() ? unknown.size() - candidate.size()
+                                                                      : candidate.size() - unknown.size();
+    if (length_gap >= best_distance) continue;
     const std::size_t distance = edit_distance(unknown, candidate);
     if (distance < best_distance) {
       best_distance = distance;
