@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/scoped_env.h"
 #include "common/scratch_dir.h"
 #include "tune/config/config.h"
 
@@ -20,27 +21,7 @@ namespace tune::config::testing {
 
 namespace fs = std::filesystem;
 using TempDir = tune::testing::ScratchDir;
-
-
-// Sets an environment variable for the lifetime of the object, then restores the previous value.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) previous_ = old;
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (previous_) {
-      setenv(name_, previous_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> previous_;
-};
+using tune::testing::ScopedEnv;
 
 // A schema with every value type, a choice, a required key and keys without defaults.
 inline Schema test_schema() {

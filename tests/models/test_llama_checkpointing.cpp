@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/activation_memory.h"
+#include "common/scoped_env.h"
 #include "tune/core/memory_tracker.h"
 #include "tune/memory/checkpoint.h"
 #include "tune/models/llama.h"
@@ -318,6 +319,9 @@ std::map<Policy, int64_t> measure_policies(const models::LlamaConfig& config, co
 }  // namespace
 
 TEST_CASE("selective: measured activation memory at least 25% under off and above full", "[models][checkpoint][memory]") {
+  // Selective's own attention recompute, against the plain core that keeps the probabilities (where the fused
+  // kernels run, every policy takes them and selective saves less: nn::uses_fused_attention).
+  const testing::ScopedEnv plain_core("TUNE_CPU_ATTENTION", "plain");
   memory_tracker::install();
   const auto config = testing::activation_heavy_llama_config();
   auto measured = measure_policies(config, {Policy::off, Policy::full, Policy::selective});

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "common/scoped_env.h"
 #include "tune/core/memory_tracker.h"
 #include "tune/nn/attention_core.h"
 #include "tune/nn/attention_mask.h"
@@ -198,6 +199,8 @@ TEST_CASE("run_attention_core recomputes only for a runner that recomputes the a
   struct Recomputing : tune::nn::PlainBlockRunner {
     bool recomputes(tune::nn::RegionKind kind) const override { return kind == tune::nn::RegionKind::attention_core; }
   };
+  // The choice between the plain and the recomputing form is made where the fused kernels are not taken.
+  const tune::testing::ScopedEnv plain_core("TUNE_CPU_ATTENTION", "plain");
   const Inputs in = make_inputs(torch::kFloat, true);
   Recomputing recomputing;
   tune::nn::PlainBlockRunner plain;
@@ -210,6 +213,40 @@ TEST_CASE("run_attention_core recomputes only for a runner that recomputes the a
   CHECK(node(nullptr).find("RecomputingAttention") == std::string::npos);
   torch::NoGradGuard no_grad;
   CHECK(node(&recomputing) == "none");
+}
+
+TEST_CASE("on the CPU the fused core runs for fp32, for bf16/fp16 only where LibTorch multiplies them natively, "
+          "never for float64", "[nn][attention]") {
+  using tune::nn::uses_fused_attention;
+  const auto cpu = c10::DeviceType::CPU;
+  CHECK(uses_fused_attention(c10::DeviceType::CUDA, torch::kBFloat16));
+  CHECK(uses_fused_attention(cpu, torch::kFloat));
+  CHECK_FALSE(uses_fused_attention(cpu, torch::kDouble));
+  {
+    const tune::testing::ScopedEnv native("TUNE_CPU_GEMM", "native");
+    CHECK(uses_fused_attention(cpu, torch::kBFloat16));
+    CHECK(uses_fused_attention(cpu, torch::kHalf));
+  }
+  {
+    // Where bf16 products go through fp32 kernels, LibTorch's own bf16 attention kernel is the slow one.
+    const tune::testing::ScopedEnv fp32_gemm("TUNE_CPU_GEMM", "fp32");
+    CHECK_FALSE(uses_fused_attention(cpu, torch::kBFloat16));
+    CHECK(uses_fused_attention(cpu, torch::kFloat));
+  }
+  {
+    const tune::testing::ScopedEnv plain("TUNE_CPU_ATTENTION", "plain");
+    CHECK_FALSE(uses_fused_attention(cpu, torch::kFloat));
+  }
+  // And run_attention_core takes it, for every runner (its backward recomputes the probabilities anyway).
+  struct Recomputing : tune::nn::PlainBlockRunner {
+    bool recomputes(tune::nn::RegionKind kind) const override { return kind == tune::nn::RegionKind::attention_core; }
+  };
+  Recomputing recomputing;
+  const Inputs in = make_inputs(torch::kFloat, true);
+  const auto out = tune::nn::run_attention_core(&recomputing, in.query, in.key, in.value, in.mask, in.scale);
+  REQUIRE(out.grad_fn());
+  CHECK(out.grad_fn()->name().find("ScaledDotProduct") != std::string::npos);
+  CHECK(max_diff(out, reference(in)) < 1e-5);
 }
 
 TEST_CASE("fused attention (scaled_dot_product_attention) equals the float64 formula and the plain gradients",

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "common/activation_memory.h"
+#include "common/scoped_env.h"
 #include "tune/core/memory_tracker.h"
 #include "tune/diffusion/gaussian_diffusion.h"
 #include "tune/memory/checkpoint.h"
@@ -73,6 +74,9 @@ TEST_CASE("Latte: measured activation memory follows the estimate under every po
     tune::models::LatteConfig config;
     int64_t batch;
   };
+  // Both attention cores: tune's plain one and LibTorch's fused kernel (nn::uses_fused_attention).
+  for (const bool fused : {false, true}) {
+  const tune::testing::ScopedEnv core("TUNE_CPU_ATTENTION", fused ? "fused" : "plain");
   for (const Case& c : {Case{"latents-like, hidden 128", activation_heavy_config(), kBatch},
                         Case{"the default recipe's shape", default_recipe_config(), 16}}) {
     const auto& config = c.config;
@@ -86,7 +90,7 @@ TEST_CASE("Latte: measured activation memory follows the estimate under every po
     const auto t = torch::randint(0, 1000, {c.batch}, torch::kLong);
     const auto labels = config.class_conditional() ? torch::randint(0, config.num_classes, {c.batch}, torch::kLong)
                                                    : torch::Tensor();
-    const tune::recipes::latte::LatteActivationShape shape{c.batch, 2};
+    const tune::recipes::latte::LatteActivationShape shape{c.batch, 2, fused};
     const auto plain = tune::recipes::latte::latte_stack(config, shape, false);
     const auto selective = tune::recipes::latte::latte_stack(config, shape, true);
 
@@ -99,13 +103,14 @@ TEST_CASE("Latte: measured activation memory follows the estimate under every po
       const int64_t measured = measure_activation_bytes(model, diffusion, x_start, t, noise, labels);
       const int64_t estimate = tune::recipes::estimate_for_runner(plain, selective, *runner);
       const double ratio = static_cast<double>(measured) / static_cast<double>(estimate);
-      WARN(c.name << ", " << runner->describe() << ": measured " << measured / 1048576.0 << " MiB, estimate "
+      WARN(c.name << (fused ? ", fused core, " : ", ") << runner->describe() << ": measured " << measured / 1048576.0 << " MiB, estimate "
                   << estimate / 1048576.0 << " MiB (" << ratio << ")");
       CHECK(std::abs(ratio - 1.0) <= 0.10);
       if (policy == Policy::off) measured_off = measured;
       if (policy == Policy::full) measured_full = measured;
     }
     CHECK(measured_full < measured_off);
+  }
   }
 }
 

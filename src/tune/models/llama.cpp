@@ -9,8 +9,10 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "tune/compat/torch_compat.h"
 #include "tune/core/error.h"
 #include "tune/models/llama_layers.h"
+#include "tune/nn/attention_core.h"
 #include "tune/nn/attention_mask.h"
 
 namespace tune::models {
@@ -50,6 +52,12 @@ std::vector<torch::Tensor> trainable_parameters(const torch::nn::Module& module)
     if (parameter.requires_grad()) trainable.push_back(parameter);
   }
   return trainable;
+}
+
+// The dtype the attention matmuls run in: the autocast dtype inside an autocast scope, else the activations' own.
+c10::ScalarType attention_compute_dtype(const torch::Device& device, c10::ScalarType activations) {
+  if (device.is_cuda()) return compat::autocast_cuda_enabled() ? compat::autocast_cuda_dtype() : activations;
+  return compat::autocast_cpu_enabled() ? compat::autocast_cpu_dtype() : activations;
 }
 
 }  // namespace
@@ -121,8 +129,11 @@ torch::Tensor LlamaForCausalLMImpl::hidden_states(const torch::Tensor& input_emb
   LayerInputs base_inputs;
   std::tie(base_inputs.cos, base_inputs.sin) = model_->rotary_emb(positions);
   if (cache == nullptr) base_inputs.runner = runner_;
-  // Only the CUDA attention uses it (attention_core_fused); the check of the segments costs a device sync.
-  const bool plain_causal = device.is_cuda() && past == 0 &&
+  // Only the fused attention uses it (attention_core_fused drops such a mask for is_causal, whose kernels skip the
+  // hidden half); the check of the segments costs a device sync on CUDA, nothing on the CPU.
+  const c10::ScalarType attention_dtype = attention_compute_dtype(device, input_embeddings.scalar_type());
+  const bool fused_attention = nn::uses_fused_attention(device.type(), attention_dtype);
+  const bool plain_causal = fused_attention && past == 0 &&
                             (!inputs.segment_ids.defined() || inputs.segment_ids.eq(0).all().item<bool>());
   std::map<int64_t, LayerInputs> by_window;
   std::vector<LayerInputs> layer_inputs;
@@ -133,6 +144,9 @@ torch::Tensor LlamaForCausalLMImpl::hidden_states(const torch::Tensor& input_emb
       LayerInputs for_window = base_inputs;
       for_window.sliding_window = window;
       for_window.mask = nn::make_causal_mask(length, past, inputs.segment_ids, device, window);
+      // The fused kernels take the mask in the queries' dtype: converted once here rather than by every layer
+      // (each would keep its own copy for backward).
+      if (fused_attention) for_window.mask = for_window.mask.to(attention_dtype);
       if (cache != nullptr) {
         // A sliding layer's cache holds only its last window - 1 keys: the mask's columns for the dropped (all
         // hidden) keys go too.

@@ -7,8 +7,11 @@
 #include <torch/autograd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 #include <vector>
 
+#include "tune/core/cpu_gemm_mode.h"
 #include "tune/nn/block_runner.h"
 
 namespace tune::nn {
@@ -258,11 +261,27 @@ torch::Tensor attention_core_fused(const torch::Tensor& query, const torch::Tens
                                           /*dropout_p=*/0.0, /*is_causal=*/drop_mask, scale);
 }
 
+bool uses_fused_attention(c10::DeviceType device, c10::ScalarType dtype) {
+  if (device == c10::DeviceType::CUDA) return true;
+  if (device != c10::DeviceType::CPU) return false;
+  if (const char* forced = std::getenv("TUNE_CPU_ATTENTION")) {
+    const std::string_view choice(forced);
+    if (choice == "fused") return dtype != c10::kDouble;
+    if (choice == "plain") return false;
+  }
+  if (dtype == c10::kFloat) return true;
+  if (dtype == c10::kBFloat16 || dtype == c10::kHalf) return cpu_gemm_mode_for(dtype) == CpuGemmMode::native;
+  return false;
+}
+
 torch::Tensor run_attention_core(BlockRunner* runner, const torch::Tensor& query, const torch::Tensor& key,
                                  const torch::Tensor& value, const torch::Tensor& mask, double scale, bool causal) {
-  // On CUDA, LibTorch's fused kernels for every policy: their backward recomputes the probabilities from q, k and
-  // the saved log-sum-exp (what the recomputing form does by hand) in tiles that never hold [T, S] at once.
-  if (query.is_cuda()) return attention_core_fused(query, key, value, mask, scale, causal);
+  // LibTorch's fused kernels, where they are the better core, for every policy: their backward recomputes the
+  // probabilities from q, k and the saved log-sum-exp (what the recomputing form does by hand) in tiles that never
+  // hold [T, S] at once.
+  if (uses_fused_attention(query.device().type(), query.scalar_type())) {
+    return attention_core_fused(query, key, value, mask, scale, causal);
+  }
   const bool recompute =
       runner != nullptr && runner->recomputes(RegionKind::attention_core) && torch::GradMode::is_enabled();
   return recompute ? attention_core_recomputing_probabilities(query, key, value, mask, scale)

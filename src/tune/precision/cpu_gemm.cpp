@@ -19,7 +19,6 @@
 #include <limits>
 #include <vector>
 #include <cstdlib>
-#include <string_view>
 
 namespace tune::precision {
 
@@ -27,41 +26,6 @@ namespace {
 
 std::atomic<int64_t> fp32_accumulate_calls{0};
 
-// TUNE_CPU_GEMM=native|fp32 forces a mode for both dtypes; unset or anything else: decide from the CPU.
-bool forced(CpuGemmMode* mode) {
-  const char* value = std::getenv("TUNE_CPU_GEMM");
-  if (value == nullptr) return false;
-  const std::string_view text(value);
-  if (text == "native") *mode = CpuGemmMode::native;
-  else if (text == "fp32") *mode = CpuGemmMode::fp32_accumulate;
-  else return false;
-  return true;
-}
-
-// The CPU features LibTorch's oneDNN path requires before it multiplies bf16 (AVX-512 BW+VL+DQ) or fp16
-// (AVX512-FP16) matrices natively (ATen's mkldnn_bf16_device_check / mkldnn_fp16_device_check); without them
-// it runs a reference loop. On other architectures LibTorch's own kernels are kept.
-bool cpu_has_native_bf16_gemm() {
-#if defined(__x86_64__) || defined(__i386__)
-  return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512dq");
-#else
-  return true;
-#endif
-}
-bool cpu_has_native_fp16_gemm() {
-#if defined(__x86_64__) || defined(__i386__)
-  return __builtin_cpu_supports("avx512fp16");
-#else
-  return true;
-#endif
-}
-
-CpuGemmMode mode_for(c10::ScalarType dtype) {
-  if (dtype == c10::kBFloat16) return cpu_gemm_mode_for_bf16();
-  if (dtype == c10::kHalf) return cpu_gemm_mode_for_fp16();
-  return CpuGemmMode::native;
-}
 
 // True when every operand (and the out= tensor, if any) is of one low-precision dtype whose products this CPU
 // should compute through fp32. Mixed dtypes go to LibTorch's kernel, which reports them as it always does.
@@ -70,7 +34,7 @@ bool through_fp32(std::initializer_list<const at::Tensor*> operands) {
   for (const at::Tensor* t : operands) {
     if (t->defined() && t->scalar_type() != dtype) return false;
   }
-  return mode_for(dtype) == CpuGemmMode::fp32_accumulate;
+  return cpu_gemm_mode_for(dtype) == CpuGemmMode::fp32_accumulate;
 }
 
 // Runs one of LibTorch's structured CPU kernels (meta() checks shapes and dtypes and sizes the output, impl()
@@ -279,18 +243,6 @@ class SilentWarnings final : public c10::WarningHandler {
 };
 
 }  // namespace
-
-CpuGemmMode cpu_gemm_mode_for_bf16() {
-  CpuGemmMode mode = CpuGemmMode::native;
-  if (forced(&mode)) return mode;
-  return cpu_has_native_bf16_gemm() ? CpuGemmMode::native : CpuGemmMode::fp32_accumulate;
-}
-
-CpuGemmMode cpu_gemm_mode_for_fp16() {
-  CpuGemmMode mode = CpuGemmMode::native;
-  if (forced(&mode)) return mode;
-  return cpu_has_native_fp16_gemm() ? CpuGemmMode::native : CpuGemmMode::fp32_accumulate;
-}
 
 void install_cpu_gemm() {
   static const bool installed = [] {

@@ -14,21 +14,17 @@
 // backward of every projection take the fast path.
 #pragma once
 
+#include "tune/core/cpu_gemm_mode.h"
+
 #include <cstdint>
 #include <string>
 
 namespace tune::precision {
 
-// Which kernels bf16/fp16 products use on the CPU.
-enum class CpuGemmMode {
-  native,          // LibTorch's own (fast where the CPU has native bf16/fp16 matrix instructions)
-  fp32_accumulate  // convert to fp32, MKL, round back (this file)
-};
-
-// The mode for a low-precision dtype on this CPU: native when LibTorch has a fast kernel for it here, else
-// fp32_accumulate. The environment variable TUNE_CPU_GEMM=native|fp32 overrides (for side-by-side benchmarks).
-CpuGemmMode cpu_gemm_mode_for_bf16();
-CpuGemmMode cpu_gemm_mode_for_fp16();
+// The mode decision lives in core (the CPU attention core follows it too); named here as before.
+using tune::CpuGemmMode;
+using tune::cpu_gemm_mode_for_bf16;
+using tune::cpu_gemm_mode_for_fp16;
 
 // Registers the replacement kernels once per process when either mode above is fp32_accumulate (idempotent; a
 // no-op otherwise). Must run before the first product whose speed matters; it changes no result beyond the

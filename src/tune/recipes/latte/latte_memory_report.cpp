@@ -14,6 +14,7 @@ struct Sizes {
   int64_t frame_rows;   // B * F: the conditioning tokens carried in the stack's state
   int64_t hidden, inner, heads, out_per_token, in_elements, c;
   bool low_precision;
+  bool fused_attention;
 };
 
 Sizes sizes_of(const models::LatteConfig& config, const LatteActivationShape& shape) {
@@ -27,6 +28,7 @@ Sizes sizes_of(const models::LatteConfig& config, const LatteActivationShape& sh
   s.in_elements = s.frame_rows * config.in_channels * config.input_size * config.input_size;
   s.c = shape.compute_bytes;
   s.low_precision = shape.compute_bytes < kFloat32;
+  s.fused_attention = shape.fused_attention;
   return s;
 }
 
@@ -46,9 +48,12 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t length
   // proj, proj's output (kept by the gate multiply), fc1's input copy, fc1's output (GELU's input), GELU's output
   // (fc2's input) and fc2's output (kept by the gate multiply).
   saved += (8 * td + 2 * s.tokens * s.inner) * s.c;
-  // Attention probabilities (fp32, and the compute-dtype copy for the value matmul) unless recomputed.
-  const int64_t probabilities = scores * (kFloat32 + (s.low_precision ? s.c : 0));
+  // Attention probabilities (fp32, and the compute-dtype copy for the value matmul) unless recomputed. The fused
+  // core keeps none: instead the qkv output whose views are its q, k and v (one more than the three the plain
+  // core's matmuls keep, which is the scaled q), its output beside proj's copy, and an fp32 log-sum-exp per row.
+  const int64_t probabilities = s.fused_attention ? 0 : scores * (kFloat32 + (s.low_precision ? s.c : 0));
   if (!selective) saved += probabilities;
+  if (s.fused_attention) saved += td * s.c + sequences * s.heads * length * kFloat32;
   // adaLN: SiLU keeps the conditioning [sequences, D] (fp32), the linear its cast; the two shifts are free, the
   // two gates and (outside selective's recomputed norms) the two scales (1 + scale) are kept by their multiplies.
   saved += sequences * s.hidden * (kFloat32 + s.c + (selective ? 2 : 4) * s.c);
@@ -65,8 +70,10 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t length
   // proj's input and output): the fp32 probabilities with their incoming and outgoing fp32 gradients (12 bytes per
   // score; selective recomputes them in one chunk, no mask) instead of the 6 kept.
   const int64_t mlp_half = 2 * td * kFloat32 + (3 * td + 2 * s.tokens * s.inner) * s.c;
+  // The fused core's backward instead: the gradients of q, k and v and the kernel's fp32 accumulator for dq.
+  const int64_t core_backward = s.fused_attention ? 3 * td * s.c + td * kFloat32 : 3 * scores * kFloat32;
   const int64_t attention_phase =
-      saved - mlp_half - (selective ? 0 : probabilities) + 3 * scores * kFloat32 + in_flight + td * s.c;
+      saved - mlp_half - (selective ? 0 : probabilities) + core_backward + in_flight + td * s.c;
   block.backward_peak = std::max(mlp_phase, attention_phase);
   return block;
 }

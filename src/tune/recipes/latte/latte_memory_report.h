@@ -13,6 +13,7 @@ namespace tune::recipes::latte {
 struct LatteActivationShape {
   int64_t batch = 1;
   int64_t compute_bytes = 2;  // bytes per element of matmul outputs (2 under bf16/fp16 autocast, 4 otherwise)
+  bool fused_attention = false;  // nn::uses_fused_attention: the attention core is scaled_dot_product_attention
 };
 
 // The counts follow what autograd saves in models/latte.cpp, latte_layers.cpp and nn/ (LibTorch 1.13), for fp32

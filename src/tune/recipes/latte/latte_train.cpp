@@ -13,7 +13,9 @@
 #include "tune/diffusion/sampler.h"
 #include "tune/diffusion/timestep_sampler.h"
 #include "tune/memory/checkpoint.h"
+#include "tune/nn/attention_core.h"
 #include "tune/precision/cpu_gemm.h"
+#include "tune/precision/mixed_precision.h"
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/data_parallel.h"
 #include "tune/recipes/latte/latte_checkpoint.h"
@@ -169,8 +171,9 @@ int train(const TrainRequest& request) {
   if (run.mixed_precision != precision::MixedPrecision::no && run.device == "cpu") {
     log::info("{}", precision::describe_cpu_gemm());
   }
-  const LatteActivationShape shape{training.batch_size,
-                                   run.mixed_precision == precision::MixedPrecision::no ? 4 : 2};
+  const LatteActivationShape shape{
+      training.batch_size, run.mixed_precision == precision::MixedPrecision::no ? 4 : 2,
+      nn::uses_fused_attention(device.type(), precision::compute_dtype(run.mixed_precision))};
   const int64_t activation_estimate = estimate_for_runner(latte_stack(model_config, shape, false),
                                                           latte_stack(model_config, shape, true), *checkpointing);
   log::info("memory plan: parameters {}, gradients {}, optimizer state {}, EMA {}, activations ~{} (estimate for "

@@ -46,11 +46,12 @@ Sizes sizes_of(const models::LlamaConfig& config, const ActivationShape& shape) 
   return s;
 }
 
-// RMSNorm (nn/rms_norm.cpp) computes in fp32 and keeps: its input (pow's backward), the squares (held by mean's
-// backward node), the normalised tensor (the weight multiply's backward) and the per-token rsqrt.
+// RMSNorm (nn/rms_norm.cpp) computes in fp32 and keeps: its input (pow's backward), the normalised tensor (the
+// weight multiply's backward) and the per-token rsqrt. (LibTorch 1.13's mean kept the squares too; 2.x's mean
+// backward needs only the shape: measured, one [tokens, hidden] fp32 tensor less per norm.)
 int64_t rms_norm_saved(const Sizes& s) {
   // A frozen weight (LoRA) needs no gradient, so the weight multiply keeps no normalised tensor.
-  const int64_t tensors = s.lora.lora.rank > 0 ? 2 : 3;
+  const int64_t tensors = s.lora.lora.rank > 0 ? 1 : 2;
   return tensors * s.tokens * s.hidden * kFloat32 + s.tokens * kFloat32;
 }
 
@@ -58,7 +59,7 @@ int64_t rms_norm_saved(const Sizes& s) {
 // query and key widths, with one rsqrt per token and head. (Not yet checked against the tracking allocator.)
 int64_t qk_norm_saved(const Sizes& s) {
   if (!s.qk_norm) return 0;
-  const int64_t tensors = s.lora.lora.rank > 0 ? 2 : 3;
+  const int64_t tensors = s.lora.lora.rank > 0 ? 1 : 2;
   return tensors * s.tokens * (s.q_width + s.kv_width) * kFloat32 + s.tokens * (s.heads + s.kv_heads) * kFloat32;
 }
 
@@ -125,15 +126,18 @@ int64_t weight_copies(const Sizes& s) {
 // Attention scores of one layer, [B, heads, T, T] elements.
 int64_t score_elements(const Sizes& s) { return s.batch * s.heads * s.sequence * s.sequence; }
 
-// The causal mask, [B or 1, 1, T, T] bf16, built once per forward and alive until backward ends.
-int64_t mask_bytes(const Sizes& s) { return s.mask_batch * s.sequence * s.sequence * 2; }
+// The causal mask, [B or 1, 1, T, T] bf16 (in the compute dtype for the fused core, models/llama.cpp), built once
+// per forward and alive until backward ends.
+int64_t mask_bytes(const Sizes& s) { return s.mask_batch * s.sequence * s.sequence * (s.fused_attention ? s.c : 2); }
 
 // What the MLP half of a layer (post-attention norm, gate/up/down, and o_proj, whose backward precedes the
 // attention core's) keeps for backward; `swiglu_tensors` [tokens, intermediate] tensors of the SwiGLU and `norm_saved`
 // of the post-attention norm. Freed once backward has passed it, so the attention core's backward runs without it.
 int64_t mlp_half_saved(const Sizes& s, int64_t swiglu_tensors, int64_t norm_saved) {
   int64_t bytes = norm_saved + base_inputs_from_norm(s, 2) + swiglu_tensors * s.tokens * s.intermediate * s.c;
-  bytes += base_input(s, s.intermediate) + base_input(s, s.q_width);  // down_proj's and o_proj's inputs
+  bytes += base_input(s, s.intermediate);  // down_proj's input
+  // o_proj's input, unless it is a view of the fused kernel's output, which the kernel itself still keeps.
+  if (!s.fused_attention) bytes += base_input(s, s.q_width);
   if (s.low_precision && !s.base_weights_in_compute_dtype) {
     bytes += (3 * s.hidden * s.intermediate + s.q_width * s.hidden) * s.c;  // weight copies
   }
@@ -144,8 +148,11 @@ int64_t mlp_half_saved(const Sizes& s, int64_t swiglu_tensors, int64_t norm_save
 // weight being accumulated.
 int64_t gradients_in_flight(const Sizes& s) { return s.tokens * s.hidden * kFloat32 + largest_weight_gradient(s); }
 
-// The fused attention core (CUDA, nn::attention_core_fused): scaled_dot_product_attention keeps q, the repeated k
-// and v, its output and an fp32 log-sum-exp per query row and head; no [B, H, T, T] tensor survives forward.
+// The fused attention core (nn::attention_core_fused, where nn::uses_fused_attention says so: CUDA, and CPUs whose
+// LibTorch kernel is the faster one): scaled_dot_product_attention keeps q, the repeated k and v, its output and an
+// fp32 log-sum-exp per query row and head; no [B, H, T, T] tensor survives forward. The kernels lay the output out
+// as [B, T, H, D], so o_proj's [tokens, heads * head_dim] input is a view of it, not a copy (measured on the CPU
+// kernel by tests/recipes/test_checkpointing_memory.cpp).
 int64_t fused_attention_saved(const Sizes& s) {
   return s.tokens * (2 * s.q_width + 2 * s.repeated_kv_width) * s.c + s.tokens * s.heads * kFloat32;
 }
@@ -192,13 +199,15 @@ LayerFootprint selective_layer_footprint(const models::LlamaConfig& config, cons
   if (s.low_precision) layer.saved += 4 * s.tokens * s.head_dim * s.c;  // RoPE's cos/sin casts
   // The attention core keeps rotated q, k and v (keys and values at their own width: it repeats them itself), or
   // on CUDA what the fused kernel keeps; o_proj keeps the context.
-  layer.saved += (s.fused_attention ? fused_attention_saved(s) : s.tokens * (s.q_width + 2 * s.kv_width) * s.c) +
-                 base_input(s, s.q_width);
+  layer.saved += s.fused_attention ? fused_attention_saved(s)
+                                   : s.tokens * (s.q_width + 2 * s.kv_width) * s.c + base_input(s, s.q_width);
   // The SwiGLU region keeps gate and up; down_proj keeps the product.
   layer.saved += 2 * s.tokens * s.intermediate * s.c + base_input(s, s.intermediate);
   layer.saved += weight_copies(s) + lora_saved(s);
-  // MLP phase: the SwiGLU recomputed (silu and the product) beside the three gradients of the plain backward.
-  const int64_t mlp_phase = layer.saved + gradients_in_flight(s) + 5 * s.tokens * s.intermediate * s.c;
+  // MLP phase: the SwiGLU region's backward (the product's gradient, silu recomputed, the gate's and up's
+  // gradients). Counted as 4 [tokens, intermediate] tensors: about 3.3 were measured on LibTorch 2.13 where this
+  // phase is the layer's peak (fused attention core, 1024 tokens; tests/recipes/test_checkpointing_memory.cpp).
+  const int64_t mlp_phase = layer.saved + gradients_in_flight(s) + 4 * s.tokens * s.intermediate * s.c;
   if (s.fused_attention) {
     layer.backward_peak =
         std::max(mlp_phase, fused_attention_phase(s, layer.saved - mlp_half_saved(s, 2, s.tokens * s.hidden * kFloat32)));
@@ -252,7 +261,7 @@ int64_t estimate_layer_activation_bytes(const models::LlamaConfig& config, const
   // rotated queries, keys and values (at the query heads' width under grouped-query attention), and the context
   // reshaped to [tokens, heads * head_dim] for o_proj.
   if (s.fused_attention) {
-    bytes += fused_attention_saved(s) + base_input(s, s.q_width);
+    bytes += fused_attention_saved(s);  // o_proj's input included: a view of the kernel's output
   } else {
     bytes += s.tokens * (s.q_width + 2 * s.repeated_kv_width) * s.c + base_input(s, s.q_width);
     // Attention probabilities: softmax's fp32 output, plus under autocast its compute-dtype copy for the value

@@ -21,8 +21,9 @@ struct ActivationShape {
   models::LlamaLoraOptions lora;  // rank 0: no adapters (full fine-tuning)
   bool base_weights_in_compute_dtype = false;  // param_dtype: bf16 (frozen base stored in bf16): autocast makes no
                                                // weight copies
-  bool fused_attention = false;  // CUDA: nn::attention_core_fused (scaled_dot_product_attention) for every policy,
-                                 // which keeps q, k, v, the output and a log-sum-exp per row, no probabilities
+  bool fused_attention = false;  // nn::uses_fused_attention: attention_core_fused (scaled_dot_product_attention)
+                                 // for every policy, which keeps q, k, v, the output and a log-sum-exp per row, no
+                                 // probabilities (CUDA; the CPU where LibTorch's kernel is the faster one)
 };
 
 // What one decoder layer holds (recipes/activation_estimate.h).

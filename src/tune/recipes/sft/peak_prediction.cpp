@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "tune/nn/attention_core.h"
 #include "tune/recipes/activation_estimate.h"
 #include "tune/recipes/sft/memory_report.h"
 #include "tune/recipes/sft/parameter_bytes.h"
@@ -10,6 +11,15 @@
 #include "tune/train/adamw.h"
 
 namespace tune::recipes::sft {
+namespace {
+
+// The attention core the run will take (nn::run_attention_core's choice for the matmuls' dtype on this machine).
+bool fused_attention(const SftPlanInputs& inputs) {
+  const c10::ScalarType dtype = !inputs.low_precision ? c10::kFloat : inputs.fp16 ? c10::kHalf : c10::kBFloat16;
+  return nn::uses_fused_attention(inputs.cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU, dtype);
+}
+
+}  // namespace
 
 memory::CheckpointOptions checkpoint_options(const PlanSetting& setting) {
   memory::CheckpointOptions options;
@@ -31,7 +41,7 @@ PeakBreakdown predict_peak(const SftPlanInputs& inputs, const PlanSetting& setti
   shape.mask_batch = setting.batch_size;  // SFT rows carry segment ids: one mask per row (as sft_train.cpp)
   shape.lora = inputs.lora;
   shape.base_weights_in_compute_dtype = frozen_bf16;
-  shape.fused_attention = inputs.cuda;
+  shape.fused_attention = fused_attention(inputs);
   const memory::CheckpointRunner runner(checkpoint_options(setting), inputs.model.num_hidden_layers);
   StackMemory plain = llama_stack(inputs.model, shape, false), selective = llama_stack(inputs.model, shape, true);
   const StackPhases phases = phases_for_runner(plain, selective, runner);
@@ -83,7 +93,7 @@ PeakBreakdown predict_peak(const SftPlanInputs& inputs, const PlanSetting& setti
 
 double predict_relative_time(const SftPlanInputs& inputs, const PlanSetting& setting) {
   const memory::CheckpointRunner runner(checkpoint_options(setting), inputs.model.num_hidden_layers);
-  return step_flops(inputs.model, inputs.lora, inputs.sequence, runner, inputs.cuda).relative_time();
+  return step_flops(inputs.model, inputs.lora, inputs.sequence, runner, fused_attention(inputs)).relative_time();
 }
 
 }  // namespace tune::recipes::sft

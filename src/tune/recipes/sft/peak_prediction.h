@@ -20,6 +20,7 @@ struct SftPlanInputs {
   models::LlamaLoraOptions lora;
   int64_t sequence = 512;       // data.max_length (packed rows are full)
   bool low_precision = true;    // mixed_precision bf16 or fp16: matmul outputs in 2 bytes
+  bool fp16 = false;            // that low precision is fp16 (which attention core runs depends on it)
   bool cuda = false;            // fused attention kernels, CUDA allocator
   int64_t bucket_bytes = 25 * 1024 * 1024;  // distributed.bucket_mb
   bool reduce_bf16 = false;     // distributed.reduce_dtype

@@ -7,7 +7,9 @@
 #include "tune/core/progress.h"
 #include "tune/core/threads.h"
 #include "tune/data/sft_loader.h"
+#include "tune/nn/attention_core.h"
 #include "tune/precision/cpu_gemm.h"
+#include "tune/precision/mixed_precision.h"
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/data_parallel.h"
 #include "tune/recipes/run_directory.h"
@@ -143,7 +145,7 @@ int train(const TrainRequest& request) {
   shape.mask_batch = training.batch_size;  // SFT rows carry segment ids (packing, padding): one mask per row
   shape.lora = model->lora_options();
   shape.base_weights_in_compute_dtype = run.frozen_weights_bf16 && model->has_lora();
-  shape.fused_attention = device.is_cuda();  // nn::run_attention_core takes the fused kernels on CUDA
+  shape.fused_attention = nn::uses_fused_attention(device.type(), precision::compute_dtype(run.mixed_precision));
   const int64_t activation_estimate = estimate_for_runner(llama_stack(model->config(), shape, false),
                                                           llama_stack(model->config(), shape, true), *checkpointing);
   const nlohmann::json memory_plan = {

@@ -21,7 +21,7 @@ struct StepFlops {
   double relative_time() const { return (forward + backward + recompute) / (forward + backward); }
 };
 
-// `fused_attention`: CUDA's scaled_dot_product_attention, whose backward recomputes the probabilities for every
+// `fused_attention`: LibTorch's scaled_dot_product_attention (nn::uses_fused_attention), whose backward recomputes the probabilities for every
 // policy (so selective checkpointing adds no attention recompute there).
 StepFlops step_flops(const models::LlamaConfig& config, const models::LlamaLoraOptions& lora, int64_t sequence,
                      const memory::CheckpointRunner& runner, bool fused_attention);
