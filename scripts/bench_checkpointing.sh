@@ -49,7 +49,9 @@ done
 
 # Building is a no-op when tune-bench is up to date.
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
-  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja >/dev/null
+  # Against the LibTorch of the torch wheel in .venv, as scripts/build.sh configures build/.
+  torch_prefix=$("$ROOT/.venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$torch_prefix" >/dev/null
 fi
 cmake --build "$BUILD_DIR" --target tune-bench -j2 >&2
 BENCH="$BUILD_DIR/apps/bench/tune-bench"

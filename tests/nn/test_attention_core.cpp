@@ -215,13 +215,15 @@ TEST_CASE("run_attention_core recomputes only for a runner that recomputes the a
   CHECK(node(&recomputing) == "none");
 }
 
-TEST_CASE("on the CPU the fused core runs for fp32, for bf16/fp16 only where LibTorch multiplies them natively, "
-          "never for float64", "[nn][attention]") {
+TEST_CASE("on the CPU the fused core replaces the plain one for fp32, for bf16/fp16 only where LibTorch "
+          "multiplies them natively, never for float64 or the recomputing core", "[nn][attention]") {
   using tune::nn::uses_fused_attention;
   const auto cpu = c10::DeviceType::CPU;
   CHECK(uses_fused_attention(c10::DeviceType::CUDA, torch::kBFloat16));
   CHECK(uses_fused_attention(cpu, torch::kFloat));
   CHECK_FALSE(uses_fused_attention(cpu, torch::kDouble));
+  CHECK_FALSE(uses_fused_attention(cpu, torch::kFloat, /*recomputing=*/true));
+  CHECK(uses_fused_attention(c10::DeviceType::CUDA, torch::kFloat, /*recomputing=*/true));
   {
     const tune::testing::ScopedEnv native("TUNE_CPU_GEMM", "native");
     CHECK(uses_fused_attention(cpu, torch::kBFloat16));
@@ -237,16 +239,20 @@ TEST_CASE("on the CPU the fused core runs for fp32, for bf16/fp16 only where Lib
     const tune::testing::ScopedEnv plain("TUNE_CPU_ATTENTION", "plain");
     CHECK_FALSE(uses_fused_attention(cpu, torch::kFloat));
   }
-  // And run_attention_core takes it, for every runner (its backward recomputes the probabilities anyway).
+  // And run_attention_core follows it: fused for a plain runner, the recomputing core for selective's.
   struct Recomputing : tune::nn::PlainBlockRunner {
     bool recomputes(tune::nn::RegionKind kind) const override { return kind == tune::nn::RegionKind::attention_core; }
   };
   Recomputing recomputing;
+  tune::nn::PlainBlockRunner plain;
   const Inputs in = make_inputs(torch::kFloat, true);
-  const auto out = tune::nn::run_attention_core(&recomputing, in.query, in.key, in.value, in.mask, in.scale);
+  const auto out = tune::nn::run_attention_core(&plain, in.query, in.key, in.value, in.mask, in.scale);
   REQUIRE(out.grad_fn());
   CHECK(out.grad_fn()->name().find("ScaledDotProduct") != std::string::npos);
   CHECK(max_diff(out, reference(in)) < 1e-5);
+  const auto recomputed = tune::nn::run_attention_core(&recomputing, in.query, in.key, in.value, in.mask, in.scale);
+  REQUIRE(recomputed.grad_fn());
+  CHECK(recomputed.grad_fn()->name().find("RecomputingAttention") != std::string::npos);
 }
 
 TEST_CASE("fused attention (scaled_dot_product_attention) equals the float64 formula and the plain gradients",

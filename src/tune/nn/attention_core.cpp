@@ -261,9 +261,9 @@ torch::Tensor attention_core_fused(const torch::Tensor& query, const torch::Tens
                                           /*dropout_p=*/0.0, /*is_causal=*/drop_mask, scale);
 }
 
-bool uses_fused_attention(c10::DeviceType device, c10::ScalarType dtype) {
+bool uses_fused_attention(c10::DeviceType device, c10::ScalarType dtype, bool recomputing) {
   if (device == c10::DeviceType::CUDA) return true;
-  if (device != c10::DeviceType::CPU) return false;
+  if (device != c10::DeviceType::CPU || recomputing) return false;
   if (const char* forced = std::getenv("TUNE_CPU_ATTENTION")) {
     const std::string_view choice(forced);
     if (choice == "fused") return dtype != c10::kDouble;
@@ -276,14 +276,13 @@ bool uses_fused_attention(c10::DeviceType device, c10::ScalarType dtype) {
 
 torch::Tensor run_attention_core(BlockRunner* runner, const torch::Tensor& query, const torch::Tensor& key,
                                  const torch::Tensor& value, const torch::Tensor& mask, double scale, bool causal) {
-  // LibTorch's fused kernels, where they are the better core, for every policy: their backward recomputes the
-  // probabilities from q, k and the saved log-sum-exp (what the recomputing form does by hand) in tiles that never
-  // hold [T, S] at once.
-  if (uses_fused_attention(query.device().type(), query.scalar_type())) {
-    return attention_core_fused(query, key, value, mask, scale, causal);
-  }
+  // LibTorch's fused kernels where they are the better core: their backward recomputes the probabilities from q, k
+  // and the saved log-sum-exp (what the recomputing form does by hand) in tiles that never hold [T, S] at once.
   const bool recompute =
       runner != nullptr && runner->recomputes(RegionKind::attention_core) && torch::GradMode::is_enabled();
+  if (uses_fused_attention(query.device().type(), query.scalar_type(), recompute)) {
+    return attention_core_fused(query, key, value, mask, scale, causal);
+  }
   return recompute ? attention_core_recomputing_probabilities(query, key, value, mask, scale)
                    : attention_core(query, key, value, mask, scale);
 }

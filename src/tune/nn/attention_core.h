@@ -36,18 +36,19 @@ torch::Tensor attention_core_recomputing_probabilities(const torch::Tensor& quer
 torch::Tensor attention_core_fused(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
                                    const torch::Tensor& mask, double scale, bool causal = false);
 
-// Whether run_attention_core takes the fused form for inputs of this dtype on this device (what the activation
-// estimates ask, so they count the core that runs). CUDA: always. CPU: when LibTorch's CPU kernel for it was measured
-// faster and leaner than the plain core (docs/BENCHMARKS.md, attention table): fp32 always; bf16/fp16 where the CPU
-// multiplies them natively (core/cpu_gemm_mode.h), since the kernel does its own low-precision products and is
-// 2-3x slower than the plain core where LibTorch has only a reference loop for them; never float64, which tune uses
-// to check the maths and which keeps the textbook formula. TUNE_CPU_ATTENTION=fused|plain overrides on the CPU
-// (for side-by-side benchmarks).
-bool uses_fused_attention(c10::DeviceType device, c10::ScalarType dtype);
+// Whether run_attention_core takes the fused form for inputs of this dtype on this device, `recomputing` when
+// selective checkpointing asks for the attention core's recompute (what the activation estimates ask, so they count
+// the core that runs). CUDA: always. CPU: never for the recomputing core (tune's chunked recompute skips the keys a
+// packing mask hides, and was measured faster than LibTorch's CPU kernel under such masks); for the plain core when
+// LibTorch's kernel was measured faster and leaner (docs/BENCHMARKS.md, attention table): fp32 always; bf16/fp16
+// where the CPU multiplies them natively (core/cpu_gemm_mode.h), since the kernel does its own low-precision products
+// and is 2-3x slower than the plain core where LibTorch has only a reference loop for them; never float64, which
+// tune uses to check the maths and which keeps the textbook formula. TUNE_CPU_ATTENTION=fused|plain overrides the
+// plain core's choice on the CPU (for side-by-side benchmarks).
+bool uses_fused_attention(c10::DeviceType device, c10::ScalarType dtype, bool recomputing = false);
 
-// What a block calls: the fused form where uses_fused_attention says so, for every checkpointing policy (its
-// backward recomputes the probabilities anyway); otherwise the recomputing form when `runner` recomputes the
-// attention core (selective checkpointing) and grad mode is on, else the plain form.
+// What a block calls: the fused form where uses_fused_attention says so; otherwise the recomputing form when
+// `runner` recomputes the attention core (selective checkpointing) and grad mode is on, else the plain form.
 torch::Tensor run_attention_core(BlockRunner* runner, const torch::Tensor& query, const torch::Tensor& key,
                                  const torch::Tensor& value, const torch::Tensor& mask, double scale,
                                  bool causal = false);

@@ -171,11 +171,16 @@ int train(const TrainRequest& request) {
   if (run.mixed_precision != precision::MixedPrecision::no && run.device == "cpu") {
     log::info("{}", precision::describe_cpu_gemm());
   }
-  const LatteActivationShape shape{
-      training.batch_size, run.mixed_precision == precision::MixedPrecision::no ? 4 : 2,
-      nn::uses_fused_attention(device.type(), precision::compute_dtype(run.mixed_precision))};
+  // The attention core nn::run_attention_core will take: for plainly run blocks, and for selective's.
+  const c10::ScalarType compute_dtype = precision::compute_dtype(run.mixed_precision);
+  const LatteActivationShape shape{training.batch_size,
+                                   run.mixed_precision == precision::MixedPrecision::no ? 4 : 2,
+                                   nn::uses_fused_attention(device.type(), compute_dtype)};
+  LatteActivationShape selective_shape = shape;
+  selective_shape.fused_attention = nn::uses_fused_attention(device.type(), compute_dtype, /*recomputing=*/true);
   const int64_t activation_estimate = estimate_for_runner(latte_stack(model_config, shape, false),
-                                                          latte_stack(model_config, shape, true), *checkpointing);
+                                                          latte_stack(model_config, selective_shape, true),
+                                                          *checkpointing);
   log::info("memory plan: parameters {}, gradients {}, optimizer state {}, EMA {}, activations ~{} (estimate for "
             "batch {})", format_bytes(param_bytes), format_bytes(trainable_bytes), format_bytes(optimizer.state_bytes()),
             format_bytes(trainable_bytes), format_bytes(activation_estimate), shape.batch);

@@ -13,10 +13,11 @@
 namespace tune::recipes::sft {
 namespace {
 
-// The attention core the run will take (nn::run_attention_core's choice for the matmuls' dtype on this machine).
-bool fused_attention(const SftPlanInputs& inputs) {
+// The attention core the run will take (nn::run_attention_core's choice for the matmuls' dtype on this machine);
+// `recomputing`: for selective checkpointing's layers.
+bool fused_attention(const SftPlanInputs& inputs, bool recomputing) {
   const c10::ScalarType dtype = !inputs.low_precision ? c10::kFloat : inputs.fp16 ? c10::kHalf : c10::kBFloat16;
-  return nn::uses_fused_attention(inputs.cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU, dtype);
+  return nn::uses_fused_attention(inputs.cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU, dtype, recomputing);
 }
 
 }  // namespace
@@ -41,9 +42,11 @@ PeakBreakdown predict_peak(const SftPlanInputs& inputs, const PlanSetting& setti
   shape.mask_batch = setting.batch_size;  // SFT rows carry segment ids: one mask per row (as sft_train.cpp)
   shape.lora = inputs.lora;
   shape.base_weights_in_compute_dtype = frozen_bf16;
-  shape.fused_attention = fused_attention(inputs);
+  shape.fused_attention = fused_attention(inputs, false);
+  ActivationShape selective_shape = shape;
+  selective_shape.fused_attention = fused_attention(inputs, true);
   const memory::CheckpointRunner runner(checkpoint_options(setting), inputs.model.num_hidden_layers);
-  StackMemory plain = llama_stack(inputs.model, shape, false), selective = llama_stack(inputs.model, shape, true);
+  StackMemory plain = llama_stack(inputs.model, shape, false), selective = llama_stack(inputs.model, selective_shape, true);
   const StackPhases phases = phases_for_runner(plain, selective, runner);
   peak.activations = phases.peak();
 
@@ -93,7 +96,9 @@ PeakBreakdown predict_peak(const SftPlanInputs& inputs, const PlanSetting& setti
 
 double predict_relative_time(const SftPlanInputs& inputs, const PlanSetting& setting) {
   const memory::CheckpointRunner runner(checkpoint_options(setting), inputs.model.num_hidden_layers);
-  return step_flops(inputs.model, inputs.lora, inputs.sequence, runner, fused_attention(inputs)).relative_time();
+  return step_flops(inputs.model, inputs.lora, inputs.sequence, runner,
+                    fused_attention(inputs, runner.policy() == memory::Policy::selective))
+      .relative_time();
 }
 
 }  // namespace tune::recipes::sft

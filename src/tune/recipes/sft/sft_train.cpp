@@ -145,9 +145,14 @@ int train(const TrainRequest& request) {
   shape.mask_batch = training.batch_size;  // SFT rows carry segment ids (packing, padding): one mask per row
   shape.lora = model->lora_options();
   shape.base_weights_in_compute_dtype = run.frozen_weights_bf16 && model->has_lora();
-  shape.fused_attention = nn::uses_fused_attention(device.type(), precision::compute_dtype(run.mixed_precision));
-  const int64_t activation_estimate = estimate_for_runner(llama_stack(model->config(), shape, false),
-                                                          llama_stack(model->config(), shape, true), *checkpointing);
+  // The attention core nn::run_attention_core will take: for plainly run layers, and for selective's.
+  const c10::ScalarType compute_dtype = precision::compute_dtype(run.mixed_precision);
+  shape.fused_attention = nn::uses_fused_attention(device.type(), compute_dtype);
+  ActivationShape selective_shape = shape;
+  selective_shape.fused_attention = nn::uses_fused_attention(device.type(), compute_dtype, /*recomputing=*/true);
+  const int64_t activation_estimate =
+      estimate_for_runner(llama_stack(model->config(), shape, false),
+                          llama_stack(model->config(), selective_shape, true), *checkpointing);
   const nlohmann::json memory_plan = {
       {"parameters_bytes", all_param_bytes},
       {"gradients_bytes", total_bytes(param_tensors)},
