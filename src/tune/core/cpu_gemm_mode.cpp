@@ -4,6 +4,10 @@
 #include <cstdlib>
 #include <string_view>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace tune {
 namespace {
 
@@ -29,9 +33,14 @@ bool cpu_has_native_bf16_gemm() {
   return true;
 #endif
 }
+// AVX512-FP16 is read from CPUID (leaf 7, sub-leaf 0, EDX bit 23) rather than __builtin_cpu_supports: Debian 12's
+// clang 14 (the fuzzing build) rejects the "avx512fp16" feature string. The OS's saving of the 512-bit state is
+// covered by the avx512f check, which the compilers' runtime makes with XGETBV.
 bool cpu_has_native_fp16_gemm() {
 #if defined(__x86_64__) || defined(__i386__)
-  return __builtin_cpu_supports("avx512fp16");
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return __builtin_cpu_supports("avx512f") && ((edx >> 23) & 1U) != 0;
 #else
   return true;
 #endif
