@@ -125,8 +125,9 @@ fp16_trains_with_loss_scaler() {
   local device=$1 run=$2
   rm -rf "$run"
   write_recipe "$WORK/fp16-$device.yaml" "$run"
+  # 60 steps: about 14 are skipped while the scale comes down from 2^30, then the loss must fall below 0.8x.
   expect_exit 0 "$TUNE" train "$WORK/fp16-$device.yaml" mixed_precision=fp16 device=$device \
-    loss_scale.initial=1073741824 training.max_steps=40 checkpoint.every=0
+    loss_scale.initial=1073741824 training.max_steps=60 checkpoint.every=0
   contains "$ERR" "mixed precision: fp16 autocast"
   contains "$ERR" "step 1: inf/NaN gradients at loss scale 1073741824: update skipped, scale now 536870912"
   "$PYTHON" - "$run/metrics.jsonl" "$device" <<'PY' || fail "fp16 metrics on $device"
@@ -429,11 +430,16 @@ assert run["prompt_ids"] == exported["prompt_ids"] and run["output_ids"] == expo
 assert raw["prompt_ids"] != run["prompt_ids"] and len(raw["prompt_ids"]) < len(run["prompt_ids"]), raw
 config = json.load(open(sys.argv[4] + "/tokenizer_config.json"))
 assert config["tune_chat_template"] == "plain" and "### Instruction" in config["chat_template"], config
+# transformers' apply_chat_template on the export (its tokenizer.model and Jinja text) gives tune's prompt, id for id.
+from transformers import AutoTokenizer
+want = AutoTokenizer.from_pretrained(sys.argv[4]).apply_chat_template(
+    [{"role": "user", "content": "Reverse: a b c"}], add_generation_prompt=True, tokenize=True, return_dict=False)
+assert list(want) == run["prompt_ids"], (list(want), run["prompt_ids"])
 # transformers reads the sharded directory and, greedy, picks the token tune generated first.
 model = AutoModelForCausalLM.from_pretrained(sys.argv[4], torch_dtype=torch.float32)
 logits = model(torch.tensor([run["prompt_ids"]])).logits[0, -1]
 assert int(logits.argmax()) == run["output_ids"][0], (int(logits.argmax()), run["output_ids"][0])
-print("export: same prompt and output as the run; transformers agrees on the first token")
+print("export: same prompt and output as the run, prompt = apply_chat_template; transformers agrees on the first token")
 PY
   # A bf16 model is handed back in bf16, and generation_config.json's stop tokens travel with it and are used.
   cp -r "$export" "$WORK/runs/bf16-base"

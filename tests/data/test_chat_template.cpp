@@ -1,5 +1,6 @@
-// Chat templates: the exact token layout and loss mask of a two-turn conversation with a system message, and
-// encode_prompt() being the very prefix training sees.
+// Chat templates: the exact token layout and loss mask of a two-turn conversation with a system message (the whole
+// text encoded once, BOS/EOS as their ids, no "▁" after them), and encode_prompt() being the very prefix training
+// sees. test_builtin_chat_templates.cpp checks the ids against transformers' apply_chat_template.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -38,16 +39,18 @@ Runs layout(const std::string& name, bool train_on_prompt = false) {
 }  // namespace
 
 TEST_CASE("plain template layout and mask", "[data][template]") {
-  CHECK(layout("plain") == Runs{{kMasked, "<s> Be brief.\n\n### Instruction:\nReverse: a b\n\n### Response:\n"},
-                                {kTrained, " b a</s>"},
-                                {kMasked, " ### Instruction:\nFirst and last: a b c\n\n### Response:\n"},
-                                {kTrained, " a c</s>"}});
+  // The reply follows "\n" in the same text, so its first token has no "▁" (it had one when encoded on its own).
+  CHECK(layout("plain") == Runs{{kMasked, "<s>Be brief.\n\n### Instruction:\nReverse: a b\n\n### Response:\n"},
+                                {kTrained, "b a</s>"},
+                                {kMasked, "### Instruction:\nFirst and last: a b c\n\n### Response:\n"},
+                                {kTrained, "a c</s>"}});
 }
 
 TEST_CASE("llama2 template layout and mask", "[data][template]") {
-  CHECK(layout("llama2") == Runs{{kMasked, "<s> [INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nReverse: a b [/INST]"},
+  // " {reply} </s>" trained whole: the reply's leading space, the space before EOS, and EOS.
+  CHECK(layout("llama2") == Runs{{kMasked, "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nReverse: a b [/INST]"},
                                  {kTrained, " b a </s>"},
-                                 {kMasked, "<s> [INST] First and last: a b c [/INST]"},
+                                 {kMasked, "<s>[INST] First and last: a b c [/INST]"},
                                  {kTrained, " a c </s>"}});
 }
 
@@ -76,17 +79,27 @@ TEST_CASE("chatml is canonical ChatML, encoded once, replies and <|im_end|> trai
   CHECK(chatml.render_text(two_turns().messages, false) == canonical);
 }
 
-TEST_CASE("decoded masked and trained parts read as the template's text", "[data][template]") {
+TEST_CASE("the ids are the rendered text encoded once; trained runs decode to the replies", "[data][template]") {
   const Tokenizer& tokenizer = tiny_tokenizer();
-  const auto example = ChatTemplate::by_name("plain").encode(tokenizer, two_turns(), false);
-  std::vector<int64_t> masked, trained;
-  for (size_t i = 0; i < example.input_ids.size(); ++i) {
-    (example.labels[i] == kIgnoreIndex ? masked : trained).push_back(example.input_ids[i]);
+  for (const auto& name : ChatTemplate::built_in_names()) {
+    INFO("template " << name);
+    const auto chat_template = ChatTemplate::resolve(name, tokenizer);
+    const auto example = chat_template.encode(tokenizer, two_turns(), false);
+    CHECK(example.input_ids == tokenizer.encode(chat_template.render_text(two_turns().messages, false), false, false));
+    std::vector<std::string> replies;
+    std::vector<int64_t> run;
+    for (size_t i = 0; i <= example.input_ids.size(); ++i) {
+      if (i < example.input_ids.size() && example.labels[i] != kIgnoreIndex) {
+        run.push_back(example.input_ids[i]);
+      } else if (!run.empty()) {
+        replies.push_back(tokenizer.decode(run));  // decode drops EOS and sentencepiece's leading space
+        run.clear();
+      }
+    }
+    // none: EOS after the last reply only; llama2: " {reply} </s>"; chatml: <|im_end|> is no EOS, so it shows.
+    const std::string end = name == "llama2" ? " " : name == "chatml" ? "<|im_end|>" : "";
+    CHECK(replies == std::vector<std::string>{"b a" + end, "a c" + end});
   }
-  CHECK(tokenizer.decode(trained) == "b a a c");
-  CHECK(tokenizer.decode(masked) ==
-        "Be brief.\n\n### Instruction:\nReverse: a b\n\n### Response:\n ### Instruction:\nFirst and last: a b c\n\n"
-        "### Response:\n");
 }
 
 TEST_CASE("train_on_prompt trains every token", "[data][template]") {

@@ -1,5 +1,7 @@
-// Tokenizer: ids checked against Python sentencepiece (tiny_expected.json), BOS/EOS/pad rules, load errors.
+// Tokenizer: ids checked against Python sentencepiece (tiny_expected.json), BOS/EOS/pad rules, special-token text,
+// load errors.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -61,6 +63,21 @@ TEST_CASE("tokenizer pieces: special symbols, unknown pieces, out-of-range ids",
   // Ids past the vocabulary (a padded embedding) read as unknown rather than crash.
   CHECK(tokenizer.piece(tokenizer.vocab_size() + 5) == "<unk>");
   CHECK(tokenizer.decode({tokenizer.vocab_size() + 5}) == " \xE2\x81\x87 ");
+}
+
+TEST_CASE("sentencepiece: special-token text is its id, and text after it gets no leading space", "[data][tokenizer]") {
+  // As transformers encodes a tokenizer.model (it splits at special tokens; legacy=False): what a chat template's
+  // rendered "<s>...</s>" must become. test_builtin_chat_templates.cpp checks whole conversations against it.
+  const Tokenizer& tokenizer = tiny_tokenizer();
+  const auto ids = tokenizer.encode("<s>b a</s>b", false, false);
+  REQUIRE(ids.size() >= 4);
+  CHECK(ids.front() == tokenizer.bos_id());
+  CHECK(tokenizer.piece(ids[1]) == "b");  // not "▁b", as sentencepiece alone would begin a text
+  CHECK(std::count(ids.begin(), ids.end(), tokenizer.eos_id()) == 1);
+  CHECK(tokenizer.piece(ids.back()) == "b");
+  // A text's start keeps sentencepiece's "▁" prefix (its own piece in this small vocabulary, or "▁b").
+  CHECK_THAT(tokenizer.piece(tokenizer.encode("b a", false, false).front()), Catch::StartsWith("\xE2\x96\x81"));
+  CHECK(tokenizer.decode(ids) == "b ab");
 }
 
 TEST_CASE("tokenizer load errors name the file", "[data][tokenizer]") {

@@ -1,12 +1,7 @@
-// Chat templates: a conversation rendered as text parts (prompt or trained) plus BOS/EOS, then tokenized (plain,
-// llama2, none); the Jinja ones (chatml, llama3, the model's own) are rendered whole (jinja_chat_template.h).
-//
-// Tokenization rule (the sentencepiece subtlety): every run of text between a mask boundary or a BOS/EOS is
-// encoded as its own string and the ids are concatenated, as Meta's Llama 2 reference code does. That keeps
-// label boundaries exact, but sentencepiece prefixes each separately encoded string with "▁" (a space), so a
-// part that would begin with a space in the joined text leaves it out and lets that prefix supply it (llama2's
-// " {reply} " is written "{reply} "). encode_prompt() renders the same parts up to the assistant header, so its
-// ids are exactly the prefix encode() trains on, and decode(prompt ids) + " " + reply reads as the full text.
+// Chat templates: every built-in is Jinja text (plain, llama2 and none here; chatml and llama3 in
+// jinja_chat_template.cpp) rendered whole and encoded once, special-token text matched as special tokens, as
+// transformers' apply_chat_template does: training, `tune infer` and any tool reading an export's
+// tokenizer_config.json see the same ids. The loss mask comes from prefix renderings (jinja_chat_template.h).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -20,77 +15,15 @@
 namespace tune::data {
 namespace {
 
-struct TemplatePart {
-  enum class Kind { text, bos, eos } kind;
-  std::string text;
-  bool trained;
-};
-
-// Collects parts; adjacent text of the same mask joins, so each run is encoded once.
-class Rendering {
- public:
-  void text(const std::string& text, bool trained) {
-    if (!parts_.empty() && parts_.back().kind == TemplatePart::Kind::text && parts_.back().trained == trained) {
-      parts_.back().text += text;
-    } else {
-      parts_.push_back({TemplatePart::Kind::text, text, trained});
-    }
-  }
-  void bos(bool trained) { parts_.push_back({TemplatePart::Kind::bos, "", trained}); }
-  void eos(bool trained) { parts_.push_back({TemplatePart::Kind::eos, "", trained}); }
-  const std::vector<TemplatePart>& parts() const { return parts_; }
-
- private:
-  std::vector<TemplatePart> parts_;
-};
-
-constexpr bool kPrompt = false;
-constexpr bool kTrained = true;
-
-// "{system}\n\n### Instruction:\n{user}\n\n### Response:\n{reply}</s>"; BOS only at the start.
-void render_plain(const std::vector<ChatMessage>& messages, Rendering& out) {
-  out.bos(kPrompt);
-  std::string system_prefix;
-  for (const auto& message : messages) {
-    if (message.role == "system") {
-      system_prefix = message.content + "\n\n";
-    } else if (message.role == "user") {
-      out.text(system_prefix + "### Instruction:\n" + message.content + "\n\n### Response:\n", kPrompt);
-      system_prefix.clear();
-    } else {
-      out.text(message.content, kTrained);
-      out.eos(kTrained);
-    }
-  }
-}
-
-// plain as Jinja, for other tools (tokenizer_config.json of an export): the same text, BOS and EOS as their token
-// text. tune itself keeps encoding plain part by part (see the top of this file).
+// plain: "<s>{system}\n\n### Instruction:\n{user}\n\n### Response:\n{reply}</s>", BOS only at the start.
 const char* const kPlainJinja =
     "{{ bos_token }}{% for message in messages %}"
     "{% if message['role'] == 'system' %}{{ message['content'] + '\\n\\n' }}"
     "{% elif message['role'] == 'user' %}{{ '### Instruction:\\n' + message['content'] + '\\n\\n### Response:\\n' }}"
     "{% else %}{{ message['content'] + eos_token }}{% endif %}{% endfor %}";
 
-// Meta's Llama 2 chat format: "<s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {reply} </s>" per turn.
-void render_llama2(const std::vector<ChatMessage>& messages, Rendering& out) {
-  std::string system_block;
-  for (const auto& message : messages) {
-    if (message.role == "system") {
-      system_block = "<<SYS>>\n" + message.content + "\n<</SYS>>\n\n";
-    } else if (message.role == "user") {
-      out.bos(kPrompt);
-      out.text("[INST] " + system_block + message.content + " [/INST]", kPrompt);
-      system_block.clear();
-    } else {
-      out.text(message.content + " ", kTrained);  // the leading space comes from sentencepiece's prefix
-      out.eos(kTrained);
-    }
-  }
-}
-
-// llama2 as Jinja (the layout of Hugging Face's Llama 2 chat template): the reply's spaces are written out, as
-// sentencepiece's prefix supplies the leading one when tune encodes the reply on its own.
+// llama2: Hugging Face's Llama 2 chat template layout, "<s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST]
+// {reply} </s>" per turn (the system block in the first turn only; contents as given, not stripped).
 const char* const kLlama2Jinja =
     "{% if messages[0]['role'] == 'system' %}{% set system_block = '<<SYS>>\\n' + messages[0]['content'] + "
     "'\\n<</SYS>>\\n\\n' %}{% set loop_messages = messages[1:] %}"
@@ -120,43 +53,11 @@ void check_turns(const Conversation& conversation, const char* ends_with, const 
   }
 }
 
-// "none": the contents back to back, BOS first; the assistant's contents trained, EOS after the last message.
-void render_none(const std::vector<ChatMessage>& messages, Rendering& out) {
-  out.bos(kPrompt);
-  for (const auto& message : messages) out.text(message.content, message.role == "assistant" ? kTrained : kPrompt);
-  if (!messages.empty() && messages.back().role == "assistant") out.eos(kTrained);
-}
-
-// none as Jinja: the contents back to back between BOS and (after a final reply) EOS.
+// none (base models, completion-style data): the contents back to back between BOS and (after a final reply) EOS,
+// encoded whole like raw text. A reply whose first token merges with the text before it is trained from that token.
 const char* const kNoneJinja =
     "{{ bos_token }}{% for message in messages %}{{ message['content'] }}{% endfor %}"
     "{% if messages and messages[-1]['role'] == 'assistant' %}{{ eos_token }}{% endif %}";
-
-Rendering render(const std::string& name, const std::vector<ChatMessage>& messages) {
-  Rendering rendering;
-  if (name == "none") render_none(messages, rendering);
-  if (name == "plain") render_plain(messages, rendering);
-  if (name == "llama2") render_llama2(messages, rendering);
-  return rendering;
-}
-
-TokenizedExample tokenize(const Tokenizer& tokenizer, const Rendering& rendering, bool train_on_prompt) {
-  if (tokenizer.eos_id() < 0) {
-    throw InputError(fmt::format("tokenizer '{}' has no EOS token; chat templates end every reply with one",
-                                 tokenizer.model_path().string()));
-  }
-  TokenizedExample example;
-  for (const auto& part : rendering.parts()) {
-    std::vector<int64_t> ids;
-    if (part.kind == TemplatePart::Kind::text) ids = tokenizer.encode(part.text, false, false);
-    if (part.kind == TemplatePart::Kind::bos && tokenizer.bos_id() >= 0) ids = {tokenizer.bos_id()};
-    if (part.kind == TemplatePart::Kind::eos) ids = {tokenizer.eos_id()};
-    const bool trained = part.trained || train_on_prompt;
-    example.input_ids.insert(example.input_ids.end(), ids.begin(), ids.end());
-    for (int64_t id : ids) example.labels.push_back(trained ? id : kIgnoreIndex);
-  }
-  return example;
-}
 
 }  // namespace
 
@@ -171,28 +72,41 @@ ChatTemplate ChatTemplate::by_name(const std::string& name) {
                                  "built-in templates: {}",
                                  name, fmt::join(built_in, ", ")));
   }
+  // Without a tokenizer, BOS and EOS are written "<s>" and "</s>" (sentencepiece's and Llama 2's); resolve() uses
+  // the tokenizer's own. ChatML's text holds neither.
+  return built_in_template(name, "<s>", "</s>");
+}
+
+ChatTemplate ChatTemplate::built_in_template(const std::string& name, const std::string& bos, const std::string& eos) {
   ChatTemplate chat(name);
-  // ChatML is rendered whole and encoded once, as apply_chat_template does (its text holds no BOS or EOS, so it
-  // needs no tokenizer to build).
+  std::string end_of_turn = eos;  // the EOS after each reply is trained with it
   if (name == "chatml") {
     chat.source_ = chatml_chat_template_source();
-    chat.jinja_ = std::make_shared<JinjaChatTemplate>(*chat.source_, "chatml", "", "", chat.end_of_turn_text());
+    end_of_turn = chat.end_of_turn_text();
+  } else if (name == "llama3") {
+    chat.source_ = llama3_chat_template_source();
+    end_of_turn = "";  // <|eot_id|>, the special token right after the reply
+  } else {
+    chat.source_ = name == "plain" ? kPlainJinja : name == "llama2" ? kLlama2Jinja : kNoneJinja;
+    if (name == "llama2") end_of_turn = " " + eos;  // " {reply} </s>": the space before EOS is the reply's too
   }
+  chat.jinja_ = std::make_shared<JinjaChatTemplate>(*chat.source_, name, bos, eos, end_of_turn);
   return chat;
 }
 
 ChatTemplate ChatTemplate::resolve(const std::string& name, const Tokenizer& tokenizer) {
   const auto token_text = [&](int64_t id) { return id >= 0 ? tokenizer.piece(id) : std::string(); };
-  if (name == "llama3") {
-    ChatTemplate chat("llama3");
-    chat.source_ = llama3_chat_template_source();
-    chat.jinja_ = std::make_shared<JinjaChatTemplate>(*chat.source_, "llama3",
-                                                      token_text(tokenizer.bos_id()), token_text(tokenizer.eos_id()));
-    return chat;
+  if (name == "plain" || name == "llama2" || name == "none") {
+    if (tokenizer.eos_id() < 0) {
+      throw InputError(fmt::format("tokenizer '{}' has no EOS token; the chat template '{}' ends every reply with one",
+                                   tokenizer.model_path().string(), name));
+    }
+    return built_in_template(name, token_text(tokenizer.bos_id()), token_text(tokenizer.eos_id()));
   }
+  if (name == "llama3") return built_in_template(name, token_text(tokenizer.bos_id()), token_text(tokenizer.eos_id()));
   if (name != "auto") return by_name(name);
   const auto config = model_chat_template(tokenizer);
-  if (!config) return by_name("plain");
+  if (!config) return resolve("plain", tokenizer);
   if (!config->tune_built_in.empty()) {
     const auto all = names();
     if (config->tune_built_in == "auto" || std::find(all.begin(), all.end(), config->tune_built_in) == all.end()) {
@@ -208,12 +122,7 @@ ChatTemplate ChatTemplate::resolve(const std::string& name, const Tokenizer& tok
   return chat;
 }
 
-std::string ChatTemplate::jinja_source() const {
-  if (source_) return *source_;
-  if (name_ == "plain") return kPlainJinja;
-  if (name_ == "llama2") return kLlama2Jinja;
-  return kNoneJinja;
-}
+std::string ChatTemplate::jinja_source() const { return *source_; }
 
 std::string ChatTemplate::end_of_turn_text() const {
   if (name_ == "chatml") return "<|im_end|>";
@@ -222,20 +131,18 @@ std::string ChatTemplate::end_of_turn_text() const {
 }
 
 std::string ChatTemplate::render_text(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
-  return jinja_ ? jinja_->render(messages, add_generation_prompt) : std::string();
+  return jinja_->render(messages, add_generation_prompt);
 }
 
 TokenizedExample ChatTemplate::encode(const Tokenizer& tokenizer, const Conversation& conversation,
                                       bool train_on_prompt) const {
   check_turns(conversation, "assistant", "chat template encode()");
-  if (jinja_) return jinja_->encode(tokenizer, conversation, train_on_prompt);
-  return tokenize(tokenizer, render(name_, conversation.messages), train_on_prompt);
+  return jinja_->encode(tokenizer, conversation, train_on_prompt);
 }
 
 std::vector<int64_t> ChatTemplate::encode_prompt(const Tokenizer& tokenizer, const Conversation& conversation) const {
   check_turns(conversation, "user", "chat template encode_prompt()");
-  if (jinja_) return jinja_->encode_prompt(tokenizer, conversation);
-  return tokenize(tokenizer, render(name_, conversation.messages), false).input_ids;
+  return jinja_->encode_prompt(tokenizer, conversation);
 }
 
 }  // namespace tune::data

@@ -1,9 +1,10 @@
-// A chat template written in Jinja (the model's own, from tokenizer_config.json, or a built-in such as llama3),
+// A chat template written in Jinja (the model's own, from tokenizer_config.json, or any of tune's built-ins),
 // applied as transformers' apply_chat_template does: the whole conversation is rendered to text and encoded once,
-// special-token text matched as special tokens. The loss mask comes from prefix renderings: the conversation cut
-// before an assistant message (with the generation prompt) and cut after it; each cut's text must be a prefix of
-// the whole (the template renders history stably), and its position in tokens is where the encodings of the
-// prefix and of the whole part ways.
+// special-token text matched as special tokens. The loss mask comes from the rendering: a reply starts where the
+// conversation before it, rendered with the generation prompt, ends (that text must be a prefix of the whole: the
+// template renders history stably) and ends after its content and the end-of-turn text or special token that
+// follows it; a text position's place in tokens is where the encodings of the text up to it and of the whole part
+// ways.
 #pragma once
 
 #include <memory>

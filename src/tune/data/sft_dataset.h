@@ -58,36 +58,35 @@ struct TokenizedExample {
   int32_t source = 0;           // which of several data files it came from (dataset_mixture.h)
 };
 
-// Chat templates: "plain" (### Instruction / ### Response) and "llama2" ([INST] ... [/INST]) start with BOS and end
-// every assistant turn with EOS so a fine-tuned model learns to stop. Each run of text between mask boundaries is
-// tokenized as its own string (so sentencepiece gives it a leading "▁"), as Meta's Llama 2 code does;
-// chat_template.cpp documents the exact layouts.
-//
-// Jinja templates (jinja_chat_template.h) are the other kind, rendered whole and encoded once as transformers'
-// apply_chat_template does: the model's own chat_template from the tokenizer_config.json beside its tokenizer
-// ("auto"), and the built-ins "chatml" (canonical ChatML: no BOS, no EOS, the reply ends with <|im_end|>) and
-// "llama3". "none": the messages' contents back to back (base models, completion-style data), BOS first and EOS last.
+// Chat templates, all Jinja text (jinja_chat_template.h) rendered whole and encoded once as transformers'
+// apply_chat_template does, special-token text matched as special tokens: the built-ins "plain" (### Instruction /
+// ### Response) and "llama2" ([INST] ... [/INST]), which start with BOS and end every reply with EOS so a fine-tuned
+// model learns to stop, "chatml" (canonical ChatML: no BOS, no EOS, the reply ends with <|im_end|>) and "llama3";
+// the model's own chat_template from the tokenizer_config.json beside its tokenizer ("auto"); and "none": the
+// messages' contents back to back (base models, completion-style data), BOS first and EOS last.
+// chat_template.cpp documents the built-ins' layouts.
 class JinjaChatTemplate;
 
 class ChatTemplate {
  public:
-  // The built-ins that need no tokenizer (plain, llama2, chatml, none); throws UsageError listing valid names.
+  // The built-ins that need no tokenizer (plain, llama2, chatml, none), BOS and EOS written "<s>" and "</s>";
+  // throws UsageError listing valid names.
   static ChatTemplate by_name(const std::string& name);
   // Any name of names(): "auto" is the model's own chat_template when the tokenizer_config.json beside the
-  // tokenizer has one, else "plain"; "llama3" renders with the tokenizer's BOS text. Throws tune::InputError for a
-  // model template that does not parse (naming line and column).
+  // tokenizer has one, else "plain"; the built-ins render the tokenizer's BOS and EOS text. Throws tune::InputError
+  // for a model template that does not parse (naming line and column), and for plain, llama2 or none without EOS.
   static ChatTemplate resolve(const std::string& name, const Tokenizer& tokenizer);
   static std::vector<std::string> names();
   static std::vector<std::string> built_in_names();  // by_name's: plain, llama2, chatml, none
   const std::string& name() const { return name_; }
-  bool is_jinja() const { return jinja_ != nullptr; }
+  bool is_jinja() const { return jinja_ != nullptr; }  // true for every template (all are Jinja now)
   // The text a reply ends with where that is not the tokenizer's EOS (chatml: "<|im_end|>", llama3: "<|eot_id|>"):
   // generation stops on it too. Empty for the model's own template (its stop tokens come with the model).
   std::string end_of_turn_text() const;
   // The template as Jinja source, for a tokenizer_config.json "chat_template" that transformers renders: the model's
-  // own or a Jinja built-in as is; plain, llama2 and none as Jinja rendering the same text (BOS/EOS as token text).
+  // own or a built-in: exactly the text tune renders and encodes (BOS/EOS as token text).
   std::string jinja_source() const;
-  // The text a Jinja template renders (what `tune tokenize --messages` shows); empty for the part-based built-ins.
+  // The text the template renders (what `tune tokenize --messages` shows), before it is encoded once.
   std::string render_text(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
 
   // Tokenizes a whole conversation; labels mask everything except assistant turns unless train_on_prompt.
@@ -98,6 +97,7 @@ class ChatTemplate {
 
  private:
   explicit ChatTemplate(std::string name) : name_(std::move(name)) {}
+  static ChatTemplate built_in_template(const std::string& name, const std::string& bos, const std::string& eos);
   std::string name_;
   std::shared_ptr<const JinjaChatTemplate> jinja_;
   std::optional<std::string> source_;  // jinja_'s source text

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "tune/core/error.h"
 #include "tune/data/hf/tokenizer_json.h"
@@ -19,16 +20,47 @@ constexpr const char* kTokenizerConfig = "tokenizer_config.json";
 
 // sentencepiece behind the generic backend interface: its ids are int, and it adds BOS/EOS itself as
 // Hugging Face's LlamaTokenizer does.
+//
+// Special-token text (the BOS, EOS, pad and unknown pieces, "<s>", "</s>", ...) maps to its id, as transformers
+// splits the text at special tokens before the model sees it (sentencepiece alone would spell "<s>" out in
+// characters): a chat template's rendered text then encodes as apply_chat_template encodes it. Text right after a
+// special token gets no dummy-prefix "▁", as transformers 5 (legacy=False, its default) encodes a tokenizer.model:
+// that text is encoded behind the unknown piece's text, whose own ids are then dropped (transformers 4's way).
 class SentencePieceTokenizer final : public TokenizerBackend {
  public:
-  explicit SentencePieceTokenizer(std::shared_ptr<SentencePieceBackend> model) : model_(std::move(model)) {}
+  explicit SentencePieceTokenizer(std::shared_ptr<SentencePieceBackend> model) : model_(std::move(model)) {
+    for (int id : {model_->bos_id(), model_->eos_id(), model_->pad_id(), model_->unk_id()}) {
+      if (id >= 0 && !model_->id_to_piece(id).empty()) specials_.emplace_back(model_->id_to_piece(id), id);
+    }
+    // The longest first, so one that another begins with never wins a tie at the same position.
+    std::sort(specials_.begin(), specials_.end(),
+              [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+    if (model_->unk_id() >= 0) {
+      sentinel_ = model_->id_to_piece(model_->unk_id());
+      sentinel_ids_ = model_->encode(sentinel_);
+    }
+  }
 
   std::vector<int64_t> encode(const std::string& text, bool add_bos, bool add_eos) const override {
-    const std::vector<int> pieces = model_->encode(text);
     std::vector<int64_t> ids;
-    ids.reserve(pieces.size() + 2);
     if (add_bos && bos_id() >= 0) ids.push_back(bos_id());
-    ids.insert(ids.end(), pieces.begin(), pieces.end());
+    size_t at = 0;
+    bool after_special = false;
+    while (true) {
+      size_t found = std::string::npos;
+      const std::pair<std::string, int>* special = nullptr;
+      for (const auto& candidate : specials_) {
+        const size_t position = text.find(candidate.first, at);
+        if (position < found) found = position, special = &candidate;
+      }
+      const std::vector<int> pieces = encode_run(text.substr(at, found == std::string::npos ? found : found - at),
+                                                 after_special);
+      ids.insert(ids.end(), pieces.begin(), pieces.end());
+      if (special == nullptr) break;
+      ids.push_back(special->second);
+      at = found + special->first.size();
+      after_special = true;
+    }
     if (add_eos && eos_id() >= 0) ids.push_back(eos_id());
     return ids;
   }
@@ -51,7 +83,22 @@ class SentencePieceTokenizer final : public TokenizerBackend {
   bool is_special_token(int64_t id) const override { return id == bos_id() || id == eos_id() || id == pad_id(); }
 
  private:
+  std::vector<int> encode_run(const std::string& run, bool after_special) const {
+    if (run.empty()) return {};
+    if (!after_special || sentinel_ids_.empty()) return model_->encode(run);
+    std::vector<int> pieces = model_->encode(sentinel_ + run);
+    if (pieces.size() > sentinel_ids_.size() &&
+        std::equal(sentinel_ids_.begin(), sentinel_ids_.end(), pieces.begin())) {
+      pieces.erase(pieces.begin(), pieces.begin() + static_cast<std::ptrdiff_t>(sentinel_ids_.size()));
+      return pieces;
+    }
+    return model_->encode(run);  // the run merged into the sentinel's pieces: keep sentencepiece's own prefix
+  }
+
   std::shared_ptr<SentencePieceBackend> model_;
+  std::vector<std::pair<std::string, int>> specials_;  // piece text and id, longest first
+  std::string sentinel_;                               // the unknown piece's text, and its ids
+  std::vector<int> sentinel_ids_;
 };
 
 }  // namespace
