@@ -36,3 +36,37 @@ TEST_CASE("clip_grad_norm: max_norm 0 only measures, and no grads give 0") {
   CHECK(torch::equal(p.grad(), torch::tensor({3.0f, 4.0f})));
   CHECK(tune::train::clip_grad_norm({torch::zeros({2}).requires_grad_(true)}, 1.0) == 0.0);
 }
+
+TEST_CASE("clip_grad_norm with gradients sharded over ranks: the global norm, and a rank holding none takes part") {
+  // Two ranks' shares of torch's fixture case, in one process: each sees the other's squared norm through
+  // sum_over_ranks (what DataParallel passes under shard_grad_op), so both clip by the norm of the whole.
+  const auto fixture = load_train_fixture("clip.json");
+  const auto& c = fixture.front();
+  const double max_norm = c.at("max_norm").get<double>();
+  std::vector<torch::Tensor> params;
+  for (const auto& grad : c.at("grads_before")) {
+    auto param = torch::zeros(grad.at("shape").get<std::vector<int64_t>>()).requires_grad_(true);
+    param.mutable_grad() = tensor_from_json(grad);
+    params.push_back(param);
+  }
+  REQUIRE(params.size() >= 2);
+  const std::vector<torch::Tensor> first(params.begin(), params.begin() + 1), second(params.begin() + 1, params.end());
+  double squared_second = 0.0;
+  for (const auto& p : second) squared_second += p.grad().to(torch::kDouble).square().sum().item<double>();
+  int calls = 0;
+  const double norm = tune::train::clip_grad_norm(first, max_norm, [&](double mine) {
+    ++calls;
+    return mine + squared_second;
+  });
+  CHECK(calls == 1);
+  CHECK(norm == Approx(c.at("norm").get<double>()).epsilon(1e-6));
+  CHECK(max_abs_difference(params[0].grad(), tensor_from_json(c.at("grads_after")[0])) <= 1e-6);
+  // A rank that owns no gradient still joins the sum (a collective) and reports the global norm.
+  calls = 0;
+  const double empty = tune::train::clip_grad_norm({}, max_norm, [&](double mine) {
+    ++calls;
+    return mine + 25.0;
+  });
+  CHECK(calls == 1);
+  CHECK(empty == Approx(5.0));
+}

@@ -6,7 +6,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstdio>
+#include <memory>
 #include <mutex>
+#include <unordered_set>
 
 #include "tune/core/error.h"
 #include "tune/io/json_fields.h"
@@ -35,6 +38,58 @@ std::vector<std::pair<std::string, torch::Tensor>> read_named_tensors(const std:
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
   for (const auto& entry : file.entries()) tensors.emplace_back(entry.first, file.load(entry.first));
   return tensors;
+}
+
+std::string optimizer_shard_file(int rank, int ranks) {
+  return fmt::format("optimizer.rank-{}-of-{}.safetensors", rank, ranks);
+}
+
+std::vector<std::string> optimizer_state_files(const std::filesystem::path& dir) {
+  std::error_code error;
+  if (std::filesystem::is_regular_file(dir / kOptimizerStateFile, error)) return {kOptimizerStateFile};
+  // Shards: the count comes from their names, and every rank of that count must be there.
+  int ranks = 0;
+  if (std::filesystem::is_directory(dir, error)) {
+    for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+      int rank = 0, count = 0;
+      const std::string name = entry.path().filename().string();
+      if (std::sscanf(name.c_str(), "optimizer.rank-%d-of-%d.safetensors", &rank, &count) != 2 || count < 1) continue;
+      if (ranks != 0 && count != ranks) {
+        throw InputError(fmt::format("{}: damaged checkpoint: optimizer shards of {} and of {} ranks side by side",
+                                     dir.string(), ranks, count));
+      }
+      ranks = count;
+    }
+  }
+  if (ranks == 0) return {kOptimizerStateFile};  // neither: require_checkpoint_files names the single file
+  std::vector<std::string> files;
+  for (int rank = 0; rank < ranks; ++rank) files.push_back(optimizer_shard_file(rank, ranks));
+  return files;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> read_optimizer_state(
+    const std::filesystem::path& dir, const std::function<bool(const std::string& param)>& wanted) {
+  const auto files = optimizer_state_files(dir);
+  require_checkpoint_files(dir, files);
+  std::vector<std::pair<std::string, torch::Tensor>> state;
+  for (const auto& name : files) {
+    const auto file = io::SafetensorsFile::open(dir / name);
+    for (const auto& entry : file.entries()) {
+      const auto dot = entry.first.rfind('.');
+      if (dot != std::string::npos && wanted(entry.first.substr(0, dot))) {
+        state.emplace_back(entry.first, file.load(entry.first));
+      }
+    }
+  }
+  return state;
+}
+
+std::function<bool(const std::string& param)> parameters_of(const train::AdamW& optimizer) {
+  auto names = std::make_shared<std::unordered_set<std::string>>();
+  for (const auto& group : optimizer.groups()) {
+    for (const auto& param : group.params) names->insert(param.name);
+  }
+  return [names](const std::string& param) { return names->count(param) > 0; };
 }
 
 torch::Tensor cpu_rng_state() {

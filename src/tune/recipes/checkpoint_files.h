@@ -5,12 +5,14 @@
 #include <torch/types.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "tune/data/sft_loader.h"
 #include "tune/io/json_file.h"
+#include "tune/train/adamw.h"
 
 namespace tune::recipes {
 
@@ -25,6 +27,20 @@ void require_checkpoint_files(const std::filesystem::path& dir, const std::vecto
 
 // Every tensor of a safetensors file, in the file's order.
 std::vector<std::pair<std::string, torch::Tensor>> read_named_tensors(const std::filesystem::path& path);
+
+// Optimizer state in a checkpoint: optimizer.safetensors when one process holds all of it (single process, ddp);
+// under shard_grad_op one file per rank, optimizer.rank-R-of-N.safetensors, each named per parameter.
+inline constexpr const char* kOptimizerStateFile = "optimizer.safetensors";
+std::string optimizer_shard_file(int rank, int ranks);
+// The optimizer-state files of `dir` (the single file, or every rank's shard): what require_checkpoint_files must
+// find. Throws InputError when there is neither, or when shards are missing or disagree on their count.
+std::vector<std::string> optimizer_state_files(const std::filesystem::path& dir);
+// The entries of those files that belong to the parameters `wanted` accepts (an entry "<param>.<field>" belongs
+// to <param>), whatever number of ranks wrote them: a rank resuming with another world size takes its own share.
+std::vector<std::pair<std::string, torch::Tensor>> read_optimizer_state(
+    const std::filesystem::path& dir, const std::function<bool(const std::string& param)>& wanted);
+// The parameter names an optimizer updates, as the filter for read_optimizer_state.
+std::function<bool(const std::string& param)> parameters_of(const train::AdamW& optimizer);
 
 torch::Tensor cpu_rng_state();
 void set_cpu_rng_state(const torch::Tensor& state);

@@ -58,8 +58,9 @@ config::Schema common_schema(const std::string& recipe_name) {
   // Read only when a launcher (tune train --nproc N, torchrun, srun) starts several processes; validated always.
   schema.choice("distributed.backend", {"auto", "gloo", "nccl"}, "auto", "c10d backend; auto = gloo (NCCL not built)");
   schema.choice("distributed.strategy", {"ddp", "full_shard", "shard_grad_op"}, "ddp",
-                "ddp: replicated parameters, gradients all-reduced in buckets during backward; full_shard and "
-                "shard_grad_op are not implemented yet");
+                "ddp: replicated parameters, gradients all-reduced in buckets during backward; shard_grad_op "
+                "(ZeRO-2): as ddp, but each process keeps the gradients and optimizer state of its share of the "
+                "parameters only; full_shard is not implemented yet");
   schema.real("distributed.bucket_mb", 25.0, "ddp: gradient bucket size in MiB (one all-reduce per bucket)");
   schema.choice("distributed.reduce_dtype", {"fp32", "bf16"}, "fp32", "dtype gradients are summed in across ranks");
   schema.integer("distributed.timeout_s", 300, "a collective (or the rendezvous) failing to complete in this time "

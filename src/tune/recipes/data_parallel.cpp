@@ -1,6 +1,8 @@
 // Distributed training as the recipes see it (see data_parallel.h).
 #include "tune/recipes/data_parallel.h"
 
+#include <map>
+#include <stdexcept>
 #include <thread>
 
 #include "tune/core/error.h"
@@ -8,6 +10,7 @@
 #include "tune/core/progress.h"
 #include "tune/distributed/gradient_reducer.h"
 #include "tune/distributed/launch_environment.h"
+#include "tune/distributed/parameter_partition.h"
 #include "tune/distributed/process_group.h"
 
 namespace tune::recipes {
@@ -21,10 +24,10 @@ DistributedSettings read_distributed_settings(const config::Config& config) {
   }
   settings.backend = "gloo";
   settings.strategy = config.get_string("distributed.strategy");
-  if (settings.strategy != "ddp") {
-    config.fail("distributed.strategy", fmt::format("is '{}', which is not implemented yet (sharded parameters, "
-                                                    "gradients and optimizer state are planned); use 'ddp'",
-                                                    settings.strategy));
+  if (settings.strategy == "full_shard") {
+    config.fail("distributed.strategy", "is 'full_shard', which is not implemented yet (sharded parameters are "
+                                        "planned); use 'ddp', or 'shard_grad_op' to shard gradients and optimizer "
+                                        "state");
   }
   const double bucket_mb = config.get_real("distributed.bucket_mb");
   if (!(bucket_mb > 0) || bucket_mb > 4096) {
@@ -98,6 +101,12 @@ DataParallel::DataParallel(const config::Config& config, const std::vector<torch
   options.bucket_bytes = settings_.bucket_bytes;
   options.reduce_dtype = settings_.reduce_bf16 ? torch::kBFloat16 : torch::kFloat32;
   reducer_ = std::make_unique<distributed::GradientReducer>(*group, trainable, options);
+  if (settings_.strategy == "shard_grad_op") {
+    trainable_ = trainable;
+    std::vector<int64_t> bytes;
+    for (const auto& tensor : trainable) bytes.push_back(tensor.numel() * static_cast<int64_t>(tensor.element_size()));
+    owner_ = distributed::partition_by_bytes(bytes, size_);
+  }
 }
 
 DataParallel::~DataParallel() = default;
@@ -115,7 +124,59 @@ void DataParallel::before_backward(bool last_of_step) {
 }
 
 void DataParallel::finish_gradients() {
-  if (reducer_) reducer_->finish();
+  if (!reducer_) return;
+  reducer_->finish();
+  // Sharded: only the owner steps on a gradient, so the others let go of it now rather than at zero_grad.
+  for (size_t i = 0; i < owner_.size(); ++i) {
+    if (owner_[i] != rank_) trainable_[i].mutable_grad().reset();
+  }
+}
+
+std::vector<train::NamedParameter> DataParallel::optimizer_share(const std::vector<train::NamedParameter>& params) const {
+  if (!shards_optimizer_state()) return params;
+  std::vector<train::NamedParameter> share;
+  for (const auto& param : params) {
+    bool found = false;
+    for (size_t i = 0; i < trainable_.size() && !found; ++i) {
+      if (!trainable_[i].is_same(param.tensor)) continue;
+      found = true;
+      if (owner_[i] == rank_) share.push_back(param);
+    }
+    if (!found) throw std::logic_error("optimizer_share: " + param.name + " is not among the reduced parameters");
+  }
+  return share;
+}
+
+std::function<double(double)> DataParallel::gradient_norm_sum() const {
+  if (!shards_optimizer_state()) return {};
+  return [this](double squared) { return sum(squared); };
+}
+
+void DataParallel::after_update(bool applied) {
+  // Every rank agrees on `applied` (the loss and the global gradient norm are sums over ranks), so all of them
+  // take part in the same broadcasts or none does.
+  if (!shards_optimizer_state() || !applied) return;
+  auto* group = distributed::world();
+  torch::NoGradGuard no_grad;
+  // One broadcast per owner and dtype: the owner's parameters flattened into one buffer, written back on the others.
+  for (int root = 0; root < size_; ++root) {
+    std::map<c10::ScalarType, std::vector<torch::Tensor>> by_dtype;
+    for (size_t i = 0; i < owner_.size(); ++i) {
+      if (owner_[i] == root) by_dtype[trainable_[i].scalar_type()].push_back(trainable_[i]);
+    }
+    for (auto& [dtype, tensors] : by_dtype) {
+      std::vector<torch::Tensor> flat_views;
+      for (const auto& tensor : tensors) flat_views.push_back(tensor.detach().reshape({-1}));
+      torch::Tensor buffer = torch::cat(flat_views);
+      group->broadcast(buffer, root, "updated parameters from their owner");
+      if (root == rank_) continue;
+      int64_t offset = 0;
+      for (auto& tensor : tensors) {
+        tensor.detach().copy_(buffer.slice(0, offset, offset + tensor.numel()).view_as(tensor));
+        offset += tensor.numel();
+      }
+    }
+  }
 }
 
 double DataParallel::sum(double value) const {
@@ -125,10 +186,22 @@ double DataParallel::sum(double value) const {
 
 std::string DataParallel::describe() const {
   if (!reducer_) return "single process";
-  return fmt::format("{} processes, strategy ddp: {} gradient bucket(s), {} all-reduced per step in {} (overlapped "
-                     "with backward)", size_, reducer_->bucket_count(),
+  std::string sharding;
+  if (shards_optimizer_state()) {
+    int64_t owned = 0, total = 0;
+    for (size_t i = 0; i < owner_.size(); ++i) {
+      const int64_t bytes = trainable_[i].numel() * static_cast<int64_t>(trainable_[i].element_size());
+      total += bytes;
+      if (owner_[i] == rank_) owned += bytes;
+    }
+    sharding = fmt::format("; this process keeps gradients and optimizer state for {} of the {} trainable "
+                           "parameter bytes and sends its updated share after each step",
+                           format_bytes(static_cast<double>(owned)), format_bytes(static_cast<double>(total)));
+  }
+  return fmt::format("{} processes, strategy {}: {} gradient bucket(s), {} all-reduced per step in {} (overlapped "
+                     "with backward){}", size_, settings_.strategy, reducer_->bucket_count(),
                      format_bytes(static_cast<double>(reducer_->bytes_per_step())),
-                     settings_.reduce_bf16 ? "bf16" : "fp32");
+                     settings_.reduce_bf16 ? "bf16" : "fp32", sharding);
 }
 
 }  // namespace tune::recipes

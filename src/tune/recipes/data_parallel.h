@@ -2,9 +2,17 @@
 // when a backward pass communicates, gradients summed over ranks, and sums of scalars (loss, eval tokens). In a
 // single-process run every call is a no-op and shares are whole batches, so recipes have one code path.
 //
-// Strategy `ddp` (the one built): parameters replicated (broadcast from rank 0 at start), gradients bucketed and
-// all-reduced while backward runs (distributed/gradient_reducer.h). Because every rank holds identical parameters,
-// optimizer state and EMA, rank 0 alone writes checkpoints and every rank reads the same one on resume.
+// Strategy `ddp`: parameters replicated (broadcast from rank 0 at start), gradients bucketed and all-reduced while
+// backward runs (distributed/gradient_reducer.h). Because every rank holds identical parameters, optimizer state and
+// EMA, rank 0 alone writes checkpoints and every rank reads the same one on resume.
+//
+// Strategy `shard_grad_op` (ZeRO-2): parameters (and EMA) replicated as under ddp; each rank owns a contiguous,
+// byte-balanced share of the trainable parameters (distributed/parameter_partition.h) and keeps only their
+// gradients (the others are released once reduced) and optimizer state, steps its optimizer on them, and sends the
+// updated values to every other rank. The gradient norm for clipping and the inf/NaN decision are summed over ranks.
+// Checkpoints hold one optimizer file per rank (optimizer.rank-R-of-N.safetensors, named per parameter), which any
+// world size reads back exactly. What is not sharded yet: gradients during backward (they are all-reduced in
+// buckets, as ddp does, and released afterwards; a reduce-scatter would halve the traffic).
 #pragma once
 
 #include <torch/types.h>
@@ -16,6 +24,7 @@
 #include <vector>
 
 #include "tune/config/config.h"
+#include "tune/train/adamw.h"
 
 namespace tune::distributed {
 class GradientReducer;
@@ -71,6 +80,16 @@ class DataParallel {
   void finish_gradients();
   // The sum over ranks (identity in a single process).
   double sum(double value) const;
+
+  // Whether each rank holds only a share of the optimizer state (shard_grad_op with more than one process).
+  bool shards_optimizer_state() const { return !owner_.empty(); }
+  // The parameters this rank's optimizer updates: `params` itself unless the optimizer state is sharded.
+  std::vector<train::NamedParameter> optimizer_share(const std::vector<train::NamedParameter>& params) const;
+  // For train::finish_step: sums a squared gradient norm over ranks when gradients are sharded; empty otherwise.
+  std::function<double(double)> gradient_norm_sum() const;
+  // After the optimizer step (`applied`: it updated the parameters): under shard_grad_op every rank sends its share
+  // of the trainable parameters to the others, so all hold the same values again.
+  void after_update(bool applied);
   // One line for the run log: world size, strategy, buckets, bytes per step.
   std::string describe() const;
 
@@ -79,6 +98,8 @@ class DataParallel {
   int size_ = 1;
   DistributedSettings settings_;
   std::unique_ptr<distributed::GradientReducer> reducer_;
+  std::vector<torch::Tensor> trainable_;
+  std::vector<int> owner_;  // rank that updates trainable_[i]; empty unless the optimizer state is sharded
 };
 
 }  // namespace tune::recipes

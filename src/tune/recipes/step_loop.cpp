@@ -17,6 +17,7 @@
 #include "tune/core/progress.h"
 #include "tune/distributed/process_group.h"
 #include "tune/io/run_checkpoints.h"
+#include "tune/recipes/checkpoint_files.h"
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/run_directory.h"
 
@@ -59,6 +60,44 @@ bool interrupt_agreed() {
   return group->all_reduce(interrupt_requested() ? 1.0 : 0.0, distributed::ReduceOp::max, "Ctrl-C agreement") > 0;
 }
 
+// Each rank writes its share of the optimizer state to checkpoints/.optimizer-step-N-rank-R.safetensors, then all
+// agree (the largest exit code over ranks) that every share is written; a failure on any rank fails them all, so
+// rank 0 never completes a checkpoint that lacks a share. Returns the files with their names in the checkpoint.
+std::vector<std::pair<std::filesystem::path, std::string>> save_optimizer_shards(
+    const std::filesystem::path& output_dir, int64_t step,
+    const std::function<void(const std::filesystem::path&)>& write_share) {
+  const int rank = distributed::world_rank(), ranks = distributed::world_size();
+  const auto file_of = [&](int r) {
+    return io::checkpoints_dir(output_dir) / fmt::format(".optimizer-step-{}-rank-{}.safetensors", step, r);
+  };
+  int exit_code = 0;
+  std::string message;
+  try {
+    std::filesystem::create_directories(io::checkpoints_dir(output_dir));
+    write_share(file_of(rank));
+  } catch (const Error& error) {
+    exit_code = error.exit_code();
+    message = error.what();
+  } catch (const std::exception& error) {
+    exit_code = 1;
+    message = error.what();
+  }
+  auto* group = distributed::world();
+  const int agreed = group == nullptr ? exit_code
+                                      : static_cast<int>(group->all_reduce(exit_code, distributed::ReduceOp::max,
+                                                                           "agreeing the optimizer shards are saved"));
+  if (exit_code != 0) {
+    throw Error(fmt::format("step {}: writing this rank's optimizer state failed: {}", step, message), exit_code);
+  }
+  if (agreed != 0) {
+    throw Error(fmt::format("step {}: another rank failed to write its optimizer state (its message says why); no "
+                            "checkpoint was completed", step), agreed);
+  }
+  std::vector<std::pair<std::filesystem::path, std::string>> shards;
+  for (int r = 0; r < ranks; ++r) shards.emplace_back(file_of(r), optimizer_shard_file(r, ranks));
+  return shards;
+}
+
 }  // namespace
 
 StepLoopSettings make_step_loop_settings(const TrainingSettings& training, const std::filesystem::path& output_dir,
@@ -93,9 +132,14 @@ int run_step_loop(const StepLoopSettings& settings, const StepLoopHooks& hooks, 
 
   int64_t step = start.step;
   auto save = [&](double elapsed_s) -> std::filesystem::path {
+    // Sharded optimizer state: every rank writes its share beside the checkpoints first (a path every rank can
+    // name), and all agree that every share is on disk before rank 0 builds the checkpoint around them.
+    std::vector<std::pair<std::filesystem::path, std::string>> shards;  // written file, name in the checkpoint
+    if (hooks.save_optimizer_shard) shards = save_optimizer_shards(output_dir, step, hooks.save_optimizer_shard);
     if (!main_rank) return io::checkpoint_path(output_dir, step);
     const auto temporary = io::begin_checkpoint(output_dir, step);
     hooks.save(temporary, step, elapsed_s);
+    for (const auto& [file, name] : shards) std::filesystem::rename(file, temporary / name);
     const auto committed = io::commit_checkpoint(temporary, step);
     io::prune_checkpoints(output_dir, static_cast<int>(settings.keep_last));
     return committed;

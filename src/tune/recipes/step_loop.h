@@ -42,7 +42,11 @@ struct StepResult {
 struct StepLoopHooks {
   std::function<StepResult(int64_t step)> step;                      // optimizer step `step` (0-based)
   std::function<std::optional<double>()> evaluate;                   // mean eval loss, nullopt: no eval set
-  std::function<void(const std::filesystem::path& dir, int64_t step, double elapsed_s)> save;
+  std::function<void(const std::filesystem::path& dir, int64_t step, double elapsed_s)> save;  // rank 0
+  // Set when each rank holds a share of the optimizer state (shard_grad_op): at every checkpoint, called on every
+  // rank to write its share to `file`; the loop puts the files into the checkpoint (checkpoint_files.h's
+  // optimizer_shard_file names) before rank 0 marks it COMPLETE, and `save` writes no optimizer state.
+  std::function<void(const std::filesystem::path& file)> save_optimizer_shard;
 };
 
 struct LoopStart {

@@ -228,23 +228,29 @@ int64_t AdamW::state_bytes() const {
   return bytes;
 }
 
-double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
+                      const std::function<double(double)>& sum_over_ranks) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;
   for (const auto& param : params) {
     if (param.grad().defined()) grads.push_back(param.grad());
   }
-  if (grads.empty()) return 0.0;
   // Per-tensor norms accumulate in fp32 (as torch's), their squares in fp64; one .item() keeps it to a single
   // device sync on CUDA.
-  std::vector<torch::Tensor> squares;
-  squares.reserve(grads.size());
-  for (const auto& grad : grads) {
-    squares.push_back(torch::linalg_vector_norm(grad, 2, c10::nullopt, false, torch::kFloat)
-                          .to(grads.front().device(), torch::kDouble)
-                          .square());
+  double squared = 0.0;
+  if (!grads.empty()) {
+    std::vector<torch::Tensor> squares;
+    squares.reserve(grads.size());
+    for (const auto& grad : grads) {
+      squares.push_back(torch::linalg_vector_norm(grad, 2, c10::nullopt, false, torch::kFloat)
+                            .to(grads.front().device(), torch::kDouble)
+                            .square());
+    }
+    squared = torch::stack(squares).sum().item<double>();
   }
-  const double norm = torch::stack(squares).sum().sqrt().item<double>();
+  // Every rank takes part, even one holding no gradient: the sum is a collective.
+  if (sum_over_ranks) squared = sum_over_ranks(squared);
+  const double norm = std::sqrt(squared);
   // A non-finite norm is returned untouched rather than turning every gradient into NaN; the caller (loss
   // scaler, logging) decides what to do with the step.
   if (max_norm > 0 && std::isfinite(norm)) {

@@ -8,6 +8,7 @@
 
 #include <torch/types.h>
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -68,6 +69,9 @@ class AdamW {
 
 // L2 norm of all gradients (float64 accumulation); when max_norm > 0 and the norm exceeds it, scales gradients
 // by max_norm / (norm + 1e-6) as torch.nn.utils.clip_grad_norm_. Returns the norm before clipping.
-double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+// `sum_over_ranks`, when set, sums the squared norm over the ranks of a run whose gradients are sharded (each rank
+// holds a disjoint part), so every rank clips by the same global norm.
+double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
+                      const std::function<double(double)>& sum_over_ranks = {});
 
 }  // namespace tune::train

@@ -6,14 +6,16 @@
 namespace tune::train {
 
 StepOutcome finish_step(const std::vector<torch::Tensor>& params, AdamW& optimizer,
-                        precision::DynamicLossScaler* scaler, double max_norm, double lr, bool loss_is_finite) {
+                        precision::DynamicLossScaler* scaler, double max_norm, double lr, bool loss_is_finite,
+                        const std::function<double(double)>& sum_over_ranks) {
   StepOutcome outcome;
   bool finite = loss_is_finite;
   if (scaler != nullptr) {
     outcome.loss_scale = scaler->current_scale();
     finite = scaler->unscale_and_check(params) && finite;
   }
-  outcome.grad_norm = clip_grad_norm(params, max_norm);  // leaves non-finite gradients unclipped
+  // Leaves non-finite gradients unclipped.
+  outcome.grad_norm = clip_grad_norm(params, max_norm, sum_over_ranks);
   finite = finite && std::isfinite(outcome.grad_norm);
   if (finite) optimizer.step(lr);
   if (scaler != nullptr) scaler->update(!finite);

@@ -3,6 +3,7 @@
 
 #include <torch/types.h>
 
+#include <functional>
 #include <vector>
 
 #include "tune/precision/loss_scaler.h"
@@ -18,8 +19,10 @@ struct StepOutcome {
 
 // With a scaler, gradients are unscaled first and the scaler is updated with the outcome (an overflow halves the
 // scale). Gradients are clipped to max_norm (<= 0: measured only). The optimizer steps only when the loss and every
-// gradient are finite. Gradients are always cleared afterwards.
+// gradient are finite. Gradients are always cleared afterwards. `sum_over_ranks`: for gradients sharded over ranks
+// (clip_grad_norm); a non-finite gradient on any rank makes the global norm non-finite, so every rank skips alike.
 StepOutcome finish_step(const std::vector<torch::Tensor>& params, AdamW& optimizer,
-                        precision::DynamicLossScaler* scaler, double max_norm, double lr, bool loss_is_finite);
+                        precision::DynamicLossScaler* scaler, double max_norm, double lr, bool loss_is_finite,
+                        const std::function<double(double)>& sum_over_ranks = {});
 
 }  // namespace tune::train

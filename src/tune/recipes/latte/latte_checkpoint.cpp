@@ -9,7 +9,7 @@
 
 namespace tune::recipes::latte {
 void write_latte_checkpoint(const std::filesystem::path& dir, const LatteTrainingObjects& objects,
-                            const LatteTrainerState& state) {
+                            const LatteTrainerState& state, bool optimizer_state_sharded) {
   std::filesystem::create_directories(dir);
   auto& model = *objects.model;
   std::vector<std::pair<std::string, torch::Tensor>> weights;
@@ -24,17 +24,18 @@ void write_latte_checkpoint(const std::filesystem::path& dir, const LatteTrainin
   }
   io::save_safetensors(dir / "ema.safetensors", ema_weights, {{"format", "pt"}, {"ema_decay", std::to_string(objects.ema->decay())}});
   model->config().save((dir / "latte_config.json").string());
-  io::save_safetensors(dir / "optimizer.safetensors", objects.optimizer->state_tensors());
+  if (!optimizer_state_sharded) io::save_safetensors(dir / kOptimizerStateFile, objects.optimizer->state_tensors());
   io::save_safetensors(dir / "rng_state.safetensors",
                        {{"cpu", cpu_rng_state()}, {"diffusion", objects.noise_generator->get_state()}});
   write_json_file(dir / "trainer_state.json", trainer_progress_json(state));
 }
 
 LatteTrainerState read_latte_checkpoint(const std::filesystem::path& dir, const LatteTrainingObjects& objects) {
-  require_checkpoint_files(dir, {"model.safetensors", "ema.safetensors", "optimizer.safetensors",
-                                 "rng_state.safetensors", "trainer_state.json"});
+  std::vector<std::string> needed = optimizer_state_files(dir);
+  needed.insert(needed.end(), {"model.safetensors", "ema.safetensors", "rng_state.safetensors", "trainer_state.json"});
+  require_checkpoint_files(dir, needed);
   load_latte_weights(*objects.model, dir / "model.safetensors");
-  objects.optimizer->load_state_tensors(read_named_tensors(dir / "optimizer.safetensors"));
+  objects.optimizer->load_state_tensors(read_optimizer_state(dir, parameters_of(*objects.optimizer)));
   std::vector<std::pair<std::string, torch::Tensor>> ema_state;
   for (auto& [name, tensor] : read_named_tensors(dir / "ema.safetensors")) {
     if ((*objects.model)->named_parameters()[name].requires_grad()) ema_state.emplace_back(name, tensor);

@@ -24,8 +24,10 @@ struct LatteTrainingObjects {
   at::Generator* noise_generator;  // timesteps and noise of the diffusion loss
 };
 
+// `optimizer_state_sharded`: each rank writes its share of the optimizer state (StepLoopHooks::save_optimizer_shard)
+// and this writes none; reading takes the optimizer's share from one file or any number of ranks' shards.
 void write_latte_checkpoint(const std::filesystem::path& dir, const LatteTrainingObjects& objects,
-                            const LatteTrainerState& state);
+                            const LatteTrainerState& state, bool optimizer_state_sharded = false);
 LatteTrainerState read_latte_checkpoint(const std::filesystem::path& dir, const LatteTrainingObjects& objects);
 
 // The EMA weights of a checkpoint into `model` (what sampling uses); model.safetensors when there is no EMA file.

@@ -12,6 +12,7 @@
 #include "tune/diffusion/gaussian_diffusion.h"
 #include "tune/diffusion/sampler.h"
 #include "tune/diffusion/timestep_sampler.h"
+#include "tune/io/safetensors.h"
 #include "tune/memory/checkpoint.h"
 #include "tune/nn/attention_core.h"
 #include "tune/precision/cpu_gemm.h"
@@ -129,7 +130,10 @@ int train(const TrainRequest& request) {
   const diffusion::UniformTimestepSampler timesteps(latte.diffusion.num_timesteps);
   at::Generator noise_generator = at::detail::createCPUGenerator(run.seed + 1);
 
-  train::AdamW optimizer(train::make_param_groups(params, training.weight_decay), training.adamw);
+  // Under shard_grad_op this process's optimizer holds its share of the parameters only; the EMA stays whole
+  // (every rank holds every updated parameter after DataParallel::after_update).
+  train::AdamW optimizer(train::make_param_groups(parallel.optimizer_share(params), training.weight_decay),
+                         training.adamw);
   train::ExponentialMovingAverage ema(params, latte.ema_decay);
   std::unique_ptr<precision::DynamicLossScaler> scaler;
   if (run.mixed_precision == precision::MixedPrecision::fp16) {
@@ -239,7 +243,8 @@ int train(const TrainRequest& request) {
     result.lr = training.schedule.at(step);
     const double clip = step >= latte.clip_start_step ? training.clip_grad_norm : 0.0;
     const auto outcome = train::finish_step(param_tensors, optimizer, scaler.get(), clip, result.lr,
-                                            std::isfinite(result.loss));
+                                            std::isfinite(result.loss), parallel.gradient_norm_sum());
+    parallel.after_update(outcome.applied);
     if (outcome.applied) ema.update(params);
     result.applied = outcome.applied;
     result.grad_norm = outcome.grad_norm;
@@ -258,8 +263,13 @@ int train(const TrainRequest& request) {
       state.loss_scale_clean_steps = scaler->clean_steps();
       state.skipped_steps = scaler->skipped_steps();
     }
-    write_latte_checkpoint(dir, objects, state);
+    write_latte_checkpoint(dir, objects, state, parallel.shards_optimizer_state());
   };
+  if (parallel.shards_optimizer_state()) {
+    hooks.save_optimizer_shard = [&](const std::filesystem::path& file) {
+      io::save_safetensors(file, optimizer.state_tensors());
+    };
+  }
 
   const StepLoopSettings loop = make_step_loop_settings(training, output_dir, "samples", device.is_cuda());
   return run_step_loop(loop, hooks, {state.step, state.elapsed_s}, memory_plan);

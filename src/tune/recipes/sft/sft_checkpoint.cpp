@@ -25,7 +25,7 @@ std::vector<std::string> checkpoint_weight_files(const std::filesystem::path& di
 
 void write_checkpoint(const std::filesystem::path& dir, const models::LlamaForCausalLM& model,
                       const data::Tokenizer& tokenizer, const std::string& base_model_path,
-                      const train::AdamW* optimizer, const TrainerState& state) {
+                      const train::AdamW* optimizer, const TrainerState& state, bool optimizer_state_sharded) {
   std::filesystem::create_directories(dir);
   const auto weights = weights_to_save(model);
   if (model->has_lora()) {
@@ -46,7 +46,7 @@ void write_checkpoint(const std::filesystem::path& dir, const models::LlamaForCa
                                std::filesystem::copy_options::overwrite_existing);
   }
   if (optimizer == nullptr) return;
-  io::save_safetensors(dir / "optimizer.safetensors", optimizer->state_tensors());
+  if (!optimizer_state_sharded) io::save_safetensors(dir / kOptimizerStateFile, optimizer->state_tensors());
   io::save_safetensors(dir / "rng_state.safetensors", {{"cpu", cpu_rng_state()}});
   nlohmann::json trainer_state = trainer_progress_json(state);
   trainer_state["tokens_seen"] = state.tokens_seen;
@@ -74,10 +74,12 @@ void load_checkpoint_weights(const std::filesystem::path& dir, models::LlamaForC
 
 TrainerState read_checkpoint(const std::filesystem::path& dir, models::LlamaForCausalLM& model, train::AdamW& optimizer) {
   std::vector<std::string> needed = checkpoint_weight_files(dir);
-  needed.insert(needed.end(), {"optimizer.safetensors", "rng_state.safetensors", "trainer_state.json"});
+  const auto optimizer_files = optimizer_state_files(dir);
+  needed.insert(needed.end(), optimizer_files.begin(), optimizer_files.end());
+  needed.insert(needed.end(), {"rng_state.safetensors", "trainer_state.json"});
   require_checkpoint_files(dir, needed);
   load_checkpoint_weights(dir, model);
-  optimizer.load_state_tensors(read_named_tensors(dir / "optimizer.safetensors"));
+  optimizer.load_state_tensors(read_optimizer_state(dir, parameters_of(optimizer)));
   set_cpu_rng_state(io::SafetensorsFile::open(dir / "rng_state.safetensors").load("cpu"));
 
   TrainerState state;

@@ -19,16 +19,18 @@ struct TrainerState : TrainerProgress {
   int64_t tokens_seen = 0;
 };
 
-// Writes the model (HF/PEFT format), and when `optimizer` is non-null the training state too.
+// Writes the model (HF/PEFT format), and when `optimizer` is non-null the training state too; the optimizer's own
+// state unless `optimizer_state_sharded` (then every rank writes its share: StepLoopHooks::save_optimizer_shard).
 void write_checkpoint(const std::filesystem::path& dir, const models::LlamaForCausalLM& model,
                       const data::Tokenizer& tokenizer, const std::string& base_model_path,
-                      const train::AdamW* optimizer, const TrainerState& state);
+                      const train::AdamW* optimizer, const TrainerState& state, bool optimizer_state_sharded = false);
 
 bool is_lora_checkpoint(const std::filesystem::path& dir);
 // The weight files a checkpoint holds: model.safetensors + config.json, or the PEFT adapter pair for LoRA.
 std::vector<std::string> checkpoint_weight_files(const std::filesystem::path& dir);
 
-// Restores what write_checkpoint wrote into an identically built model and optimizer, and the CPU RNG.
+// Restores what write_checkpoint wrote into an identically built model and optimizer (its share of the state,
+// from one file or any number of ranks' shards), and the CPU RNG.
 TrainerState read_checkpoint(const std::filesystem::path& dir, models::LlamaForCausalLM& model, train::AdamW& optimizer);
 
 // Loads only the weights (full or LoRA) of a checkpoint into `model`.

@@ -7,6 +7,7 @@
 #include "tune/core/progress.h"
 #include "tune/core/threads.h"
 #include "tune/data/sft_loader.h"
+#include "tune/io/safetensors.h"
 #include "tune/nn/attention_core.h"
 #include "tune/precision/cpu_gemm.h"
 #include "tune/precision/mixed_precision.h"
@@ -117,7 +118,9 @@ int train(const TrainRequest& request) {
   const auto eval_batches = prepared.eval.empty() ? std::vector<data::SftBatch>{}
                                                   : data::SftLoader(prepared.eval, loader_options).all_batches_in_order();
 
-  train::AdamW optimizer(train::make_param_groups(params, training.weight_decay), training.adamw);
+  // Under shard_grad_op this process's optimizer holds its share of the parameters only.
+  train::AdamW optimizer(train::make_param_groups(parallel.optimizer_share(params), training.weight_decay),
+                         training.adamw);
   // fp16 needs loss scaling so small gradients survive; bf16 has fp32's exponent range and does not.
   std::unique_ptr<precision::DynamicLossScaler> scaler;
   if (run.mixed_precision == precision::MixedPrecision::fp16) {
@@ -213,7 +216,8 @@ int train(const TrainRequest& request) {
     result.loss = parallel.sum(result.loss);
     result.lr = training.schedule.at(step);
     const auto outcome = train::finish_step(param_tensors, optimizer, scaler.get(), training.clip_grad_norm, result.lr,
-                                            std::isfinite(result.loss));
+                                            std::isfinite(result.loss), parallel.gradient_norm_sum());
+    parallel.after_update(outcome.applied);
     result.applied = outcome.applied;
     result.grad_norm = outcome.grad_norm;
     if (scaler) {
@@ -236,8 +240,14 @@ int train(const TrainRequest& request) {
       state.loss_scale_clean_steps = scaler->clean_steps();
       state.skipped_steps = scaler->skipped_steps();
     }
-    write_checkpoint(dir, model, tokenizer, sft.model.path.value_or(""), &optimizer, state);
+    write_checkpoint(dir, model, tokenizer, sft.model.path.value_or(""), &optimizer, state,
+                     parallel.shards_optimizer_state());
   };
+  if (parallel.shards_optimizer_state()) {
+    hooks.save_optimizer_shard = [&](const std::filesystem::path& file) {
+      io::save_safetensors(file, optimizer.state_tensors());
+    };
+  }
 
   const StepLoopSettings loop = make_step_loop_settings(training, output_dir, "tokens", device.is_cuda());
   return run_step_loop(loop, hooks, {state.step, state.elapsed_s}, memory_plan);
