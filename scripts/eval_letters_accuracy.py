@@ -64,6 +64,8 @@ def main():
     correct = sum(o["text"].strip() == answer.strip() for o, (_, answer) in zip(outputs, pairs))
     accuracy = correct / len(pairs)
     examples = [{"prompt": p, "expected": a, "got": o["text"]} for o, (p, a) in list(zip(outputs, pairs))[:5]]
+    failures = [{"prompt": p, "expected": a, "got": o["text"]} for o, (p, a) in zip(outputs, pairs)
+                if o["text"].strip() != a.strip()]
     print(f"exact-match accuracy on {len(pairs)} held-out prompts: {accuracy:.1%} ({correct}/{len(pairs)})")
     for example in examples[:3]:
         print(f"  {example['prompt']!r} -> {example['got']!r} (expected {example['expected']!r})")
@@ -71,7 +73,7 @@ def main():
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
             json.dump({"target": args.target, "accuracy": accuracy, "correct": correct, "total": len(pairs),
-                       "examples": examples}, f, indent=2)
+                       "examples": examples, "failures": failures[:50]}, f, indent=2)
 
 
 if __name__ == "__main__":

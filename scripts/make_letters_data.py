@@ -7,7 +7,10 @@ last letter. Plain stdlib, seeded; writes <out>/train.jsonl and <out>/test.jsonl
 Why a small Llama learns it in ~2000 CPU steps: with letters separated by spaces, every letter is one token
 ("▁k"), so "Reverse: k d m q" -> "q m d k" is pure copying from a position the model can find with attention
 (the mirror of the output position inside a 3-6 token span); "First and last: k d m q" -> "k q" is two copies.
-The answers are short, the vocabulary tiny and there is no ambiguity, so loss falls fast and exact-match
+Exception: a letter right after a newline (the reply's first letter, and the data's first letter in Alpaca's split
+form "Reverse:\n\nk d m q") is the piece "k", not "▁k", since conversations are encoded as one text as transformers
+does; the tiny default model learns the first but not to copy the second (docs/BENCHMARKS.md: the split-form
+prompts are the default job's misses). The answers are short, the vocabulary tiny and there is no ambiguity, so loss falls fast and exact-match
 accuracy on test.jsonl is a clear pass/fail signal. Rows come in both JSONL forms the loader reads:
 half instruction rows (some with a separate "input"), half chat rows (some with a system message, some two turns).
 """
