@@ -144,11 +144,11 @@ torch::Tensor LatteImpl::forward(const torch::Tensor& x, const torch::Tensor& t,
     if (block_kind(i) == LatteBlockKind::spatial) {
       out = layer->forward(states, c_token.squeeze(1), runner.get());
     } else {
-      // (b f) t d -> (b t) f d, with c repeated per patch in (b t) order.
+      // (b f) t d -> (b t) f d; c once per sample, conditioning its rows of every patch ((b t) order).
       torch::Tensor temporal = states.reshape({batch, frames, patches, hidden}).transpose(1, 2).reshape({batch * patches, frames, hidden});
       if (i == 1) temporal = temporal + temp_embed;  // the official adds temp_embed before the first temporal block
-      const torch::Tensor c_temporal = c_token.reshape({batch, frames, hidden}).select(1, 0).repeat_interleave(patches, 0);
-      out = layer->forward(temporal, c_temporal, runner.get());
+      const torch::Tensor c_sample = c_token.reshape({batch, frames, hidden}).select(1, 0);
+      out = layer->forward(temporal, c_sample, runner.get(), patches);
       // (b t) f d -> (b f) t d
       out = out.reshape({batch, patches, frames, hidden}).transpose(1, 2).reshape({batch * frames, patches, hidden});
     }

@@ -9,6 +9,7 @@
 #include "tune/core/error.h"
 #include "tune/nn/adaln.h"
 #include "tune/nn/attention_core.h"
+#include "tune/nn/linear.h"
 
 namespace tune::models {
 
@@ -39,10 +40,12 @@ torch::Tensor LatteAttentionImpl::forward(const torch::Tensor& x, nn::BlockRunne
   const int64_t batch = x.size(0);
   const int64_t length = x.size(1);
   // [N, T, 3, H, hd] -> [3, N, H, T, hd]
-  const torch::Tensor packed = qkv(x).reshape({batch, length, 3, num_heads, head_dim}).permute({2, 0, 3, 1, 4});
+  // unbind rather than three selects: its backward stacks the three gradients into one tensor, where each select's
+  // would fill a zero tensor of the whole qkv output.
+  const auto q_k_v = nn::linear(qkv, x).reshape({batch, length, 3, num_heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-  const torch::Tensor context = nn::run_attention_core(runner, packed[0], packed[1], packed[2], torch::Tensor(), scale);
-  return proj(context.transpose(1, 2).reshape({batch, length, num_heads * head_dim}));
+  const torch::Tensor context = nn::run_attention_core(runner, q_k_v[0], q_k_v[1], q_k_v[2], torch::Tensor(), scale);
+  return nn::linear(proj, context.transpose(1, 2).reshape({batch, length, num_heads * head_dim}));
 }
 
 LatteMlpImpl::LatteMlpImpl(int64_t hidden_size, int64_t inner_size) {
@@ -52,7 +55,7 @@ LatteMlpImpl::LatteMlpImpl(int64_t hidden_size, int64_t inner_size) {
 
 torch::Tensor LatteMlpImpl::forward(const torch::Tensor& x, nn::BlockRunner* runner) {
   auto gelu = [](const std::vector<torch::Tensor>& inputs) { return torch::gelu(inputs[0], "tanh"); };
-  return fc2(nn::run_region(runner, nn::RegionKind::activation, gelu, {fc1(x)}));
+  return nn::linear(fc2, nn::run_region(runner, nn::RegionKind::activation, gelu, {nn::linear(fc1, x)}));
 }
 
 LatteBlockImpl::LatteBlockImpl(const LatteConfig& config) {
@@ -61,8 +64,11 @@ LatteBlockImpl::LatteBlockImpl(const LatteConfig& config) {
   adaLN_modulation = register_module("adaLN_modulation", nn::adaln_modulation(config.hidden_size, 6));
 }
 
-torch::Tensor LatteBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& c, nn::BlockRunner* runner) {
-  const auto chunks = adaLN_modulation->forward(c).chunk(6, 1);
+torch::Tensor LatteBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& c, nn::BlockRunner* runner,
+                                      int64_t rows_per_condition) {
+  torch::Tensor modulation = adaLN_modulation->forward(c);
+  if (rows_per_condition > 1) modulation = modulation.repeat_interleave(rows_per_condition, 0);
+  const auto chunks = modulation.chunk(6, 1);
   const auto &shift_msa = chunks[0], &scale_msa = chunks[1], &gate_msa = chunks[2];
   const auto &shift_mlp = chunks[3], &scale_mlp = chunks[4], &gate_mlp = chunks[5];
   const torch::Tensor attended =
@@ -80,7 +86,7 @@ LatteFinalLayerImpl::LatteFinalLayerImpl(const LatteConfig& config) {
 
 torch::Tensor LatteFinalLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& c) {
   const auto chunks = adaLN_modulation->forward(c).chunk(2, 1);
-  return linear(nn::modulate(nn::layer_norm_fp32(x, kNormEps), chunks[0], chunks[1]));
+  return nn::linear(linear, nn::modulate(nn::layer_norm_fp32(x, kNormEps), chunks[0], chunks[1]));
 }
 
 LabelEmbedderImpl::LabelEmbedderImpl(int64_t num_classes_, int64_t hidden_size, double dropout_prob_)

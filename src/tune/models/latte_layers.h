@@ -44,8 +44,12 @@ TORCH_MODULE(LatteMlp);
 class LatteBlockImpl : public torch::nn::Module {
  public:
   explicit LatteBlockImpl(const LatteConfig& config);
-  // x [N, T, D] (T = patches of a frame for a spatial block, frames at a patch for a temporal one), c [N, D].
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& c, nn::BlockRunner* runner = nullptr);
+  // x [N, T, D] (T = patches of a frame for a spatial block, frames at a patch for a temporal one), c [N / r, D]
+  // with r = rows_per_condition: row i of c conditions rows i*r .. i*r + r-1 of x. The official code repeats c per
+  // row before the modulation linear; the result is the same, computed once per condition (a temporal block's
+  // rows are every patch of a sample: 256 times fewer modulation products at Latte-S/2's size).
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& c, nn::BlockRunner* runner = nullptr,
+                        int64_t rows_per_condition = 1);
 
   LatteAttention attn{nullptr};
   LatteMlp mlp{nullptr};

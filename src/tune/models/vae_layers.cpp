@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "tune/nn/linear.h"
+
 namespace tune::models::vae {
 namespace {
 
@@ -69,13 +71,13 @@ torch::Tensor VaeAttentionImpl::forward(const torch::Tensor& input) {
   const int64_t batch = input.size(0), channels = input.size(1), height = input.size(2), width = input.size(3);
   // [N, C, H, W] -> [N, H*W, C]: positions are the tokens, channels the (single) head's width.
   const auto tokens = group_norm_(input).reshape({batch, channels, height * width}).transpose(1, 2);
-  const auto query = to_q_(tokens);
-  const auto key = to_k_(tokens);
-  const auto value = to_v_(tokens);
+  const auto query = nn::linear(to_q_, tokens);
+  const auto key = nn::linear(to_k_, tokens);
+  const auto value = nn::linear(to_v_, tokens);
   const auto scores = torch::matmul(query, key.transpose(1, 2)) * (1.0 / std::sqrt(static_cast<double>(channels)));
   // Softmax in fp32 whatever the compute dtype (diffusers' upcast_softmax): at 64x64 latents a row has 4096 terms.
   const auto weights = torch::softmax(scores.to(torch::kFloat32), -1).to(value.scalar_type());
-  const auto attended = to_out_(torch::matmul(weights, value));
+  const auto attended = nn::linear(to_out_, torch::matmul(weights, value));
   return input + attended.transpose(1, 2).reshape({batch, channels, height, width});
 }
 

@@ -33,8 +33,10 @@ Sizes sizes_of(const models::LatteConfig& config, const LatteActivationShape& sh
 }
 
 // One block attending over sequences of `length` tokens (patches of a frame, or frames of a patch position),
-// `sequences` of them.
-BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t length, bool keeps_state, bool selective) {
+// `sequences` of them, modulated from `conditions` rows of conditioning (a frame's for a spatial block, a sample's
+// for a temporal one: models::LatteBlockImpl repeats the modulation, not the conditioning).
+BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t conditions, int64_t length, bool keeps_state,
+                               bool selective) {
   const int64_t td = s.tokens * s.hidden;
   const int64_t scores = sequences * s.heads * length * length;
   BlockFootprint block;
@@ -54,9 +56,10 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t length
   const int64_t probabilities = s.fused_attention ? 0 : scores * (kFloat32 + (s.low_precision ? s.c : 0));
   if (!selective) saved += probabilities;
   if (s.fused_attention) saved += td * s.c + sequences * s.heads * length * kFloat32;
-  // adaLN: SiLU keeps the conditioning [sequences, D] (fp32), the linear its cast; the two shifts are free, the
-  // two gates and (outside selective's recomputed norms) the two scales (1 + scale) are kept by their multiplies.
-  saved += sequences * s.hidden * (kFloat32 + s.c + (selective ? 2 : 4) * s.c);
+  // adaLN: SiLU keeps the conditioning [conditions, D] (fp32), the linear its cast; the two shifts are free, the
+  // two gates and (outside selective's recomputed norms) the two scales (1 + scale), [sequences, D] once repeated,
+  // are kept by their multiplies.
+  saved += conditions * s.hidden * (kFloat32 + s.c) + sequences * s.hidden * (selective ? 2 : 4) * s.c;
   // Weight copies under autocast: qkv, proj, fc1, fc2 and the adaLN linear.
   if (s.low_precision) saved += (4 * s.hidden * s.hidden + 2 * s.hidden * s.inner + 6 * s.hidden * s.hidden) * s.c;
   block.saved = saved;
@@ -102,8 +105,9 @@ StackMemory latte_stack(const models::LatteConfig& config, const LatteActivation
   StackMemory stack;
   for (int64_t i = 0; i < config.depth; ++i) {
     const bool spatial = i % 2 == 0;  // models::LatteImpl::block_kind
-    stack.blocks.push_back(spatial ? block_footprint(s, s.frame_rows, patches, true, selective)
-                                   : block_footprint(s, shape.batch * patches, config.num_frames, false, selective));
+    stack.blocks.push_back(spatial ? block_footprint(s, s.frame_rows, s.frame_rows, patches, true, selective)
+                                   : block_footprint(s, shape.batch * patches, shape.batch, config.num_frames, false,
+                                                     selective));
   }
   // A checkpointed block keeps its input, the stack's fp32 state with the conditioning rows.
   stack.block_input = (s.tokens + s.frame_rows) * s.hidden * kFloat32;
