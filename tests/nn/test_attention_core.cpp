@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "common/scoped_env.h"
+#include "tune/core/cpu_gemm_mode.h"
 #include "tune/core/memory_tracker.h"
 #include "tune/nn/attention_core.h"
 #include "tune/nn/attention_mask.h"
@@ -215,8 +216,8 @@ TEST_CASE("run_attention_core recomputes only for a runner that recomputes the a
   CHECK(node(&recomputing) == "none");
 }
 
-TEST_CASE("on the CPU the fused core replaces the plain one for fp32, for bf16/fp16 only where LibTorch "
-          "multiplies them natively, never for float64 or the recomputing core", "[nn][attention]") {
+TEST_CASE("on the CPU the fused core replaces the plain one for fp32, for bf16/fp16 only where LibTorch's kernels "
+          "for them are vectorised, never for float64 or the recomputing core", "[nn][attention]") {
   using tune::nn::uses_fused_attention;
   const auto cpu = c10::DeviceType::CPU;
   CHECK(uses_fused_attention(c10::DeviceType::CUDA, torch::kBFloat16));
@@ -224,16 +225,18 @@ TEST_CASE("on the CPU the fused core replaces the plain one for fp32, for bf16/f
   CHECK_FALSE(uses_fused_attention(cpu, torch::kDouble));
   CHECK_FALSE(uses_fused_attention(cpu, torch::kFloat, /*recomputing=*/true));
   CHECK(uses_fused_attention(c10::DeviceType::CUDA, torch::kFloat, /*recomputing=*/true));
-  {
-    const tune::testing::ScopedEnv native("TUNE_CPU_GEMM", "native");
-    CHECK(uses_fused_attention(cpu, torch::kBFloat16));
-    CHECK(uses_fused_attention(cpu, torch::kHalf));
+  // bf16/fp16: where LibTorch's own kernels for them are vectorised, whatever kernels tune's products take.
+  for (const auto dtype : {torch::kBFloat16, torch::kHalf}) {
+    CHECK(uses_fused_attention(cpu, dtype) == tune::libtorch_cpu_kernels_native(dtype));
+    for (const char* gemm : {"native", "fp32"}) {
+      const tune::testing::ScopedEnv forced("TUNE_CPU_GEMM", gemm);
+      CHECK(uses_fused_attention(cpu, dtype) == tune::libtorch_cpu_kernels_native(dtype));
+    }
   }
   {
-    // Where bf16 products go through fp32 kernels, LibTorch's own bf16 attention kernel is the slow one.
-    const tune::testing::ScopedEnv fp32_gemm("TUNE_CPU_GEMM", "fp32");
-    CHECK_FALSE(uses_fused_attention(cpu, torch::kBFloat16));
-    CHECK(uses_fused_attention(cpu, torch::kFloat));
+    const tune::testing::ScopedEnv fused("TUNE_CPU_ATTENTION", "fused");
+    CHECK(uses_fused_attention(cpu, torch::kBFloat16));
+    CHECK_FALSE(uses_fused_attention(cpu, torch::kDouble));
   }
   {
     const tune::testing::ScopedEnv plain("TUNE_CPU_ATTENTION", "plain");

@@ -22,10 +22,9 @@ bool forced(CpuGemmMode* mode) {
   return true;
 }
 
-// The CPU features LibTorch's oneDNN path requires before it multiplies bf16 (AVX-512 BW+VL+DQ) or fp16
-// (AVX512-FP16) matrices natively (ATen's mkldnn_bf16_device_check / mkldnn_fp16_device_check); without them
-// it runs a reference loop. On other architectures LibTorch's own kernels are kept.
-bool cpu_has_native_bf16_gemm() {
+// LibTorch's oneDNN path for bf16 (ATen's mkldnn_bf16_device_check): AVX-512 BW, VL and DQ (or AMX, which
+// comes with them).
+bool cpu_has_avx512_core() {
 #if defined(__x86_64__) || defined(__i386__)
   return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
          __builtin_cpu_supports("avx512dq");
@@ -33,7 +32,24 @@ bool cpu_has_native_bf16_gemm() {
   return true;
 #endif
 }
-// AVX512-FP16 is read from CPUID (leaf 7, sub-leaf 0, EDX bit 23) rather than __builtin_cpu_supports: Debian 12's
+
+// bf16: LibTorch multiplies bf16 matrices through oneDNN on CPUs with AVX-512 (BW, VL, DQ) or AMX (ATen's
+// mkldnn_bf16_device_check), elsewhere in a reference loop. Only AMX makes that faster than tune's fp32-accumulate
+// kernels: on this project's Xeon with AVX512-BF16 and no AMX, one thread, oneDNN's bf16 GEMM ran 79-85 GFLOP/s
+// on Latte's and Llama's projection shapes against 131-149 for converting to fp32 + sgemm
+// (scripts/bench_cpu_gemm.py), so native is chosen only where AMX-BF16 is (CPUID leaf 7, EDX bit 22). On other
+// architectures LibTorch's own kernels are kept.
+bool cpu_has_native_bf16_gemm() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return ((edx >> 22) & 1U) != 0;
+#else
+  return true;
+#endif
+}
+// fp16: native with AVX512-FP16 (oneDNN's mkldnn_fp16_device_check; measured here 154 GFLOP/s against 133 for
+// converting). Read from CPUID (leaf 7, sub-leaf 0, EDX bit 23) rather than __builtin_cpu_supports: Debian 12's
 // clang 14 (the fuzzing build) rejects the "avx512fp16" feature string. The OS's saving of the 512-bit state is
 // covered by the avx512f check, which the compilers' runtime makes with XGETBV.
 bool cpu_has_native_fp16_gemm() {
@@ -58,6 +74,12 @@ CpuGemmMode cpu_gemm_mode_for_fp16() {
   CpuGemmMode mode = CpuGemmMode::native;
   if (forced(&mode)) return mode;
   return cpu_has_native_fp16_gemm() ? CpuGemmMode::native : CpuGemmMode::fp32_accumulate;
+}
+
+bool libtorch_cpu_kernels_native(c10::ScalarType dtype) {
+  if (dtype == c10::kBFloat16) return cpu_has_avx512_core();
+  if (dtype == c10::kHalf) return cpu_has_native_fp16_gemm();
+  return true;
 }
 
 CpuGemmMode cpu_gemm_mode_for(c10::ScalarType dtype) {

@@ -270,7 +270,7 @@ bool uses_fused_attention(c10::DeviceType device, c10::ScalarType dtype, bool re
     if (choice == "plain") return false;
   }
   if (dtype == c10::kFloat) return true;
-  if (dtype == c10::kBFloat16 || dtype == c10::kHalf) return cpu_gemm_mode_for(dtype) == CpuGemmMode::native;
+  if (dtype == c10::kBFloat16 || dtype == c10::kHalf) return libtorch_cpu_kernels_native(dtype);
   return false;
 }
 

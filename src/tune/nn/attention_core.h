@@ -41,8 +41,10 @@ torch::Tensor attention_core_fused(const torch::Tensor& query, const torch::Tens
 // the core that runs). CUDA: always. CPU: never for the recomputing core (tune's chunked recompute skips the keys a
 // packing mask hides, and was measured faster than LibTorch's CPU kernel under such masks); for the plain core when
 // LibTorch's kernel was measured faster and leaner (docs/BENCHMARKS.md, attention table): fp32 always; bf16/fp16
-// where the CPU multiplies them natively (core/cpu_gemm_mode.h), since the kernel does its own low-precision products
-// and is 2-3x slower than the plain core where LibTorch has only a reference loop for them; never float64, which
+// where LibTorch's CPU kernels for them are vectorised (core/cpu_gemm_mode.h: libtorch_cpu_kernels_native, not
+// tune's GEMM mode), since the kernel does its own low-precision products and is 2-3x slower than the plain core
+// where LibTorch has only a reference loop for them (on this project's AVX512-BF16 Xeon, with tune's faster fp32
+// products, the plain core's Latte-S/2 step was 3% faster but kept the probabilities: the fused one is kept); never float64, which
 // tune uses to check the maths and which keeps the textbook formula. TUNE_CPU_ATTENTION=fused|plain overrides the
 // plain core's choice on the CPU (for side-by-side benchmarks).
 bool uses_fused_attention(c10::DeviceType device, c10::ScalarType dtype, bool recomputing = false);

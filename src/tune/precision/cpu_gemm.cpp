@@ -89,9 +89,8 @@ at::Tensor native_baddbmm(const at::Tensor& self, const at::Tensor& batch1, cons
 }
 
 // MKL's mixed-precision GEMM (cblas_gemm_bf16bf16f32 / cblas_gemm_f16f16f32: low-precision operands, fp32
-// accumulation and result), which LibTorch's wheel links in and exports. It reads the operands where they are, so
-// the only transient is the fp32 result; looked up at run time, so a LibTorch without MKL falls back to converting
-// the operands to fp32 (two more transients, same values).
+// accumulation and result), which LibTorch's wheel links in and exports. It reads the operands where they are;
+// used only for matrix products whose right operand is too large to convert (see kMaxConvertedBytes).
 using MklMixedGemm = void (*)(int layout, int trans_a, int trans_b, int m, int n, int k, float alpha, const void* a,
                               int lda, const void* b, int ldb, float beta, float* c, int ldc);
 constexpr int kCblasRowMajor = 101, kCblasNoTrans = 111, kCblasTrans = 112;
@@ -130,8 +129,20 @@ bool fits_cblas_int(std::initializer_list<int64_t> values) {
 }
 
 // result = alpha * a @ b + beta * result for 2-D low-precision a [m, k], b [k, n] and a contiguous fp32 result
-// [m, n] (not read when beta is 0).
-void accumulate_product(const at::Tensor& a, const at::Tensor& b, float alpha, float beta, at::Tensor& result) {
+// [m, n] (not read when beta is 0), with b converted to fp32 once by the caller (`b32`), or undefined when it is
+// too large to convert: MKL's mixed-precision GEMM then reads b in place.
+//
+// Why convert: the operands are exact in fp32, and LibTorch's fp32 kernel (MKL's sgemm) is the fastest product
+// on the CPUs measured. On this project's Xeon (AVX512-BF16, no AMX), one thread, [4096, 384] x [384, 1152] and
+// the other Latte/Llama projection shapes: converting slices + sgemm 131-149 GFLOP/s, LibTorch's own bf16 GEMM
+// (oneDNN) 79-85, MKL's mixed GEMM 84-86 (scripts/bench_cpu_gemm.py). On AVX2-only CPUs the mixed GEMM and sgemm
+// were within 4% of each other.
+void accumulate_product(const at::Tensor& a, const at::Tensor& b, const at::Tensor& b32, float alpha, float beta,
+                        at::Tensor& result) {
+  if (b32.defined()) {
+    native_addmm(result, a.to(at::kFloat), b32, beta, alpha, result);
+    return;
+  }
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
   const MklMixedGemm gemm = mkl_gemm_for(a.scalar_type());
   if (gemm != nullptr && fits_cblas_int({m, n, k})) {
@@ -157,10 +168,73 @@ void check_matrices(const at::Tensor& a, const at::Tensor& b, int64_t dims) {
   if (dims == 3) TORCH_CHECK(a.size(0) == b.size(0), "batch1 and batch2 must have same number of batches");
 }
 
-// Rows of the result computed per MKL call: the fp32 result is a transient of at most this many rows (256 KiB at
-// the widths here), not of the whole [m, n], which in a checkpointed block's backward would add to the peak.
-int64_t rows_per_chunk(int64_t columns) {
-  return std::max<int64_t>(64, (int64_t{1} << 16) / std::max<int64_t>(columns, 1));
+// The fp32 transients are slices, so a checkpointed block's backward adds little to the peak: the result (and the
+// left operand) converted a block of rows (or of matrices) at a time, at most kBlockElements fp32 elements of
+// result per block (256 KiB), with the right operand of a matrix product converted whole (a weight); or, when that
+// is smaller (a weight gradient, whose right operand is the layer's input), the result whole (weight-sized) with
+// both operands converted kInnerSlab steps of the inner dimension at a time. Over kMaxConvertedBytes, or with
+// fewer than kMinRowsToConvert rows, MKL's mixed GEMM reads the operands in place.
+constexpr int64_t kBlockElements = int64_t{1} << 16;
+constexpr int64_t kMaxConvertedBytes = int64_t{64} << 20;
+constexpr int64_t kMinRowsToConvert = 64;
+constexpr int64_t kInnerSlab = 256;
+
+int64_t rows_per_chunk(int64_t columns) { return std::max<int64_t>(64, kBlockElements / std::max<int64_t>(columns, 1)); }
+
+// beta * bias + alpha * a @ b (bias undefined: the plain product) for matrices, accumulated in fp32 and rounded
+// once to the operands' dtype into `result`.
+void matrix_product(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias, double beta, double alpha,
+                    at::Tensor& result) {
+  const int64_t rows = a.size(0), inner = a.size(1), columns = b.size(1);
+  const int64_t chunk = std::min(rows, rows_per_chunk(columns));
+  // fp32 elements alive at once: b whole plus a block of a's rows and the result's, or (in slabs of the inner
+  // dimension) the result whole plus a slab of each operand. A weight gradient (inner = tokens) takes the second
+  // form: b is then the layer's input, and an fp32 copy of it would be an activation-sized transient.
+  const int64_t whole_b = inner * columns + chunk * (inner + columns);
+  const int64_t in_slabs = rows * columns + kInnerSlab * (rows + columns);
+  if (b.numel() > 0 && in_slabs < whole_b && in_slabs * 4 <= kMaxConvertedBytes) {
+    at::Tensor sum = at::empty({rows, columns}, a.options().dtype(at::kFloat));
+    if (bias.defined()) sum.copy_(bias);
+    for (int64_t first = 0; first < inner; first += kInnerSlab) {
+      const int64_t count = std::min(kInnerSlab, inner - first);
+      const double keep = first > 0 ? 1.0 : (bias.defined() ? beta : 0.0);
+      native_addmm(sum, a.narrow(1, first, count).to(at::kFloat), b.narrow(0, first, count).to(at::kFloat), keep,
+                   alpha, sum);
+    }
+    result.copy_(sum);
+    return;
+  }
+  // Converting b costs about as much as multiplying it by 64 rows: fewer rows (a decode step, a short sequence
+  // through a large head) read it in place.
+  const bool convert = rows >= kMinRowsToConvert && b.numel() > 0 && whole_b * 4 <= kMaxConvertedBytes;
+  const at::Tensor b32 = convert ? b.to(at::kFloat) : at::Tensor();
+  at::Tensor buffer = at::empty({std::max<int64_t>(chunk, 1), columns}, a.options().dtype(at::kFloat));
+  for (int64_t row = 0; row < rows; row += chunk) {
+    const int64_t count = std::min(chunk, rows - row);
+    at::Tensor partial = buffer.narrow(0, 0, count);
+    if (bias.defined()) partial.copy_(bias.narrow(0, row, count));
+    accumulate_product(a.narrow(0, row, count), b, b32, static_cast<float>(alpha),
+                       bias.defined() ? static_cast<float>(beta) : 0.0f, partial);
+    result.narrow(0, row, count).copy_(partial);
+  }
+}
+
+// The same for batches: a group of whole matrices converted at a time and multiplied by LibTorch's fp32 batched
+// kernel (per-matrix calls cost more than the product for attention's small matrices: 8 x 64 x 8 per head in
+// a temporal block ran at 1 GFLOP/s through MKL's mixed GEMM one matrix at a time).
+void batched_product(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias, double beta, double alpha,
+                     at::Tensor& result) {
+  const int64_t matrices = a.size(0), per_matrix = a.size(1) * b.size(2);
+  const int64_t group = std::clamp<int64_t>(kBlockElements / std::max<int64_t>(per_matrix, 1), 1,
+                                            std::max<int64_t>(matrices, 1));
+  for (int64_t first = 0; first < matrices; first += group) {
+    const int64_t count = std::min(group, matrices - first);
+    at::Tensor partial = at::empty({count, a.size(1), b.size(2)}, a.options().dtype(at::kFloat));
+    if (bias.defined()) partial.copy_(bias.narrow(0, first, count));
+    native_baddbmm(partial, a.narrow(0, first, count).to(at::kFloat), b.narrow(0, first, count).to(at::kFloat),
+                   bias.defined() ? beta : 0.0, alpha, partial);
+    result.narrow(0, first, count).copy_(partial);
+  }
 }
 
 // beta * bias + alpha * a @ b (bias undefined: the plain product) for matrices or batches of them, accumulated in
@@ -176,21 +250,8 @@ at::Tensor low_precision_product(const at::Tensor& a, const at::Tensor& b, const
   if (out != nullptr) at::native::resize_output(result, sizes);
   const bool with_bias = bias.defined() && beta != 0.0;  // beta 0 ignores the bias, NaNs included, as LibTorch
   const at::Tensor expanded_bias = with_bias ? bias.expand(sizes) : at::Tensor();
-  const int64_t rows = a.size(-2), columns = b.size(-1), chunk = std::min(rows, rows_per_chunk(columns));
-  at::Tensor buffer = at::empty({std::max<int64_t>(chunk, 1), columns}, a.options().dtype(at::kFloat));
-  const int64_t matrices = batched ? a.size(0) : 1;
-  for (int64_t i = 0; i < matrices; ++i) {
-    const at::Tensor lhs = batched ? a[i] : a, rhs = batched ? b[i] : b;
-    at::Tensor target = batched ? result[i] : result;
-    for (int64_t row = 0; row < rows; row += chunk) {
-      const int64_t count = std::min(chunk, rows - row);
-      at::Tensor partial = buffer.narrow(0, 0, count);
-      if (with_bias) partial.copy_((batched ? expanded_bias[i] : expanded_bias).narrow(0, row, count));
-      accumulate_product(lhs.narrow(0, row, count), rhs, static_cast<float>(alpha),
-                         with_bias ? static_cast<float>(beta) : 0.0f, partial);
-      target.narrow(0, row, count).copy_(partial);
-    }
-  }
+  if (batched) batched_product(a, b, expanded_bias, beta, alpha, result);
+  else matrix_product(a, b, expanded_bias, beta, alpha, result);
   return result;
 }
 

@@ -1,17 +1,20 @@
-// Matrix products of bf16/fp16 tensors on CPUs that LibTorch has no fast kernel for.
+// Matrix products of bf16/fp16 tensors on CPUs where LibTorch's own kernel for them is not the fast one.
 //
 // LibTorch 2.x multiplies bf16 matrices on the CPU through oneDNN only when the CPU has AVX-512 (BW, VL and DQ)
-// or AMX, and fp16 ones only with AVX512-FP16/AMX-FP16; elsewhere (every AVX2-only CPU, this project's AMD EPYC
-// machines among them) it falls back to a reference loop: 0.3-0.5 GFLOP/s on one thread against 11-17 for fp32
-// (measured with torch 2.13), which makes bf16 autocast, tune's default, ~40x slower than fp32 training.
-// `install_cpu_gemm()` replaces LibTorch's CPU kernels of mm, addmm, bmm and baddbmm (and their out= forms) with
-// ones that, for bf16/fp16 operands, accumulate the product in fp32 and round it once to the operands' dtype: the
-// numerics oneDNN's bf16 GEMM has, at fp32 speed. They call MKL's mixed-precision GEMM (cblas_gemm_bf16bf16f32,
-// cblas_gemm_f16f16f32; exported by LibTorch's MKL build, 84 GFLOP/s on one thread here against 81 for sgemm),
-// which reads the low-precision operands in place, so the only transient is the fp32 result; without MKL they
-// convert the operands to fp32 and use LibTorch's fp32 kernel. Every other dtype goes to LibTorch's own kernel
-// unchanged. linear, matmul and autograd's backward formulas all reach these four operators, so forward and
-// backward of every projection take the fast path.
+// or AMX, and fp16 ones only with AVX512-FP16/AMX-FP16; elsewhere (AVX2-only CPUs) it falls back to a reference
+// loop: 0.3-0.5 GFLOP/s on one thread against 11-17 for fp32 (measured with torch 2.13 on an AMD EPYC), which
+// makes bf16 autocast, tune's default, ~40x slower than fp32 training. And where oneDNN's bf16 path runs without
+// AMX it is still slower than fp32: on this project's Xeon (AVX512-BF16), 79-85 GFLOP/s against 145-153 for
+// MKL's sgemm (scripts/bench_cpu_gemm.py). `install_cpu_gemm()` replaces LibTorch's CPU kernels of mm, addmm, bmm
+// and baddbmm (and their out= forms) with ones that, for bf16/fp16 operands, accumulate the product in fp32 and
+// round it once to the operands' dtype: the numerics of oneDNN's bf16 GEMM, at fp32 speed. They convert the
+// operands to fp32 a slice at a time (a block of rows of the left operand, the right one whole; a group of whole
+// matrices of a batch) and call LibTorch's fp32 kernel, so the fp32 transients are a few hundred KiB plus the
+// converted right operand (a weight, or a layer input in a weight gradient); a right operand over 64 MiB as fp32
+// is instead read in place by MKL's mixed-precision GEMM (cblas_gemm_bf16bf16f32 / cblas_gemm_f16f16f32, which the
+// kernels used for everything before: as fast as oneDNN's bf16 here, not faster). Every other dtype goes to
+// LibTorch's own kernel unchanged. linear, matmul and autograd's backward formulas all reach these four
+// operators, so forward and backward of every projection take the fast path.
 #pragma once
 
 #include "tune/core/cpu_gemm_mode.h"
