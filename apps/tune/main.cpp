@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
   plan_command->add_option("overrides", plan_arguments.overrides, "key=value overrides");
   plan_command->add_option("--memory", plan_arguments.memory,
                            "memory per process: 16GiB, 500MB (KB/MB/GB decimal, KiB/MiB/GiB binary)")->required();
-  plan_command->add_option("--nproc", plan_arguments.nproc, "data-parallel processes (strategy ddp)")
+  plan_command->add_option("--nproc", plan_arguments.nproc, "data-parallel processes (distributed.strategy: ddp or shard_grad_op)")
       ->check(CLI::PositiveNumber);
   plan_command->add_flag("--json", plan_arguments.json, "print the plan as one JSON object");
 

@@ -152,6 +152,26 @@ assert all(s >= 0.8 * state / 2 for s in saved), f"peaks fell by {saved} bytes, 
 PY
 ) || fail "shard_grad_op memory: $report"
   echo "$report"
+  # tune plan reads the strategy: each process's optimizer state is its share (the even split plus at most the
+  # largest parameter's state), the rest of the breakdown is ddp's.
+  expect_exit 0 "$TUNE" plan "$WORK/zero2-mem.yaml" --memory 4GiB --nproc 2 --json "${big[@]}"
+  local plan_ddp=$OUT
+  expect_exit 0 "$TUNE" plan "$WORK/zero2-mem.yaml" --memory 4GiB --nproc 2 --json distributed.strategy=shard_grad_op \
+    "${big[@]}"
+  contains "$OUT" '"strategy": "shard_grad_op"'
+  report=$("$PYTHON" - "$plan_ddp" "$OUT" "$WORK/runs/zero2-mem-sharded/memory.json" <<'PY'
+import json, sys
+ddp, sharded = (json.loads(text)["rows"][0]["breakdown"] for text in sys.argv[1:3])
+measured = json.load(open(sys.argv[3]))["optimizer_state_bytes"]
+assert ddp["optimizer_state"] / 2 <= sharded["optimizer_state"] < ddp["optimizer_state"], (ddp, sharded)
+assert sharded["optimizer_state"] >= measured, (sharded["optimizer_state"], measured)  # an upper bound of rank 0's
+assert {k: v for k, v in ddp.items() if k not in ("optimizer_state", "step")} == \
+       {k: v for k, v in sharded.items() if k not in ("optimizer_state", "step")}, (ddp, sharded)
+print(f"plan: optimizer state per process {ddp['optimizer_state'] / 2**20:.1f} MiB (ddp) -> "
+      f"{sharded['optimizer_state'] / 2**20:.1f} MiB (shard_grad_op; rank 0 measured {measured / 2**20:.1f} MiB)")
+PY
+) || fail "tune plan under shard_grad_op: $report"
+  echo "$report"
 }
 
 # The torchrun and Slurm contracts, with the variables set by hand: the two processes must rendezvous and train as

@@ -196,6 +196,24 @@ TEST_CASE("ddp counts each process's micro-batch and the gradient buckets", "[re
   CHECK(two.other - one.other >= one.gradients);  // fp32 buckets hold a copy of every gradient
 }
 
+TEST_CASE("shard_grad_op divides the AdamW state among the processes", "[recipes][plan]") {
+  SftPlanInputs inputs = inputs_for(small_config(), 64);
+  PlanSetting setting;
+  setting.batch_size = 2;
+  setting.processes = 2;
+  const auto replicated = tune::recipes::sft::predict_peak(inputs, setting);
+  inputs.shard_optimizer_state = true;
+  const auto sharded = tune::recipes::sft::predict_peak(inputs, setting);
+  const auto counts = tune::recipes::sft::count_parameters(inputs.model, inputs.lora);
+  const int64_t largest_state = counts.largest_trainable * 8;  // AdamW's two fp32 moments per element
+  CHECK(sharded.optimizer_state < replicated.optimizer_state);
+  CHECK(sharded.optimizer_state >= replicated.optimizer_state / 2);
+  CHECK(sharded.optimizer_state <= replicated.optimizer_state / 2 + largest_state);
+  CHECK(sharded.gradients == replicated.gradients);  // all-reduced whole during backward: every gradient exists
+  setting.processes = 1;  // one process owns everything
+  CHECK(tune::recipes::sft::predict_peak(inputs, setting).optimizer_state == replicated.optimizer_state);
+}
+
 // Found on the 1B model (docs/BENCHMARKS.md): a tied embedding, fully trained, receives the output head's gradient
 // early in backward and the input lookup's, a dense [vocab, hidden] fp32 tensor, at the very end, when every other
 // gradient exists; at 1024 tokens that moment was the step's peak and the plan was 0.3 GiB short. Measured here on a

@@ -16,7 +16,7 @@ namespace tune::recipes {
 struct PlanRequest {
   config::Config config;
   uint64_t budget_bytes = 0;  // per process
-  int processes = 1;          // data-parallel processes (strategy ddp when > 1)
+  int processes = 1;          // data-parallel processes (distributed.strategy: ddp or shard_grad_op)
 };
 
 // One candidate: the keys the plan may change. The global batch (batch_size x accumulation x processes) is the
@@ -28,8 +28,9 @@ struct PlanSetting {
   int64_t accumulation = 1;            // micro-batches per optimizer step
   std::string param_dtype = "fp32";    // fp32 | bf16 (frozen weights, LoRA only)
   int processes = 1;
+  bool shard_grad_op = false;          // distributed.strategy shard_grad_op (optimizer state sharded)
 
-  std::string strategy() const { return processes > 1 ? "ddp" : "single"; }
+  std::string strategy() const { return processes > 1 ? (shard_grad_op ? "shard_grad_op" : "ddp") : "single"; }
   // "every_k (k=2)" / "full"
   std::string checkpointing_label() const;
   // The key=value overrides that select this setting (applied after the user's own).

@@ -62,17 +62,18 @@ std::string plan_table(const BudgetPlan& plan) {
   std::string out = fmt::format("memory plan ({} recipe): {}\n", plan.recipe, plan.model);
   out += fmt::format("  {} on {}, {} process{}{}; global batch {} rows x {} tokens per step; budget {} per process\n",
                      plan.precision, plan.device, plan.processes, plan.processes > 1 ? "es" : "",
-                     plan.processes > 1 ? " (strategy ddp)" : "", plan.global_batch, plan.sequence,
+                     plan.processes > 1 && !plan.rows.empty() ? " (strategy " + plan.rows[0].setting.strategy() + ")" : "",
+                     plan.global_batch, plan.sequence,
                      bytes(static_cast<int64_t>(plan.budget_bytes)));
   out += fmt::format("  relative time: {}\n\n", plan.time_model);
-  out += fmt::format("  {:<15} {:>11} {:>6}  {:<12} {:<9} {:>14} {:>10}\n", "checkpointing", "micro-batch", "accum",
+  out += fmt::format("  {:<15} {:>11} {:>6}  {:<12} {:<13} {:>14} {:>10}\n", "checkpointing", "micro-batch", "accum",
                      "param_dtype", "strategy", "predicted peak", "rel. time");
   size_t fitting = 0;
   for (size_t i = 0; i < plan.rows.size(); ++i) {
     const PlanRow& row = plan.rows[i];
     if (!row.fits) continue;
     ++fitting;
-    out += fmt::format("{} {:<15} {:>11} {:>6}  {:<12} {:<9} {:>14} {:>10.3f}\n", plan.chosen == i ? "*" : " ",
+    out += fmt::format("{} {:<15} {:>11} {:>6}  {:<12} {:<13} {:>14} {:>10.3f}\n", plan.chosen == i ? "*" : " ",
                        row.setting.checkpointing_label(), row.setting.batch_size, row.setting.accumulation,
                        row.setting.param_dtype, row.setting.strategy(), bytes(row.peak_bytes), row.relative_time);
   }

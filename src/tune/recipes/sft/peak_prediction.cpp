@@ -37,6 +37,13 @@ PeakBreakdown predict_peak(const SftPlanInputs& inputs, const PlanSetting& setti
   peak.parameters = resident.parameters;
   peak.gradients = resident.gradients;
   peak.optimizer_state = resident.optimizer_state;
+  if (inputs.shard_optimizer_state && setting.processes > 1 && counts.trainable > 0) {
+    // shard_grad_op: contiguous shares balanced by bytes (distributed/parameter_partition), each within one
+    // parameter of an even split; counted as the even split plus the largest parameter's state, an upper bound.
+    const int64_t per_element = resident.optimizer_state / counts.trainable;
+    peak.optimizer_state = std::min(resident.optimizer_state, resident.optimizer_state / setting.processes +
+                                                                  counts.largest_trainable * per_element);
+  }
 
   ActivationShape shape{setting.batch_size, inputs.sequence, inputs.low_precision ? 2 : 4};
   shape.mask_batch = setting.batch_size;  // SFT rows carry segment ids: one mask per row (as sft_train.cpp)

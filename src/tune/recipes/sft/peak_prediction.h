@@ -25,6 +25,7 @@ struct SftPlanInputs {
   int64_t bucket_bytes = 25 * 1024 * 1024;  // distributed.bucket_mb
   bool reduce_bf16 = false;     // distributed.reduce_dtype
   bool optimizer_state_bf16 = false;  // optimizer.state_dtype
+  bool shard_optimizer_state = false;  // distributed.strategy shard_grad_op: each process keeps a share of it
 };
 
 memory::CheckpointOptions checkpoint_options(const PlanSetting& setting);
