@@ -45,7 +45,7 @@ while [[ $# -gt 0 ]]; do
   esac
   shift
 done
-[[ -n "$OUT" ]] || OUT="$ROOT/build-bench/bench_checkpointing$([[ $QUICK == 1 ]] && echo -quick).json"
+[[ -n "$OUT" ]] || OUT="$ROOT/build-bench/bench_checkpointing$([[ $QUICK == 1 ]] && echo -quick || true).json"
 
 # Building is a no-op when tune-bench is up to date.
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then

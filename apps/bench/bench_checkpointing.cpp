@@ -24,6 +24,7 @@
 #include "tune/core/threads.h"
 #include "tune/memory/checkpoint.h"
 #include "tune/models/llama.h"
+#include "tune/nn/attention_core.h"
 #include "tune/precision/cpu_gemm.h"
 #include "tune/precision/mixed_precision.h"
 #include "tune/recipes/sft/memory_report.h"
@@ -274,12 +275,18 @@ int run(const BenchOptions& options) {
 
   // The analytic side: the estimate for this policy and layout, and the floor policy full aims at (every block's
   // fp32 input kept, plus one block's working set while it is recomputed and differentiated).
+  // The attention core that ran, per stack (as sft_train.cpp asks): selective's layers may keep tune's recomputing
+  // core where the others run LibTorch's fused kernel.
   tune::recipes::sft::ActivationShape shape{options.batch, options.sequence, options.dtype == "bf16" ? 2 : 4};
-  shape.fused_attention = options.device == "cuda";
+  const auto device_type = options.device == "cuda" ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+  const auto compute_dtype = options.dtype == "bf16" ? torch::kBFloat16 : torch::kFloat;
+  shape.fused_attention = tune::nn::uses_fused_attention(device_type, compute_dtype);
   shape.lora = lora;
-  const int64_t estimate = tune::recipes::estimate_for_runner(tune::recipes::sft::llama_stack(config, shape, false),
-                                                              tune::recipes::sft::llama_stack(config, shape, true),
-                                                              *runner);
+  auto selective_shape = shape;
+  selective_shape.fused_attention = tune::nn::uses_fused_attention(device_type, compute_dtype, /*recomputing=*/true);
+  const int64_t estimate = tune::recipes::estimate_for_runner(
+      tune::recipes::sft::llama_stack(config, shape, false),
+      tune::recipes::sft::llama_stack(config, selective_shape, true), *runner);
   const int64_t block_inputs = options.layers * options.batch * options.sequence * options.hidden * 4;
   const int64_t layer_bytes = tune::recipes::sft::estimate_layer_working_set_bytes(config, shape);
 
