@@ -22,6 +22,16 @@ bool forced(CpuGemmMode* mode) {
   return true;
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+// CPUID leaf 7, sub-leaf 0, EDX bit `bit` (22: AMX-BF16, 23: AVX512-FP16), read directly: Debian 12's clang 14
+// (the fuzzing build) rejects __builtin_cpu_supports("avx512fp16") and has no AMX feature strings.
+bool cpuid7_edx(int bit) {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return ((edx >> bit) & 1U) != 0;
+}
+#endif
+
 // LibTorch's oneDNN path for bf16 (ATen's mkldnn_bf16_device_check): AVX-512 BW, VL and DQ (or AMX, which
 // comes with them).
 bool cpu_has_avx512_core() {
@@ -37,26 +47,22 @@ bool cpu_has_avx512_core() {
 // mkldnn_bf16_device_check), elsewhere in a reference loop. Only AMX makes that faster than tune's fp32-accumulate
 // kernels: on this project's Xeon with AVX512-BF16 and no AMX, one thread, oneDNN's bf16 GEMM ran 79-85 GFLOP/s
 // on Latte's and Llama's projection shapes against 131-149 for converting to fp32 + sgemm
-// (scripts/bench_cpu_gemm.py), so native is chosen only where AMX-BF16 is (CPUID leaf 7, EDX bit 22). On other
+// (scripts/bench_cpu_gemm.py), so native is chosen only where the CPU reports AMX-BF16 (oneDNN asks the kernel
+// for the AMX state itself; where that is refused it runs AVX-512 kernels, a case not measured). On other
 // architectures LibTorch's own kernels are kept.
 bool cpu_has_native_bf16_gemm() {
 #if defined(__x86_64__) || defined(__i386__)
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
-  return ((edx >> 22) & 1U) != 0;
+  return cpuid7_edx(22);
 #else
   return true;
 #endif
 }
 // fp16: native with AVX512-FP16 (oneDNN's mkldnn_fp16_device_check; measured here 154 GFLOP/s against 133 for
-// converting). Read from CPUID (leaf 7, sub-leaf 0, EDX bit 23) rather than __builtin_cpu_supports: Debian 12's
-// clang 14 (the fuzzing build) rejects the "avx512fp16" feature string. The OS's saving of the 512-bit state is
-// covered by the avx512f check, which the compilers' runtime makes with XGETBV.
+// converting). The OS's saving of the 512-bit state is covered by the avx512f check, which the compilers' runtime
+// makes with XGETBV.
 bool cpu_has_native_fp16_gemm() {
 #if defined(__x86_64__) || defined(__i386__)
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
-  return __builtin_cpu_supports("avx512f") && ((edx >> 23) & 1U) != 0;
+  return __builtin_cpu_supports("avx512f") && cpuid7_edx(23);
 #else
   return true;
 #endif
