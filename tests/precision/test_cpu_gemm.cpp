@@ -4,8 +4,11 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <array>
 #include <functional>
+#include <vector>
 
+#include "common/scoped_env.h"
 #include "tune/precision/cpu_gemm.h"
 #include "tune/precision/mixed_precision.h"
 
@@ -79,6 +82,49 @@ TEST_CASE("low-precision products equal a float64 product rounded once, through 
     });
     if (fp32_path_for(dtype)) CHECK(calls >= 12);
     else CHECK(calls == 0);
+  }
+}
+
+// The shapes that pick each way of the fp32-accumulate kernels (precision/cpu_gemm.cpp): few rows (the right
+// operand read in place by MKL's mixed GEMM), many rows (row blocks, the right operand converted once), a long
+// inner dimension (a weight gradient: slabs of it into a whole fp32 result, with and without a bias), and batches
+// (groups of whole matrices, small and large). Every one against float64 rounded once.
+TEST_CASE("every way through the fp32-accumulate kernels equals a float64 product rounded once",
+          "[precision][cpu_gemm]") {
+  tune::precision::install_cpu_gemm();
+  const tune::testing::ScopedEnv fp32_gemm("TUNE_CPU_GEMM", "fp32");
+  torch::manual_seed(3);
+  if (fp32_calls_during([] { torch::mm(torch::ones({2, 2}, torch::kBFloat16), torch::ones({2, 2}, torch::kBFloat16)); }) == 0) {
+    WARN("the replacement kernels are not installed on this CPU (native bf16 and fp16 GEMM): nothing to test");
+    return;
+  }
+  for (const auto dtype : {torch::kBFloat16, torch::kHalf}) {
+    INFO("dtype " << dtype);
+    auto d = [](const torch::Tensor& t) { return t.to(torch::kFloat64); };
+    const std::vector<std::array<int64_t, 3>> shapes = {
+        {8, 96, 40},      // few rows: in place
+        {300, 96, 520},   // row blocks of 126 rows, b converted once
+        {64, 1500, 32},   // a weight gradient: the inner dimension in slabs of 256
+        {96, 2048, 384}}; // the same at Latte's width
+    for (const auto& [m, k, n] : shapes) {
+      INFO(m << " x " << k << " x " << n);
+      const auto a = torch::randn({m, k}).to(dtype), b = torch::randn({k, n}).to(dtype);
+      const auto bias = torch::randn({n}).to(dtype);
+      const int64_t calls = fp32_calls_during([&] {
+        check_within_one_ulp(torch::mm(a, b), torch::mm(d(a), d(b)), dtype);
+        check_within_one_ulp(torch::mm(b.t(), a.t()), torch::mm(d(b).t(), d(a).t()), dtype);  // stored transposed
+        check_within_one_ulp(torch::addmm(bias, a, b, 0.5, 2.0), torch::addmm(d(bias), d(a), d(b), 0.5, 2.0), dtype);
+      });
+      CHECK(calls == 3);
+    }
+    for (const auto& [batch, m, k, n] : std::vector<std::array<int64_t, 4>>{{700, 8, 16, 8}, {3, 300, 40, 260}}) {
+      INFO(batch << " x " << m << " x " << k << " x " << n);
+      const auto a = torch::randn({batch, m, k}).to(dtype), b = torch::randn({batch, k, n}).to(dtype);
+      const auto bias = torch::randn({batch, m, n}).to(dtype);
+      check_within_one_ulp(torch::bmm(a, b), torch::bmm(d(a), d(b)), dtype);
+      check_within_one_ulp(torch::baddbmm(bias, a, b, 0.5, 2.0), torch::baddbmm(d(bias), d(a), d(b), 0.5, 2.0),
+                           dtype);
+    }
   }
 }
 
