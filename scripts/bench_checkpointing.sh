@@ -6,7 +6,7 @@
 #
 #   scripts/bench_checkpointing.sh [--quick] [--out FILE.json] [--steps N] [--warmup W] [--repeat R]
 #                                  [--threads T] [--policies "off full ..."] [--no-pytorch] [--build-dir DIR]
-#                                  [--configs "LAYERS:SEQ ..."] [--compare LAYERS:SEQ]
+#                                  [--configs "LAYERS:SEQ ..."] [--compare LAYERS:SEQ] [--pytorch-compile]
 #
 # Default sweep (hidden 256, heads 4, intermediate 688, vocab 256, batch 1, bf16): depth 4/8/16/32 layers at seq
 # 1024 and seq 256/512/1024/2048 at 8 layers; tune vs PyTorch at 8 layers, seq 1024. --quick: a small subset.
@@ -22,6 +22,7 @@ REPEAT=1
 THREADS=2
 POLICIES="off full every_k sqrt selective"
 PYTORCH=1
+PYTORCH_ARGS=()
 CONFIGS=""
 COMPARE=""
 PYTHON=${PYTHON:-$ROOT/.venv/bin/python}  # scripts/setup.sh: torch 2.13, the peer
@@ -37,6 +38,7 @@ while [[ $# -gt 0 ]]; do
     --threads) THREADS="$2"; shift ;;
     --policies) POLICIES="$2"; shift ;;
     --no-pytorch) PYTORCH=0 ;;
+    --pytorch-compile) PYTORCH_ARGS=(--compile) ;;  # the peer under torch.compile (inductor) instead of eager
     --build-dir) BUILD_DIR="$2"; shift ;;
     --configs) CONFIGS="$2"; shift ;;
     --compare) COMPARE="$2"; shift ;;
@@ -78,7 +80,7 @@ run_one() {
   if [[ $tool == tune ]]; then
     line=$("$BENCH" "${args[@]}" 2>/dev/null | tail -n 1) || rc=$?
   else
-    line=$("$PYTHON" "$ROOT/scripts/bench_pytorch_llama.py" "${args[@]}" 2>/dev/null | tail -n 1) || rc=$?
+    line=$("$PYTHON" "$ROOT/scripts/bench_pytorch_llama.py" "${args[@]}" "${PYTORCH_ARGS[@]}" 2>/dev/null | tail -n 1) || rc=$?
   fi
   if [[ -z "$line" || "${line:0:1}" != "{" ]]; then
     line="{\"tool\": \"$tool\", \"policy\": \"$policy\", \"layers\": $layers, \"seq\": $seq, \"error\": \"exit code $rc, no JSON\"}"

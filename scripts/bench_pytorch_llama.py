@@ -178,6 +178,8 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the model (inductor; compiled during the warm-up steps)")
     args = parser.parse_args()
 
     result = {"tool": "pytorch", "torch": torch.__version__, "policy": args.policy, "k": args.k,
@@ -198,6 +200,9 @@ def main():
     model = Llama(args)
     model.checkpointed = layout
     model.train()
+    result["compiled"] = args.compile
+    if args.compile:
+        model = torch.compile(model)
     result["checkpointed_blocks"] = sum(layout)
     input_ids = torch.randint(0, args.vocab, (args.batch, args.seq))
     labels = torch.randint(0, args.vocab, (args.batch, args.seq))
