@@ -205,7 +205,9 @@ def main():
     target_lines, target_results = targets(sweep, comparison, compare)
     print("### Activation checkpointing: tune, per configuration and policy\n")
     print("\n".join(sweep_lines))
-    print("\n### tune vs PyTorch (eager, torch.utils.checkpoint), bf16 autocast\n")
+    compiled = any(r.get("tool") == "pytorch" and r.get("compiled") for r in rows)
+    mode = "torch.compile" if compiled else "eager"
+    print(f"\n### tune vs PyTorch ({mode}, torch.utils.checkpoint), bf16 autocast\n")
     print("\n".join(compare_lines))
     print("\n### Issue targets\n")
     print("\n".join(target_lines))
