@@ -17,13 +17,13 @@ namespace {
 
 constexpr double kNormEps = 1e-6;
 
-// adaLN: the parameter-free LayerNorm modulated by shift and scale, as one norm region of `runner`. The modulation
-// belongs to the region because its multiply would otherwise keep the LayerNorm's fp32 output for backward: a
-// recomputing runner then keeps only x, shift and scale, and the qkv/fc1 input copy of the modulated result.
+// adaLN: the parameter-free LayerNorm modulated by shift and scale, one autograd node (nn::modulated_layer_norm:
+// keeps x and the row statistics, not the fp32 normalised x) and one norm region of `runner` (selective recomputes
+// it whole).
 torch::Tensor run_modulated_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
                                  nn::BlockRunner* runner) {
   auto region = [](const std::vector<torch::Tensor>& inputs) {
-    return nn::modulate(nn::layer_norm_fp32(inputs[0], kNormEps), inputs[1], inputs[2]);
+    return nn::modulated_layer_norm(inputs[0], inputs[1], inputs[2], kNormEps);
   };
   return nn::run_region(runner, nn::RegionKind::norm, region, {x, shift, scale});
 }
@@ -86,7 +86,7 @@ LatteFinalLayerImpl::LatteFinalLayerImpl(const LatteConfig& config) {
 
 torch::Tensor LatteFinalLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& c) {
   const auto chunks = adaLN_modulation->forward(c).chunk(2, 1);
-  return nn::linear(linear, nn::modulate(nn::layer_norm_fp32(x, kNormEps), chunks[0], chunks[1]));
+  return nn::linear(linear, nn::modulated_layer_norm(x, chunks[0], chunks[1], kNormEps));
 }
 
 LabelEmbedderImpl::LabelEmbedderImpl(int64_t num_classes_, int64_t hidden_size, double dropout_prob_)

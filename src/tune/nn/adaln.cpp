@@ -1,8 +1,11 @@
 // adaLN helpers shared by DiT-style blocks (Latte).
 #include "tune/nn/adaln.h"
 
+#include <torch/autograd.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/linear.h>
+
+#include <tuple>
 
 namespace tune::nn {
 
@@ -13,6 +16,57 @@ torch::Tensor layer_norm_fp32(const torch::Tensor& input, double eps) {
 
 torch::Tensor modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale) {
   return x * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
+}
+
+namespace {
+
+// Saves x, mean, rstd and scale; the normalised x, (x - mean) * rstd, is recomputed in backward (header comment).
+struct ModulatedLayerNorm : public torch::autograd::Function<ModulatedLayerNorm> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& shift,
+                               const torch::Tensor& scale, double eps) {
+    const auto compute_dtype = torch::promote_types(x.scalar_type(), torch::kFloat32);
+    const torch::Tensor x_compute = x.to(compute_dtype);
+    auto [normalised, mean, rstd] = at::native_layer_norm(x_compute, {x.size(-1)}, {}, {}, eps);
+    // The same operations as modulate(), so forward's values are the two-op form's bit for bit.
+    torch::Tensor output = modulate(normalised, shift, scale);
+    ctx->save_for_backward({x, mean, rstd, scale});
+    ctx->saved_data["shift_dtype"] = static_cast<int64_t>(shift.scalar_type());
+    return output;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &mean = saved[1], &rstd = saved[2], &scale = saved[3];
+    const torch::Tensor& grad_output = grad_outputs[0];
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // dtypes are explicit here
+    torch::NoGradGuard no_grad;
+    const auto compute_dtype = torch::promote_types(x.scalar_type(), torch::kFloat32);
+    const torch::Tensor x_compute = x.to(compute_dtype);
+    torch::Tensor grad_x, grad_shift, grad_scale;
+    if (ctx->needs_input_grad(1)) {
+      const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["shift_dtype"].toInt());
+      grad_shift = grad_output.sum(1).to(dtype);
+    }
+    if (ctx->needs_input_grad(2)) {
+      const torch::Tensor normalised = (x_compute - mean) * rstd;
+      grad_scale = (grad_output * normalised).sum(1).to(scale.scalar_type());
+    }
+    if (ctx->needs_input_grad(0)) {
+      const torch::Tensor grad_normalised = grad_output * (1 + scale.unsqueeze(1));
+      grad_x = std::get<0>(at::native_layer_norm_backward(grad_normalised.to(compute_dtype), x_compute, {x.size(-1)},
+                                                          mean, rstd, {}, {}, {true, false, false}))
+                   .to(x.scalar_type());
+    }
+    return {grad_x, grad_shift, grad_scale, torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor modulated_layer_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
+                                   double eps) {
+  return ModulatedLayerNorm::apply(x, shift, scale, eps);
 }
 
 torch::nn::Sequential adaln_modulation(int64_t hidden_size, int64_t chunks) {

@@ -16,6 +16,14 @@ torch::Tensor layer_norm_fp32(const torch::Tensor& input, double eps = 1e-6);
 // DiT's modulate: x [N, T, D], shift and scale [N, D] -> x * (1 + scale) + shift, broadcast over T.
 torch::Tensor modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale);
 
+// modulate(layer_norm_fp32(x, eps), shift, scale) as one autograd node: the same values, but backward keeps x, the
+// per-row mean and 1/std and scale, and recomputes the normalised x from them, where the two-op form keeps the
+// fp32 normalised x for the multiply's backward beside the LayerNorm's own x: one [N, T, D] fp32 tensor less per
+// norm (two per Latte block: 12.6 MB at Latte-S/2's 4096 tokens), as fused LayerNorm kernels do. Gradients flow to
+// x, shift and scale (each only where it requires one).
+torch::Tensor modulated_layer_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
+                                   double eps = 1e-6);
+
 // Sequential(SiLU, Linear(hidden, chunks * hidden)): parameters "1.weight" and "1.bias", as DiT's
 // adaLN_modulation. Its output is split with .chunk(chunks, 1).
 torch::nn::Sequential adaln_modulation(int64_t hidden_size, int64_t chunks);

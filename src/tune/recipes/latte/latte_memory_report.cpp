@@ -40,12 +40,11 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t condit
   const int64_t td = s.tokens * s.hidden;
   const int64_t scores = sequences * s.heads * length * length;
   BlockFootprint block;
-  // fp32: the block input kept by the first LayerNorm (a spatial block normalises a view of the stack's state, so
-  // the state with its conditioning rows stays; a temporal block its rearranged copy), the residual after
-  // attention (the second LayerNorm's input) and, unless selective recomputes the modulated norms, both LayerNorm
-  // outputs (kept by the modulation's multiply).
+  // fp32: the block input kept by the first modulated LayerNorm (a spatial block normalises a view of the stack's
+  // state, so the state with its conditioning rows stays; a temporal block its rearranged copy) and the residual
+  // after attention (the second one's input). nn::modulated_layer_norm keeps no normalised copy (per-row statistics
+  // only, negligible).
   int64_t saved = (keeps_state ? (s.tokens + s.frame_rows) * s.hidden : td) * kFloat32 + td * kFloat32;
-  if (!selective) saved += 2 * td * kFloat32;
   // Compute dtype: the qkv input copy, q (scaled), k and v as the attention matmuls keep them, the context for
   // proj, proj's output (kept by the gate multiply), fc1's input copy, fc1's output (GELU's input), GELU's output
   // (fc2's input) and fc2's output (kept by the gate multiply).
@@ -69,10 +68,10 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t condit
   // recomputes GELU there (its output again).
   const int64_t in_flight = (s.tokens + s.frame_rows) * s.hidden * kFloat32 + s.hidden * s.inner * kFloat32;
   const int64_t mlp_phase = saved + in_flight + (selective ? 3 : 2) * s.tokens * s.inner * s.c;
-  // Then the attention core, the MLP branch freed (second LayerNorm's input and output, fc1/fc2 tensors and
-  // proj's input and output): the fp32 probabilities with their incoming and outgoing fp32 gradients (12 bytes per
-  // score; selective recomputes them in one chunk, no mask) instead of the 6 kept.
-  const int64_t mlp_half = 2 * td * kFloat32 + (3 * td + 2 * s.tokens * s.inner) * s.c;
+  // Then the attention core, the MLP branch freed (second LayerNorm's input, under selective also its recomputed
+  // output, fc1/fc2 tensors and proj's input and output): the fp32 probabilities with their incoming and outgoing
+  // fp32 gradients (12 bytes per score; selective recomputes them in one chunk, no mask) instead of the 6 kept.
+  const int64_t mlp_half = (selective ? 2 : 1) * td * kFloat32 + (3 * td + 2 * s.tokens * s.inner) * s.c;
   // The fused core's backward instead: the gradients of q, k and v and the kernel's fp32 accumulator for dq.
   const int64_t core_backward = s.fused_attention ? 3 * td * s.c + td * kFloat32 : 3 * scores * kFloat32;
   const int64_t attention_phase =
@@ -82,7 +81,7 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t condit
 }
 
 // After the last block, at the end of forward (the loss runs inside the step's forward): the final state (kept by
-// the final LayerNorm through its view), the LayerNorm output (modulation), the final linear's input copy, its output
+// the final modulated LayerNorm through its view), the final linear's input copy, its output
 // and unpatchified copy in the compute dtype, their fp32 cast, and the learned-variance diffusion loss
 // (diffusion/gaussian_diffusion.cpp: posterior and model means and log-variances, the KL and the t = 0 decoder
 // likelihood, all [B, F, C, H, W] fp32), which peaks at about 35 tensors the size of the clean input beyond the
@@ -91,7 +90,7 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t condit
 int64_t head_peak(const Sizes& s) {
   const int64_t td = s.tokens * s.hidden;
   const int64_t outputs = s.tokens * s.out_per_token;
-  int64_t bytes = (s.tokens + s.frame_rows) * s.hidden * kFloat32 + td * kFloat32 + td * s.c;
+  int64_t bytes = (s.tokens + s.frame_rows) * s.hidden * kFloat32 + td * s.c;
   bytes += 2 * outputs * s.c + outputs * kFloat32 + 35 * s.in_elements * kFloat32;
   bytes += td * kFloat32;  // tokens = x_embedder(x) + pos_embed, alive until forward returns
   return bytes;
