@@ -131,6 +131,33 @@ void ProcessGroup::broadcast(torch::Tensor& tensor, int root, const std::string&
   PendingCollective(backend_->broadcast(tensors, broadcast_options), what, options_.timeout).wait();
 }
 
+void ProcessGroup::all_gather(torch::Tensor& output, const torch::Tensor& input, const std::string& what) {
+  c10d::AllgatherOptions gather_options;
+  gather_options.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options_.timeout);
+  at::Tensor source = input;
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = backend_->_allgather_base(output, source, gather_options);
+  } catch (const std::exception& error) {
+    throw Error(fmt::format("rank {}: the collective '{}' could not start: {}", env_.rank, what,
+                            first_line(error.what())));
+  }
+  PendingCollective(std::move(work), what, options_.timeout).wait();
+}
+
+PendingCollective ProcessGroup::reduce_scatter_async(torch::Tensor& output, torch::Tensor& input,
+                                                     const std::string& what) {
+  c10d::ReduceScatterOptions scatter_options;
+  scatter_options.reduceOp = c10d::ReduceOp::SUM;
+  scatter_options.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options_.timeout);
+  try {
+    return PendingCollective(backend_->_reduce_scatter_base(output, input, scatter_options), what, options_.timeout);
+  } catch (const std::exception& error) {
+    throw Error(fmt::format("rank {}: the collective '{}' could not start: {}", env_.rank, what,
+                            first_line(error.what())));
+  }
+}
+
 void ProcessGroup::barrier(const std::string& what) {
   // A one-element all-reduce: Gloo's barrier has no per-call timeout in every LibTorch version.
   (void)all_reduce(0.0, ReduceOp::sum, what);

@@ -61,6 +61,11 @@ class ProcessGroup {
   void all_reduce(torch::Tensor& tensor, ReduceOp op, const std::string& what);
   double all_reduce(double value, ReduceOp op, const std::string& what);
   void broadcast(torch::Tensor& tensor, int root, const std::string& what);
+  // `output` (size() x input's numel, contiguous) receives every rank's `input` in rank order (full_shard's gather).
+  void all_gather(torch::Tensor& output, const torch::Tensor& input, const std::string& what);
+  // `input` (size() x output's numel) summed over ranks; this rank's slice lands in `output` (full_shard's gradient
+  // reduction). Both must stay alive and untouched until wait().
+  PendingCollective reduce_scatter_async(torch::Tensor& output, torch::Tensor& input, const std::string& what);
   void barrier(const std::string& what);
 
  private:

@@ -232,6 +232,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
       precision::AutocastScope autocast_scope(autocast);
       AutocastCacheDisabled no_cache;
       torch::AutoGradMode grad_mode(true);
+      nn::RecomputeScope recomputing;
       output = function(detached);
     }
 

@@ -56,6 +56,10 @@ class LatteImpl : public torch::nn::Module {
   static LatteBlockKind block_kind(int64_t block_index) {
     return block_index % 2 == 0 ? LatteBlockKind::spatial : LatteBlockKind::temporal;
   }
+  // Block `block_index`'s type name (distributed.shard_blocks).
+  static const char* block_type(int64_t block_index) {
+    return block_kind(block_index) == LatteBlockKind::spatial ? "LatteSpatialBlock" : "LatteTemporalBlock";
+  }
   void set_block_runner(std::shared_ptr<nn::BlockRunner> runner) { runner_ = std::move(runner); }
 
   // [N, T, p*p*out] -> [N, out, H, W] (the official unpatchify).

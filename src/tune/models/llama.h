@@ -70,6 +70,8 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   // Blocks for the memory machinery and distributed wrapping; the runner decides how each block executes.
   int64_t num_blocks() const { return config_.num_hidden_layers; }
   std::vector<std::shared_ptr<torch::nn::Module>> blocks() const;
+  // The blocks' type name (distributed.shard_blocks): HF's class name.
+  static const char* block_type() { return "LlamaDecoderLayer"; }
   void set_block_runner(std::shared_ptr<nn::BlockRunner> runner) { runner_ = std::move(runner); }
 
   // LoRA: freezes every non-LoRA parameter (requires_grad false).

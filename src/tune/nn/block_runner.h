@@ -74,6 +74,24 @@ inline torch::Tensor run_region(BlockRunner* runner, RegionKind kind, const Regi
   return runner != nullptr ? runner->run_region(kind, region, inputs, params) : region(inputs);
 }
 
+// Whether the current thread is inside a runner's recompute of a block or region during backward. A runner that
+// wraps blocks (distributed full_shard gathers a block's parameters around each call) tells a recompute from a
+// forward call with it; memory/checkpoint.cpp sets it around every recompute.
+class RecomputeScope {
+ public:
+  RecomputeScope() { ++depth(); }
+  ~RecomputeScope() { --depth(); }
+  RecomputeScope(const RecomputeScope&) = delete;
+  RecomputeScope& operator=(const RecomputeScope&) = delete;
+  static bool active() { return depth() > 0; }
+
+ private:
+  static int& depth() {
+    static thread_local int value = 0;
+    return value;
+  }
+};
+
 // Runs each block as a plain call.
 class PlainBlockRunner : public BlockRunner {
  public:

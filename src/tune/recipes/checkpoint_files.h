@@ -39,6 +39,10 @@ std::vector<std::string> optimizer_state_files(const std::filesystem::path& dir)
 // to <param>), whatever number of ranks wrote them: a rank resuming with another world size takes its own share.
 std::vector<std::pair<std::string, torch::Tensor>> read_optimizer_state(
     const std::filesystem::path& dir, const std::function<bool(const std::string& param)>& wanted);
+// How a trainer reads its optimizer state from a checkpoint directory; empty: read_optimizer_state filtered by
+// parameters_of(optimizer) (full_shard passes DataParallel::read_sharded_optimizer_state).
+using OptimizerStateReader =
+    std::function<std::vector<std::pair<std::string, torch::Tensor>>(const std::filesystem::path& dir)>;
 // The parameter names an optimizer updates, as the filter for read_optimizer_state.
 std::function<bool(const std::string& param)> parameters_of(const train::AdamW& optimizer);
 

@@ -60,7 +60,11 @@ config::Schema common_schema(const std::string& recipe_name) {
   schema.choice("distributed.strategy", {"ddp", "full_shard", "shard_grad_op"}, "ddp",
                 "ddp: replicated parameters, gradients all-reduced in buckets during backward; shard_grad_op "
                 "(ZeRO-2): as ddp, but each process keeps the gradients and optimizer state of its share of the "
-                "parameters only; full_shard is not implemented yet");
+                "parameters only; full_shard (ZeRO-3, FSDP): each process keeps 1/N of the parameters too, "
+                "gathering a block's just before its forward and its backward");
+  schema.string_list("distributed.shard_blocks", {}, "full_shard: the block types wrapped (gathered one at a time); "
+                     "empty = the model's blocks (LlamaDecoderLayer; LatteSpatialBlock, LatteTemporalBlock); "
+                     "the parameters of other blocks join the rest of the model, one more unit");
   schema.real("distributed.bucket_mb", 25.0, "ddp: gradient bucket size in MiB (one all-reduce per bucket)");
   schema.choice("distributed.reduce_dtype", {"fp32", "bf16"}, "fp32", "dtype gradients are summed in across ranks");
   schema.integer("distributed.timeout_s", 300, "a collective (or the rendezvous) failing to complete in this time "

@@ -8,6 +8,7 @@
 #include "tune/core/error.h"
 #include "tune/core/log.h"
 #include "tune/core/progress.h"
+#include "tune/distributed/fully_sharded.h"
 #include "tune/distributed/gradient_reducer.h"
 #include "tune/distributed/launch_environment.h"
 #include "tune/distributed/parameter_partition.h"
@@ -24,11 +25,7 @@ DistributedSettings read_distributed_settings(const config::Config& config) {
   }
   settings.backend = "gloo";
   settings.strategy = config.get_string("distributed.strategy");
-  if (settings.strategy == "full_shard") {
-    config.fail("distributed.strategy", "is 'full_shard', which is not implemented yet (sharded parameters are "
-                                        "planned); use 'ddp', or 'shard_grad_op' to shard gradients and optimizer "
-                                        "state");
-  }
+  settings.shard_blocks = config.get_strings("distributed.shard_blocks");
   const double bucket_mb = config.get_real("distributed.bucket_mb");
   if (!(bucket_mb > 0) || bucket_mb > 4096) {
     config.fail("distributed.bucket_mb", fmt::format("must be in (0, 4096], got {}", bucket_mb));
@@ -88,14 +85,21 @@ void run_on_main_rank(const std::function<void()>& action, const std::string& wh
 }
 
 DataParallel::DataParallel(const config::Config& config, const std::vector<torch::Tensor>& everything,
-                           const std::vector<torch::Tensor>& trainable)
+                           const std::vector<torch::Tensor>& trainable, const ModelBlocks* blocks)
     : rank_(distributed::world_rank()), size_(distributed::world_size()), settings_(read_distributed_settings(config)) {
+  // The block types are checked in every run, so a misspelt name fails on one process too.
+  if (settings_.strategy == "full_shard" && blocks != nullptr) check_shard_blocks(config, *blocks);
   auto* group = distributed::world();
   if (group == nullptr) return;
   torch::NoGradGuard no_grad;
   for (const auto& tensor : everything) {
     auto data = tensor.detach();  // broadcast writes in place into the parameter's storage
     group->broadcast(data, 0, "initial parameters from rank 0");
+  }
+  if (settings_.strategy == "full_shard") {
+    if (blocks == nullptr) throw std::logic_error("DataParallel: full_shard needs the model's blocks");
+    shard_model(*blocks);
+    return;
   }
   distributed::ReducerOptions options;
   options.bucket_bytes = settings_.bucket_bytes;
@@ -124,6 +128,10 @@ void DataParallel::before_backward(bool last_of_step) {
 }
 
 void DataParallel::finish_gradients() {
+  if (sharded_) {
+    finish_sharded_gradients();
+    return;
+  }
   if (!reducer_) return;
   reducer_->finish();
   // Sharded: only the owner steps on a gradient, so the others let go of it now rather than at zero_grad.
@@ -148,7 +156,7 @@ std::vector<train::NamedParameter> DataParallel::optimizer_share(const std::vect
 }
 
 std::function<double(double)> DataParallel::gradient_norm_sum() const {
-  if (!shards_optimizer_state()) return {};
+  if (!active() || !shards_optimizer_state()) return {};
   return [this](double squared) { return sum(squared); };
 }
 
@@ -185,6 +193,7 @@ double DataParallel::sum(double value) const {
 }
 
 std::string DataParallel::describe() const {
+  if (sharded_) return describe_sharded();
   if (!reducer_) return "single process";
   std::string sharding;
   if (shards_optimizer_state()) {

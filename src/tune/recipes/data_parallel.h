@@ -13,11 +13,21 @@
 // Checkpoints hold one optimizer file per rank (optimizer.rank-R-of-N.safetensors, named per parameter), which any
 // world size reads back exactly. What is not sharded yet: gradients during backward (they are all-reduced in
 // buckets, as ddp does, and released afterwards; a reduce-scatter would halve the traffic).
+//
+// Strategy `full_shard` (ZeRO-3 / FSDP; distributed/fully_sharded.h): every rank holds 1/N of each wrapped block's
+// parameters (blocks of the types distributed.shard_blocks names) and of the rest of the model as one more unit,
+// as flat shards; blocks are gathered around their forward, backward and recompute by the runner block_runner()
+// returns, the rest by before_forward(). The optimizer (and Latte's EMA) work on the flat shards, so their state is
+// 1/N too; gradients are reduce-scattered into the shards. Checkpoints gather every unit and stay whole Hugging
+// Face files written by rank 0; optimizer state is one file per rank, named per flat parameter, re-sharded exactly
+// on resume with another world size.
 #pragma once
 
+#include <torch/nn/module.h>
 #include <torch/types.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -26,8 +36,12 @@
 #include "tune/config/config.h"
 #include "tune/train/adamw.h"
 
+namespace tune::nn {
+class BlockRunner;
+}
 namespace tune::distributed {
 class GradientReducer;
+class FullyShardedParameters;
 }
 
 namespace tune::recipes {
@@ -37,6 +51,7 @@ struct DistributedSettings {
   std::string strategy = "ddp";
   int64_t bucket_bytes = 25 * 1024 * 1024;
   bool reduce_bf16 = false;         // distributed.reduce_dtype: bf16
+  std::vector<std::string> shard_blocks;  // full_shard: block types wrapped; empty = the model's defaults
   int64_t timeout_s = 300;
 };
 
@@ -60,12 +75,22 @@ struct RowRange {
   int64_t size() const { return end - begin; }
 };
 
+// A model's repeated blocks, for full_shard to wrap: block i's module and type name (the names
+// distributed.shard_blocks accepts), and which types are wrapped when the key is left empty.
+struct ModelBlocks {
+  std::vector<std::shared_ptr<torch::nn::Module>> modules;
+  std::vector<std::string> types;
+  std::vector<std::string> default_types;
+  std::vector<std::pair<std::string, torch::Tensor>> named_parameters;  // the whole model's
+};
+
 class DataParallel {
  public:
   // `trainable`: the parameters whose gradients are reduced (LoRA: adapters only). `everything`: every parameter
-  // and buffer, broadcast from rank 0 so all ranks start identical even if initialisation differed.
+  // and buffer, broadcast from rank 0 so all ranks start identical even if initialisation differed. `blocks`:
+  // needed by full_shard (a config error names the block types when distributed.shard_blocks names another).
   DataParallel(const config::Config& config, const std::vector<torch::Tensor>& everything,
-               const std::vector<torch::Tensor>& trainable);
+               const std::vector<torch::Tensor>& trainable, const ModelBlocks* blocks = nullptr);
   ~DataParallel();
 
   bool active() const { return size_ > 1; }
@@ -82,7 +107,7 @@ class DataParallel {
   double sum(double value) const;
 
   // Whether each rank holds only a share of the optimizer state (shard_grad_op with more than one process).
-  bool shards_optimizer_state() const { return !owner_.empty(); }
+  bool shards_optimizer_state() const { return !owner_.empty() || sharded_ != nullptr; }
   // The parameters this rank's optimizer updates: `params` itself unless the optimizer state is sharded.
   std::vector<train::NamedParameter> optimizer_share(const std::vector<train::NamedParameter>& params) const;
   // For train::finish_step: sums a squared gradient norm over ranks when gradients are sharded; empty otherwise.
@@ -93,13 +118,52 @@ class DataParallel {
   // One line for the run log: world size, strategy, buckets, bytes per step.
   std::string describe() const;
 
+  // ---- full_shard (each is what single-process and ddp runs need when not sharded: the identity or nothing)
+  bool fully_sharded() const { return sharded_ != nullptr; }
+  // The runner to install in the model: `inner` with wrapped blocks gathered around their calls.
+  std::shared_ptr<nn::BlockRunner> block_runner(std::shared_ptr<nn::BlockRunner> inner) const;
+  // Before each forward: gathers the parameters outside the wrapped blocks. release_parameters() after a forward
+  // without backward (evaluation).
+  void before_forward();
+  void release_parameters();
+  // A rank with no rows of a batch must still run the forward and backward under full_shard (on a dummy row, its
+  // loss times zero): every rank issues the same gathers.
+  bool every_rank_computes() const { return fully_sharded(); }
+  // The optimizer's parameter groups: make_param_groups over this rank's share (the flat shards under full_shard,
+  // decayed when they hold matrices).
+  std::vector<train::ParamGroup> optimizer_groups(const std::vector<train::NamedParameter>& params,
+                                                  double weight_decay) const;
+  // Tensors whose .grad the step clips and checks (`params`, or the trainable flat shards).
+  std::vector<torch::Tensor> gradient_tensors(const std::vector<torch::Tensor>& params) const;
+  // What an EMA averages: `params`, or the trainable flat shards.
+  std::vector<train::NamedParameter> ema_parameters(const std::vector<train::NamedParameter>& params) const;
+  // Collective, on every rank: whole per-parameter tensors from flat-shard state (EMA), and back.
+  std::vector<std::pair<std::string, torch::Tensor>> whole_state(
+      const std::vector<std::pair<std::string, torch::Tensor>>& shard_state) const;
+  std::vector<std::pair<std::string, torch::Tensor>> shard_state(
+      const std::vector<std::pair<std::string, torch::Tensor>>& whole) const;
+  // Collective: every parameter gathered (saving, loading), then released; after loading weights into the
+  // gathered parameters, reshard_parameters() takes each rank's shard of them.
+  void gather_parameters();
+  void reshard_parameters();
+  // Optimizer state of a checkpoint for this rank: flat-parameter shards of any world size re-sharded to this one.
+  std::vector<std::pair<std::string, torch::Tensor>> read_sharded_optimizer_state(const std::filesystem::path& dir) const;
+
  private:
+  // full_shard's parts (data_parallel_sharded.cpp).
+  void check_shard_blocks(const config::Config& config, const ModelBlocks& blocks);
+  void shard_model(const ModelBlocks& blocks);
+  void finish_sharded_gradients();
+  std::string describe_sharded() const;
+
   int rank_ = 0;
   int size_ = 1;
   DistributedSettings settings_;
   std::unique_ptr<distributed::GradientReducer> reducer_;
   std::vector<torch::Tensor> trainable_;
   std::vector<int> owner_;  // rank that updates trainable_[i]; empty unless the optimizer state is sharded
+  std::unique_ptr<distributed::FullyShardedParameters> sharded_;
+  std::vector<bool> wrapped_block_;  // full_shard: block i's type is in distributed.shard_blocks
 };
 
 }  // namespace tune::recipes

@@ -135,6 +135,13 @@ int run_step_loop(const StepLoopSettings& settings, const StepLoopHooks& hooks, 
     // Sharded optimizer state: every rank writes its share beside the checkpoints first (a path every rank can
     // name), and all agree that every share is on disk before rank 0 builds the checkpoint around them.
     std::vector<std::pair<std::filesystem::path, std::string>> shards;  // written file, name in the checkpoint
+    if (hooks.before_save) hooks.before_save();
+    struct AfterSave {
+      const std::function<void()>& action;
+      ~AfterSave() {
+        if (action) action();
+      }
+    } after_save{hooks.after_save};
     if (hooks.save_optimizer_shard) shards = save_optimizer_shards(output_dir, step, hooks.save_optimizer_shard);
     if (!main_rank) return io::checkpoint_path(output_dir, step);
     const auto temporary = io::begin_checkpoint(output_dir, step);

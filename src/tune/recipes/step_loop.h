@@ -47,6 +47,10 @@ struct StepLoopHooks {
   // rank to write its share to `file`; the loop puts the files into the checkpoint (checkpoint_files.h's
   // optimizer_shard_file names) before rank 0 marks it COMPLETE, and `save` writes no optimizer state.
   std::function<void(const std::filesystem::path& file)> save_optimizer_shard;
+  // Optional, on every rank around each checkpoint: before_save may be collective (full_shard gathers the
+  // parameters); after_save (local, also when saving failed) releases what it gathered.
+  std::function<void()> before_save;
+  std::function<void()> after_save;
 };
 
 struct LoopStart {

@@ -72,14 +72,15 @@ void load_checkpoint_weights(const std::filesystem::path& dir, models::LlamaForC
   }
 }
 
-TrainerState read_checkpoint(const std::filesystem::path& dir, models::LlamaForCausalLM& model, train::AdamW& optimizer) {
+TrainerState read_checkpoint(const std::filesystem::path& dir, models::LlamaForCausalLM& model, train::AdamW& optimizer,
+                             const OptimizerStateReader& read_optimizer) {
   std::vector<std::string> needed = checkpoint_weight_files(dir);
   const auto optimizer_files = optimizer_state_files(dir);
   needed.insert(needed.end(), optimizer_files.begin(), optimizer_files.end());
   needed.insert(needed.end(), {"rng_state.safetensors", "trainer_state.json"});
   require_checkpoint_files(dir, needed);
   load_checkpoint_weights(dir, model);
-  optimizer.load_state_tensors(read_optimizer_state(dir, parameters_of(optimizer)));
+  optimizer.load_state_tensors(read_optimizer ? read_optimizer(dir) : read_optimizer_state(dir, parameters_of(optimizer)));
   set_cpu_rng_state(io::SafetensorsFile::open(dir / "rng_state.safetensors").load("cpu"));
 
   TrainerState state;

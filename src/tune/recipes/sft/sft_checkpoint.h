@@ -31,7 +31,8 @@ std::vector<std::string> checkpoint_weight_files(const std::filesystem::path& di
 
 // Restores what write_checkpoint wrote into an identically built model and optimizer (its share of the state,
 // from one file or any number of ranks' shards), and the CPU RNG.
-TrainerState read_checkpoint(const std::filesystem::path& dir, models::LlamaForCausalLM& model, train::AdamW& optimizer);
+TrainerState read_checkpoint(const std::filesystem::path& dir, models::LlamaForCausalLM& model, train::AdamW& optimizer,
+                             const OptimizerStateReader& read_optimizer = {});
 
 // Loads only the weights (full or LoRA) of a checkpoint into `model`.
 void load_checkpoint_weights(const std::filesystem::path& dir, models::LlamaForCausalLM& model);

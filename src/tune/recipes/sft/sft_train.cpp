@@ -43,21 +43,27 @@ int64_t total_bytes(const std::vector<torch::Tensor>& tensors) {
 // Mean next-token loss over the evaluation set, without gradients or dropout; each rank evaluates its share of
 // every batch and the sums are added over ranks.
 double evaluate(models::LlamaForCausalLM& model, const std::vector<data::SftBatch>& global_batches,
-                precision::MixedPrecision precision, const torch::Device& device, const DataParallel& parallel) {
+                precision::MixedPrecision precision, const torch::Device& device, DataParallel& parallel) {
   torch::NoGradGuard no_grad;
   model->eval();
   double loss_sum = 0.0;
   double tokens = 0;
   for (const auto& global_batch : global_batches) {
-    const RowRange rows = parallel.share(global_batch.input_ids.size(0));
-    if (rows.size() == 0) continue;
+    RowRange rows = parallel.share(global_batch.input_ids.size(0));
+    // full_shard: a rank without rows still runs the forward (its gathers), on row 0, counting nothing.
+    const bool dummy = rows.size() == 0 && parallel.every_rank_computes();
+    if (rows.size() == 0 && !dummy) continue;
+    if (dummy) rows = {0, 1};
     const data::SftBatch batch = parallel.active() ? data::slice_rows(global_batch, rows.begin, rows.end) : global_batch;
+    parallel.before_forward();
     precision::AutocastScope autocast(precision, device);
     const auto logits = model->forward(batch.input_ids.to(device),
                                        {batch.position_ids.to(device), batch.segment_ids.to(device)});
+    if (dummy) continue;
     loss_sum += train::causal_lm_loss_sum(logits, batch.labels.to(device)).item<double>();
     tokens += static_cast<double>(batch.loss_tokens);
   }
+  parallel.release_parameters();
   model->train();
   return parallel.sum(loss_sum) / std::max(1.0, parallel.sum(tokens));
 }
@@ -103,7 +109,11 @@ int train(const TrainRequest& request) {
   std::vector<torch::Tensor> model_tensors;
   for (const auto& tensor : model->parameters()) model_tensors.push_back(tensor);
   for (const auto& tensor : model->buffers()) model_tensors.push_back(tensor);
-  DataParallel parallel(config, model_tensors, param_tensors);
+  ModelBlocks blocks{model->blocks(), {}, {models::LlamaForCausalLMImpl::block_type()}, {}};
+  blocks.types.assign(blocks.modules.size(), models::LlamaForCausalLMImpl::block_type());
+  for (const auto& item : model->named_parameters()) blocks.named_parameters.emplace_back(item.key(), item.value());
+  DataParallel parallel(config, model_tensors, param_tensors, &blocks);
+  model->set_block_runner(parallel.block_runner(checkpointing));
 
   // The loader yields global batches (every rank's rows); each rank trains on its share of them, so the samples of
   // a step, and their order, do not depend on the number of processes.
@@ -119,8 +129,8 @@ int train(const TrainRequest& request) {
                                                   : data::SftLoader(prepared.eval, loader_options).all_batches_in_order();
 
   // Under shard_grad_op this process's optimizer holds its share of the parameters only.
-  train::AdamW optimizer(train::make_param_groups(parallel.optimizer_share(params), training.weight_decay),
-                         training.adamw);
+  // Under full_shard it holds the flat shards of this process.
+  train::AdamW optimizer(parallel.optimizer_groups(params, training.weight_decay), training.adamw);
   // fp16 needs loss scaling so small gradients survive; bf16 has fp32's exponent range and does not.
   std::unique_ptr<precision::DynamicLossScaler> scaler;
   if (run.mixed_precision == precision::MixedPrecision::fp16) {
@@ -130,7 +140,11 @@ int train(const TrainRequest& request) {
 
   TrainerState state;
   if (request.resume_from) {
-    state = read_checkpoint(*request.resume_from, model, optimizer);
+    parallel.gather_parameters();  // full_shard: the weights load into whole parameters, then re-shard
+    OptimizerStateReader read_optimizer;
+    if (parallel.fully_sharded()) read_optimizer = [&](const auto& dir) { return parallel.read_sharded_optimizer_state(dir); };
+    state = read_checkpoint(*request.resume_from, model, optimizer, read_optimizer);
+    parallel.reshard_parameters();
     loader.restore(state.loader);
     if (scaler && state.loss_scale > 0) scaler->restore(state.loss_scale, state.loss_scale_clean_steps, state.skipped_steps);
     log::info("resumed from {} at step {}", request.resume_from->string(), state.step);
@@ -196,18 +210,24 @@ int train(const TrainRequest& request) {
     }
     StepResult result;
     for (size_t i = 0; i < micro_batches.size(); ++i) {
-      const RowRange rows = parallel.share(micro_batches[i].input_ids.size(0));
+      RowRange rows = parallel.share(micro_batches[i].input_ids.size(0));
       result.items += static_cast<double>(micro_batches[i].tokens);
-      if (rows.size() == 0) continue;  // fewer rows than ranks: this rank adds zero gradients
+      // Fewer rows than ranks: this rank adds zero gradients; under full_shard it computes them (row 0 times zero)
+      // so that it takes part in every gather and reduction.
+      const bool dummy = rows.size() == 0 && parallel.every_rank_computes();
+      if (rows.size() == 0 && !dummy) continue;
+      if (dummy) rows = {0, 1};
       const data::SftBatch batch =
           parallel.active() ? data::slice_rows(micro_batches[i], rows.begin, rows.end) : micro_batches[i];
       parallel.before_backward(i + 1 == micro_batches.size());
+      parallel.before_forward();
       torch::Tensor loss;
       {
         precision::AutocastScope autocast(run.mixed_precision, device);
         const auto logits = model->forward(batch.input_ids.to(device),
                                            {batch.position_ids.to(device), batch.segment_ids.to(device)});
         loss = train::causal_lm_loss_sum(logits, batch.labels.to(device)) / std::max<int64_t>(1, step_loss_tokens);
+        if (dummy) loss = loss * 0.0;
       }
       (scaler ? scaler->scale(loss) : loss).backward();
       result.loss += loss.item<double>();
@@ -215,7 +235,7 @@ int train(const TrainRequest& request) {
     parallel.finish_gradients();
     result.loss = parallel.sum(result.loss);
     result.lr = training.schedule.at(step);
-    const auto outcome = train::finish_step(param_tensors, optimizer, scaler.get(), training.clip_grad_norm, result.lr,
+    const auto outcome = train::finish_step(parallel.gradient_tensors(param_tensors), optimizer, scaler.get(), training.clip_grad_norm, result.lr,
                                             std::isfinite(result.loss), parallel.gradient_norm_sum());
     parallel.after_update(outcome.applied);
     result.applied = outcome.applied;
@@ -243,6 +263,8 @@ int train(const TrainRequest& request) {
     write_checkpoint(dir, model, tokenizer, sft.model.path.value_or(""), &optimizer, state,
                      parallel.shards_optimizer_state());
   };
+  hooks.before_save = [&] { parallel.gather_parameters(); };
+  hooks.after_save = [&] { parallel.release_parameters(); };
   if (parallel.shards_optimizer_state()) {
     hooks.save_optimizer_shard = [&](const std::filesystem::path& file) {
       io::save_safetensors(file, optimizer.state_tensors());
