@@ -57,6 +57,11 @@ struct DistributedSettings {
 
 DistributedSettings read_distributed_settings(const config::Config& config);
 
+// distributed.shard_blocks against the block types a model has (`known`), with the other config checks, before
+// anything is written: a name the model lacks is a config error listing them. Checked with any strategy, so a typo
+// surfaces before the run that would use it.
+void validate_shard_blocks(const config::Config& config, const std::vector<std::string>& known);
+
 // When a launcher's environment (torchrun, srun, --nproc) says this process is one of several: joins the process
 // group (rendezvous) and makes log lines of ranks other than 0 prefixed and quiet. Single process: nothing.
 void join_distributed_run(const config::Config& config);

@@ -16,15 +16,19 @@
 
 namespace tune::recipes {
 
-void DataParallel::check_shard_blocks(const config::Config& config, const ModelBlocks& blocks) {
-  const std::set<std::string> known(blocks.types.begin(), blocks.types.end());
-  const std::vector<std::string> wanted = settings_.shard_blocks.empty() ? blocks.default_types : settings_.shard_blocks;
-  for (const auto& name : wanted) {
-    if (known.count(name) == 0) {
+void validate_shard_blocks(const config::Config& config, const std::vector<std::string>& known) {
+  const std::set<std::string> types(known.begin(), known.end());
+  for (const auto& name : config.get_strings("distributed.shard_blocks")) {
+    if (types.count(name) == 0) {
       config.fail("distributed.shard_blocks", fmt::format("names '{}', a block type this model does not have; its "
-                                                          "block types are: {}", name, fmt::join(known, ", ")));
+                                                          "block types are: {}", name, fmt::join(types, ", ")));
     }
   }
+}
+
+void DataParallel::check_shard_blocks(const config::Config& config, const ModelBlocks& blocks) {
+  validate_shard_blocks(config, blocks.types);
+  const std::vector<std::string> wanted = settings_.shard_blocks.empty() ? blocks.default_types : settings_.shard_blocks;
   const std::set<std::string> chosen(wanted.begin(), wanted.end());
   wrapped_block_.clear();
   for (const auto& type : blocks.types) wrapped_block_.push_back(chosen.count(type) != 0);

@@ -166,6 +166,7 @@ int run_step_loop(const StepLoopSettings& settings, const StepLoopHooks& hooks, 
   double window_items = 0.0;
   int64_t window_peak = 0;
   int64_t run_peak = 0;
+  int64_t resident = -1;
   double elapsed_s = start.elapsed_s;
 
   while (step < settings.total_steps) {
@@ -173,6 +174,7 @@ int run_step_loop(const StepLoopSettings& settings, const StepLoopHooks& hooks, 
     const StepResult result = hooks.step(step);
     window_peak = std::max(window_peak, memory_tracker::peak_bytes(settings.cuda));
     run_peak = std::max(run_peak, window_peak);
+    resident = std::max(resident, result.resident_bytes);
     window_items += result.items;
 
     if (!result.applied && result.loss_scale && std::isfinite(result.loss)) {
@@ -243,6 +245,11 @@ int run_step_loop(const StepLoopSettings& settings, const StepLoopHooks& hooks, 
   run_peak = *std::max_element(rank_peaks.begin(), rank_peaks.end());
   memory_plan["peak_bytes"] = run_peak;
   if (rank_peaks.size() > 1) memory_plan["peak_bytes_per_rank"] = rank_peaks;
+  const std::vector<int64_t> rank_resident = gather_over_ranks(resident, "resident memory of each rank");
+  if (resident >= 0) {
+    memory_plan["resident_bytes"] = *std::max_element(rank_resident.begin(), rank_resident.end());
+    if (rank_resident.size() > 1) memory_plan["resident_bytes_per_rank"] = rank_resident;
+  }
   memory_plan["peak_source"] = settings.cuda ? "CUDA caching allocator" : "CPU tensor storage (tracking allocator)";
   if (!main_rank) return 0;
   write_memory_report(output_dir, memory_plan);

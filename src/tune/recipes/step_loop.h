@@ -37,6 +37,10 @@ struct StepResult {
   double lr = 0.0;
   std::optional<double> loss_scale;    // fp16: the scale this step used
   std::optional<double> next_loss_scale;
+  // Live tensor bytes once the step's gradients are reduced, before the update (tracking allocator, or CUDA's):
+  // parameters, gradients, optimizer state, EMA, buffers and data, activations gone. memory.json reports the most
+  // (resident_bytes, and per rank): what a sharding strategy divides. -1: not measured.
+  int64_t resident_bytes = -1;
 };
 
 struct StepLoopHooks {

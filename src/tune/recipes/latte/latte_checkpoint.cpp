@@ -16,7 +16,8 @@ void write_latte_checkpoint(const std::filesystem::path& dir, const LatteTrainin
   for (const auto& item : model->named_parameters()) weights.emplace_back(item.key(), item.value().detach());
   io::save_safetensors(dir / "model.safetensors", weights, {{"format", "pt"}});
   // The EMA file is a whole model state (fixed tables included), loadable like official Latte weights.
-  std::map<std::string, torch::Tensor> averaged(objects.ema->state().begin(), objects.ema->state().end());
+  const auto& ema_state = objects.ema_whole_state != nullptr ? *objects.ema_whole_state : objects.ema->state();
+  std::map<std::string, torch::Tensor> averaged(ema_state.begin(), ema_state.end());
   std::vector<std::pair<std::string, torch::Tensor>> ema_weights;
   for (const auto& [name, tensor] : weights) {
     const auto found = averaged.find(name);
@@ -35,12 +36,13 @@ LatteTrainerState read_latte_checkpoint(const std::filesystem::path& dir, const 
   needed.insert(needed.end(), {"model.safetensors", "ema.safetensors", "rng_state.safetensors", "trainer_state.json"});
   require_checkpoint_files(dir, needed);
   load_latte_weights(*objects.model, dir / "model.safetensors");
-  objects.optimizer->load_state_tensors(read_optimizer_state(dir, parameters_of(*objects.optimizer)));
+  objects.optimizer->load_state_tensors(objects.read_optimizer ? objects.read_optimizer(dir)
+                                                               : read_optimizer_state(dir, parameters_of(*objects.optimizer)));
   std::vector<std::pair<std::string, torch::Tensor>> ema_state;
   for (auto& [name, tensor] : read_named_tensors(dir / "ema.safetensors")) {
     if ((*objects.model)->named_parameters()[name].requires_grad()) ema_state.emplace_back(name, tensor);
   }
-  objects.ema->load_state(ema_state);
+  objects.ema->load_state(objects.ema_shard_state ? objects.ema_shard_state(ema_state) : ema_state);
   const auto rng = io::SafetensorsFile::open(dir / "rng_state.safetensors");
   set_cpu_rng_state(rng.load("cpu"));
   objects.noise_generator->set_state(rng.load("diffusion"));

@@ -6,6 +6,7 @@
 #include <ATen/core/Generator.h>
 
 #include <filesystem>
+#include <functional>
 
 #include "tune/data/sft_loader.h"
 #include "tune/models/latte.h"
@@ -22,6 +23,14 @@ struct LatteTrainingObjects {
   train::AdamW* optimizer;
   train::ExponentialMovingAverage* ema;
   at::Generator* noise_generator;  // timesteps and noise of the diffusion loss
+  // full_shard (the EMA and optimizer hold flat shards): the EMA as whole per-parameter tensors, gathered by every
+  // rank before saving; a whole EMA state turned into this rank's shards; the optimizer state reader. Unset: the
+  // EMA and optimizer are whole.
+  const std::vector<std::pair<std::string, torch::Tensor>>* ema_whole_state = nullptr;
+  std::function<std::vector<std::pair<std::string, torch::Tensor>>(
+      const std::vector<std::pair<std::string, torch::Tensor>>&)>
+      ema_shard_state;
+  OptimizerStateReader read_optimizer;
 };
 
 // `optimizer_state_sharded`: each rank writes its share of the optimizer state (StepLoopHooks::save_optimizer_shard)

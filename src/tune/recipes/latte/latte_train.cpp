@@ -81,6 +81,7 @@ int train(const TrainRequest& request) {
   TrainingSettings training = read_training_settings(config);
   const LatteSettings latte = read_latte_settings(config);
   if (run.frozen_weights_bf16) config.fail("param_dtype", "is 'bf16', but Latte trains every weight; use fp32");
+  validate_shard_blocks(config, {models::LatteImpl::block_type(0), models::LatteImpl::block_type(1)});
   const std::filesystem::path output_dir = request.output_dir;
 
   // ---- setup
@@ -116,7 +117,12 @@ int train(const TrainRequest& request) {
   std::vector<torch::Tensor> model_tensors;
   for (const auto& tensor : model->parameters()) model_tensors.push_back(tensor);
   for (const auto& tensor : model->buffers()) model_tensors.push_back(tensor);
-  DataParallel parallel(config, model_tensors, param_tensors);
+  ModelBlocks blocks{model->blocks(), {}, {}, {}};
+  for (int64_t i = 0; i < model->num_blocks(); ++i) blocks.types.emplace_back(models::LatteImpl::block_type(i));
+  blocks.default_types = {models::LatteImpl::block_type(0), models::LatteImpl::block_type(1)};
+  for (const auto& item : model->named_parameters()) blocks.named_parameters.emplace_back(item.key(), item.value());
+  DataParallel parallel(config, model_tensors, param_tensors, &blocks);
+  model->set_block_runner(parallel.block_runner(checkpointing));
 
   // Global batches (every rank's clips), with timesteps and noise drawn for the whole global batch on every rank:
   // each rank trains on its rows, and the run does not depend on the number of processes.
@@ -132,9 +138,9 @@ int train(const TrainRequest& request) {
 
   // Under shard_grad_op this process's optimizer holds its share of the parameters only; the EMA stays whole
   // (every rank holds every updated parameter after DataParallel::after_update).
-  train::AdamW optimizer(train::make_param_groups(parallel.optimizer_share(params), training.weight_decay),
-                         training.adamw);
-  train::ExponentialMovingAverage ema(params, latte.ema_decay);
+  // Under full_shard both hold this process's flat shards.
+  train::AdamW optimizer(parallel.optimizer_groups(params, training.weight_decay), training.adamw);
+  train::ExponentialMovingAverage ema(parallel.ema_parameters(params), latte.ema_decay);
   std::unique_ptr<precision::DynamicLossScaler> scaler;
   if (run.mixed_precision == precision::MixedPrecision::fp16) {
     scaler = std::make_unique<precision::DynamicLossScaler>(run.loss_scale);
@@ -142,9 +148,17 @@ int train(const TrainRequest& request) {
   training.schedule.total_steps = training.total_steps(batcher.batches_per_epoch());
 
   LatteTrainerState state;
-  const LatteTrainingObjects objects{&model, &optimizer, &ema, &noise_generator};
+  LatteTrainingObjects objects{&model, &optimizer, &ema, &noise_generator};
+  std::vector<std::pair<std::string, torch::Tensor>> ema_whole_state;  // full_shard: gathered before each save
+  if (parallel.fully_sharded()) {
+    objects.ema_whole_state = &ema_whole_state;
+    objects.ema_shard_state = [&](const auto& whole) { return parallel.shard_state(whole); };
+    objects.read_optimizer = [&](const auto& dir) { return parallel.read_sharded_optimizer_state(dir); };
+  }
   if (request.resume_from) {
+    parallel.gather_parameters();  // full_shard: the weights load into whole parameters, then re-shard
     state = read_latte_checkpoint(*request.resume_from, objects);
+    parallel.reshard_parameters();
     batcher.restore(state.loader);
     if (scaler && state.loss_scale > 0) scaler->restore(state.loss_scale, state.loss_scale_clean_steps, state.skipped_steps);
     log::info("resumed from {} at step {}", request.resume_from->string(), state.step);
@@ -203,7 +217,10 @@ int train(const TrainRequest& request) {
     for (int64_t i = 0; i < training.gradient_accumulation_steps; ++i) {
       const ClipBatch global = batcher.next();
       const int64_t global_rows = global.clips.size(0);
-      const RowRange rows = parallel.share(global_rows);
+      RowRange rows = parallel.share(global_rows);
+      // full_shard: a rank without rows still computes (row 0, its loss times zero) to take part in every gather.
+      const bool dummy = rows.size() == 0 && parallel.every_rank_computes();
+      if (dummy) rows = {0, 1};
       const auto clips = global.clips.slice(0, rows.begin, rows.end);
       // Pixel clips: each rank encodes only its rows, with the VAE's posterior noise from the process's default
       // generator, so a multi-process run is not bitwise the single-process one there (latents from
@@ -222,6 +239,7 @@ int train(const TrainRequest& request) {
       const auto labels = model_config.class_conditional() ? global.labels.slice(0, rows.begin, rows.end).to(device)
                                                            : torch::Tensor();
       parallel.before_backward(i + 1 == training.gradient_accumulation_steps);
+      parallel.before_forward();
       torch::Tensor loss;
       {
         precision::AutocastScope autocast(run.mixed_precision, device);
@@ -233,19 +251,21 @@ int train(const TrainRequest& request) {
         const auto batch_loss = parallel.active() ? per_sample.sum() / static_cast<double>(global_rows)
                                                   : per_sample.mean();
         loss = batch_loss / static_cast<double>(training.gradient_accumulation_steps);
+        if (dummy) loss = loss * 0.0;
       }
       (scaler ? scaler->scale(loss) : loss).backward();
       result.loss += loss.item<double>();
       result.items += static_cast<double>(global_rows);
     }
     parallel.finish_gradients();
+    result.resident_bytes = memory_tracker::live_bytes(device.is_cuda());
     result.loss = parallel.sum(result.loss);
     result.lr = training.schedule.at(step);
     const double clip = step >= latte.clip_start_step ? training.clip_grad_norm : 0.0;
-    const auto outcome = train::finish_step(param_tensors, optimizer, scaler.get(), clip, result.lr,
+    const auto outcome = train::finish_step(parallel.gradient_tensors(param_tensors), optimizer, scaler.get(), clip, result.lr,
                                             std::isfinite(result.loss), parallel.gradient_norm_sum());
     parallel.after_update(outcome.applied);
-    if (outcome.applied) ema.update(params);
+    if (outcome.applied) ema.update(parallel.ema_parameters(params));
     result.applied = outcome.applied;
     result.grad_norm = outcome.grad_norm;
     if (scaler) {
@@ -264,6 +284,14 @@ int train(const TrainRequest& request) {
       state.skipped_steps = scaler->skipped_steps();
     }
     write_latte_checkpoint(dir, objects, state, parallel.shards_optimizer_state());
+  };
+  hooks.before_save = [&] {
+    parallel.gather_parameters();
+    if (parallel.fully_sharded()) ema_whole_state = parallel.whole_state(ema.state());
+  };
+  hooks.after_save = [&] {
+    parallel.release_parameters();
+    ema_whole_state.clear();
   };
   if (parallel.shards_optimizer_state()) {
     hooks.save_optimizer_shard = [&](const std::filesystem::path& file) {

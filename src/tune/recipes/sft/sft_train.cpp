@@ -80,6 +80,7 @@ int train(const TrainRequest& request) {
     config.fail("data.train", "is required to train: a JSONL or JSON file of rows, or a list of files (see tune validate)");
   }
   const std::filesystem::path output_dir = request.output_dir;
+  validate_shard_blocks(config, {models::LlamaForCausalLMImpl::block_type()});
   if (run.frozen_weights_bf16 && sft.model.lora.lora.rank == 0) {
     config.fail("param_dtype", "is 'bf16', which stores frozen weights in bf16, but full fine-tuning trains every "
                                "weight (kept in fp32); use it with lora.rank > 0");
@@ -233,6 +234,7 @@ int train(const TrainRequest& request) {
       result.loss += loss.item<double>();
     }
     parallel.finish_gradients();
+    result.resident_bytes = memory_tracker::live_bytes(device.is_cuda());
     result.loss = parallel.sum(result.loss);
     result.lr = training.schedule.at(step);
     const auto outcome = train::finish_step(parallel.gradient_tensors(param_tensors), optimizer, scaler.get(), training.clip_grad_norm, result.lr,
