@@ -7,12 +7,18 @@
 For the same global batch, the SFT recipe (fp32, a Llama of --hidden/--layers, random init, the letters data made
 by scripts/make_letters_data.py) runs
   N=1: one process, every core;
-  N=2: `tune train --nproc 2`, strategy ddp, the cores divided (one thread each on 2 cores),
+  N=2: `tune train --nproc 2` with each strategy (ddp, shard_grad_op, full_shard), the cores divided (one thread
+  each on 2 cores),
 alternately for --rounds rounds, and reports per configuration:
   step time: the median over the logged steps after the first 5 (metrics.jsonl elapsed_s), best round;
   bytes on the loopback interface per step (/proc/net/dev, lo, received; both ranks' traffic, includes the
-  TCPStore's small messages) beside the ring all-reduce volume 2 (N-1) / N x gradient bytes x N ranks;
-  peak memory per rank (memory.json: tracked tensor storage).
+  TCPStore's small messages) beside the volume the strategy needs in theory, over all N ranks: ddp's ring
+  all-reduce 2 (N-1)/N x G x N; shard_grad_op the same plus each owner's updated share to the others
+  (N-1)/N x P x N; full_shard the parameters gathered in forward and again in backward plus the gradients
+  reduce-scattered, (2 P + G) (N-1)/N x N (an upper bound: the rest of the model is gathered once per step);
+  G gradient bytes, P parameter bytes;
+  peak memory per rank, and resident memory (memory.json: tracked tensor storage once gradients are reduced:
+  parameters, gradients, optimizer state, what a sharding strategy divides).
 Nothing is asserted: the figures are printed as a table (README, "Distributed training").
 """
 import argparse
@@ -62,10 +68,10 @@ checkpoint:
 """)
 
 
-def run(tune, recipe, out, nproc, batch):
+def run(tune, recipe, out, nproc, batch, strategy):
     command = [tune, "train", str(recipe), "--output-dir", str(out), f"training.batch_size={batch}"]
     if nproc > 1:
-        command += ["--nproc", str(nproc), "threads=0"]
+        command += ["--nproc", str(nproc), "threads=0", f"distributed.strategy={strategy}"]
     before = loopback_bytes()
     subprocess.run(command, check=True, stderr=subprocess.DEVNULL)
     traffic = loopback_bytes() - before
@@ -76,7 +82,9 @@ def run(tune, recipe, out, nproc, batch):
         "step_s": statistics.median(times),
         "bytes_per_step": traffic / len(records),
         "gradient_bytes": memory["gradients_bytes"],
+        "parameter_bytes": memory["parameters_bytes"],
         "peaks": memory.get("peak_bytes_per_rank", [memory["peak_bytes"]]),
+        "resident": memory.get("resident_bytes_per_rank", [memory["resident_bytes"]]),
     }
 
 
@@ -98,25 +106,33 @@ def main():
                         str(data / "train.jsonl")], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         recipe = tmp / "bench.yaml"
         write_recipe(recipe, data, args)
+        configurations = [(1, "single")] + [(2, strategy) for strategy in ("ddp", "shard_grad_op", "full_shard")]
         best = {}
         for round_index in range(args.rounds):
-            for nproc in (1, 2):
-                out = tmp / f"run-{nproc}-{round_index}"
-                result = run(args.tune, recipe, out, nproc, args.batch // nproc)
-                if nproc not in best or result["step_s"] < best[nproc]["step_s"]:
-                    best[nproc] = result
-        one, two = best[1], best[2]
-        ring = 2 * (2 - 1) / 2 * two["gradient_bytes"] * 2
-        print(f"model: hidden {args.hidden}, {args.layers} layers, {one['gradient_bytes'] / 4 / 1e6:.2f}M parameters "
-              f"({one['gradient_bytes'] / 2**20:.1f} MiB of fp32 gradients); global batch {args.batch} x 128 tokens; "
+            for nproc, strategy in configurations:
+                out = tmp / f"run-{strategy}-{round_index}"
+                result = run(args.tune, recipe, out, nproc, args.batch // nproc, strategy)
+                if strategy not in best or result["step_s"] < best[strategy]["step_s"]:
+                    best[strategy] = result
+        one = best["single"]
+        n, grads, params = 2, one["gradient_bytes"], one["parameter_bytes"]
+        share = (n - 1) / n * n
+        volume = {"single": None, "ddp": 2 * grads * share, "shard_grad_op": (2 * grads + params) * share,
+                  "full_shard": (2 * params + grads) * share}
+        print(f"model: hidden {args.hidden}, {args.layers} layers, {grads / 4 / 1e6:.2f}M parameters "
+              f"({grads / 2**20:.1f} MiB of fp32 gradients); global batch {args.batch} x 128 tokens; "
               f"{os.cpu_count()} cores")
-        print("| processes | step time | vs N=1 | loopback bytes / step | ring all-reduce volume | peak memory per rank |")
-        print("|---|---|---|---|---|---|")
-        for nproc, result in ((1, one), (2, two)):
-            peaks = ", ".join(f"{p / 2**20:.1f} MiB" for p in result["peaks"])
-            volume = f"{ring / 2**20:.2f} MiB" if nproc == 2 else "-"
-            print(f"| {nproc} | {result['step_s'] * 1000:.0f} ms | {result['step_s'] / one['step_s']:.2f}x | "
-                  f"{result['bytes_per_step'] / 2**20:.2f} MiB | {volume} | {peaks} |")
+        print("| processes | strategy | step time | vs N=1 | loopback bytes / step | theoretical volume | "
+              "peak memory per rank | resident per rank |")
+        print("|---|---|---|---|---|---|---|---|")
+        for nproc, strategy in configurations:
+            result = best[strategy]
+            peaks = ", ".join(f"{p / 2**20:.1f}" for p in result["peaks"])
+            resident = ", ".join(f"{p / 2**20:.1f}" for p in result["resident"])
+            theory = f"{volume[strategy] / 2**20:.2f} MiB" if volume[strategy] else "-"
+            print(f"| {nproc} | {strategy if nproc > 1 else '-'} | {result['step_s'] * 1000:.0f} ms | "
+                  f"{result['step_s'] / one['step_s']:.2f}x | {result['bytes_per_step'] / 2**20:.2f} MiB | {theory} | "
+                  f"{peaks} MiB | {resident} MiB |")
 
 
 if __name__ == "__main__":

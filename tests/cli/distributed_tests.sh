@@ -244,6 +244,13 @@ case_full_shard_sft() {
   # Resume from step 5 with the same two processes, and with four (each rank's flat shards re-cut from both files).
   resume_matches "$WORK/runs/zero3-full-sharded" 5 10 2 distributed.strategy=full_shard
   resume_matches "$WORK/runs/zero3-full-sharded" 5 10 4 distributed.strategy=full_shard
+  # One process (no sharding) cannot take flat shards: an error that says which strategy wrote them.
+  local single="$WORK/runs/zero3-single"
+  rm -rf "$single"; mkdir -p "$single/checkpoints"
+  cp -r "$WORK/runs/zero3-full-sharded/checkpoints/step-5" "$single/checkpoints/"
+  cp "$WORK/runs/zero3-full-sharded/config.yaml" "$single/"
+  expect_exit 1 "$TUNE" train "$single/config.yaml" --output-dir "$single" training.batch_size=4 --resume
+  contains "$ERR" "written by distributed.strategy full_shard"
   # A block type the model does not have: a config error that lists the model's, before anything is written.
   expect_exit 2 "$TUNE" train "$WORK/zero3.yaml" --output-dir "$WORK/runs/zero3-bad" 'distributed.shard_blocks=[LatteSpatialBlock]'
   contains "$ERR" "distributed.shard_blocks"; contains "$ERR" "LatteSpatialBlock"; contains "$ERR" "LlamaDecoderLayer"

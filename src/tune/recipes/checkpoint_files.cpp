@@ -75,6 +75,12 @@ std::vector<std::pair<std::string, torch::Tensor>> read_optimizer_state(
   for (const auto& name : files) {
     const auto file = io::SafetensorsFile::open(dir / name);
     for (const auto& entry : file.entries()) {
+      // full_shard's flat parameters (distributed/fully_sharded.cpp names them "<unit>.flat_<dtype>_...").
+      if (entry.first.find(".flat_") != std::string::npos) {
+        throw InputError(fmt::format("{}: its optimizer state was written by distributed.strategy full_shard (flat "
+                                     "parameter shards, entry '{}'); resume it with full_shard and two or more "
+                                     "processes", (dir / name).string(), entry.first));
+      }
       const auto dot = entry.first.rfind('.');
       if (dot != std::string::npos && wanted(entry.first.substr(0, dot))) {
         state.emplace_back(entry.first, file.load(entry.first));
