@@ -106,17 +106,8 @@ case_shard_grad_op_sft() {
     training.gradient_accumulation_steps=2 training.clip_grad_norm=0.05
   # Resume from step 5 with the same two processes (the uninterrupted run's numbers), then with one (re-sharded:
   # its optimizer reads both ranks' files).
-  local run="$WORK/runs/zero2-plain-sharded" resumed="$WORK/runs/zero2-resumed"
   for nproc in 2 1; do
-    rm -rf "$resumed"; mkdir -p "$resumed/checkpoints"
-    cp -r "$run/checkpoints/step-5" "$resumed/checkpoints/"; cp "$run/config.yaml" "$resumed/"
-    head -n 5 "$run/metrics.jsonl" > "$resumed/metrics.jsonl"
-    local batch=$((4 / nproc))
-    expect_exit 0 "$TUNE" train "$resumed/config.yaml" --output-dir "$resumed" --nproc "$nproc" \
-      training.batch_size=$batch threads=0 distributed.strategy=shard_grad_op --resume
-    report=$("$PYTHON" "$COMPARE" "$run" "$resumed" --step 10 --tol 1e-6) \
-      || fail "resumed with $nproc process(es) differs: $report"
-    echo "shard_grad_op resumed from step 5 with $nproc process(es): $report"
+    resume_matches "$WORK/runs/zero2-plain-sharded" 5 10 "$nproc" distributed.strategy=shard_grad_op
   done
 }
 
@@ -213,7 +204,7 @@ PY
 # and compare with the uninterrupted run.
 resume_matches() {
   local run=$1 from=$2 to=$3 nproc=$4; shift 4
-  local resumed="$WORK/runs/resumed-$nproc"
+  local resumed="$run-resumed-$nproc"
   rm -rf "$resumed"; mkdir -p "$resumed/checkpoints"
   cp -r "$run/checkpoints/step-$from" "$resumed/checkpoints/"; cp "$run/config.yaml" "$resumed/"
   head -n "$from" "$run/metrics.jsonl" > "$resumed/metrics.jsonl"

@@ -160,6 +160,7 @@ class DataParallel {
   void shard_model(const ModelBlocks& blocks);
   void finish_sharded_gradients();
   std::string describe_sharded() const;
+  std::vector<train::NamedParameter> trainable_shards() const;  // named by flat parameter
 
   int rank_ = 0;
   int size_ = 1;

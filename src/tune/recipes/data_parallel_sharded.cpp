@@ -110,22 +110,23 @@ std::vector<train::ParamGroup> DataParallel::optimizer_groups(const std::vector<
   return groups;
 }
 
-std::vector<torch::Tensor> DataParallel::gradient_tensors(const std::vector<torch::Tensor>& params) const {
-  if (!sharded_) return params;
-  std::vector<torch::Tensor> shards;
-  for (auto* flat : sharded_->flat_parameters()) {
-    if (flat->trainable()) shards.push_back(flat->shard());
-  }
-  return shards;
-}
-
-std::vector<train::NamedParameter> DataParallel::ema_parameters(const std::vector<train::NamedParameter>& params) const {
-  if (!sharded_) return params;
+std::vector<train::NamedParameter> DataParallel::trainable_shards() const {
   std::vector<train::NamedParameter> shards;
   for (auto* flat : sharded_->flat_parameters()) {
     if (flat->trainable()) shards.push_back({flat->name(), flat->shard()});
   }
   return shards;
+}
+
+std::vector<torch::Tensor> DataParallel::gradient_tensors(const std::vector<torch::Tensor>& params) const {
+  if (!sharded_) return params;
+  std::vector<torch::Tensor> shards;
+  for (const auto& shard : trainable_shards()) shards.push_back(shard.tensor);
+  return shards;
+}
+
+std::vector<train::NamedParameter> DataParallel::ema_parameters(const std::vector<train::NamedParameter>& params) const {
+  return sharded_ ? trainable_shards() : params;
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> DataParallel::whole_state(
