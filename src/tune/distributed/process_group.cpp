@@ -1,12 +1,17 @@
 // c10d process group: TCPStore rendezvous on MASTER_ADDR:MASTER_PORT (rank 0 serves it) and ProcessGroupGloo.
 //
-// NCCL is not compiled in: the CPU build has no NCCL, and the one CUDA build so far (the lent H100) ran single
-// process. Gloo also reduces CUDA tensors (through host memory), so `backend: auto` on CUDA falls back to it and
-// says so; `backend: nccl` is refused by the recipe's settings until a NCCL build exists.
+// NCCL (ProcessGroupNCCL) is compiled only against a CUDA LibTorch whose NCCL headers and library CMake found
+// (TUNE_WITH_NCCL, src/tune/distributed/CMakeLists.txt); each rank then binds to cuda:LOCAL_RANK. The CPU build has
+// Gloo only (Gloo also reduces CUDA tensors, through host memory). NCCL has been compiled and linked here (the CUDA
+// compile check) but never run: no GPU machine with several GPUs has been available yet.
 #include "tune/distributed/process_group.h"
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#if defined(TUNE_WITH_NCCL)
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include <fmt/format.h>
 
@@ -74,8 +79,16 @@ void PendingCollective::wait() {
   }
 }
 
+bool nccl_built() {
+#if defined(TUNE_WITH_NCCL)
+  return true;
+#else
+  return false;
+#endif
+}
+
 ProcessGroup::ProcessGroup(const LaunchEnvironment& env, const GroupOptions& options) : env_(env), options_(options) {
-  if (options.backend != "gloo") {
+  if (options.backend != "gloo" && !(options.backend == "nccl" && nccl_built())) {
     throw UsageError(fmt::format("distributed backend '{}' is not built into this tune; use gloo", options.backend));
   }
   const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options.timeout);
@@ -87,6 +100,17 @@ ProcessGroup::ProcessGroup(const LaunchEnvironment& env, const GroupOptions& opt
     store_options.waitWorkers = true;
     store_options.timeout = timeout;
     auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+#if defined(TUNE_WITH_NCCL)
+    if (options.backend == "nccl") {
+      // One GPU per local rank (torchrun's convention); NCCL's communicators are created on the current device.
+      device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+      c10::cuda::set_device(device_.index());
+      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+      nccl_options->timeout = timeout;
+      backend_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, nccl_options);
+      return;
+    }
+#endif
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout);
     gloo_options->devices = gloo_devices(env);
     gloo_options->threads = 2;
@@ -118,7 +142,7 @@ void ProcessGroup::all_reduce(torch::Tensor& tensor, ReduceOp op, const std::str
 }
 
 double ProcessGroup::all_reduce(double value, ReduceOp op, const std::string& what) {
-  auto tensor = torch::tensor({value}, torch::kFloat64);
+  auto tensor = torch::tensor({value}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
   all_reduce(tensor, op, what);
   return tensor.item<double>();
 }

@@ -1,5 +1,5 @@
-// The process group of a distributed run: c10d's TCPStore rendezvous and a Gloo (CPU) backend, behind the few
-// collectives the trainer needs. One per process, created once at the start of `tune train` when a launcher's
+// The process group of a distributed run: c10d's TCPStore rendezvous and a Gloo (CPU tensors) or NCCL (CUDA
+// tensors, built only against a CUDA LibTorch) backend, behind the few collectives the trainer needs. One per process, created once at the start of `tune train` when a launcher's
 // environment says there is more than one process; everything else asks `world()`.
 //
 // Every collective is a c10d one (never a home-made transport) and has the run's timeout: a rank that died makes
@@ -25,7 +25,7 @@ namespace tune::distributed {
 enum class ReduceOp { sum, max, min };
 
 struct GroupOptions {
-  std::string backend = "gloo";                // "gloo" (the only one built here; see process_group.cpp)
+  std::string backend = "gloo";                // "gloo", or "nccl" where nccl_built()
   std::chrono::seconds timeout{300};           // every collective and the rendezvous
 };
 
@@ -55,6 +55,10 @@ class ProcessGroup {
   int size() const { return env_.world_size; }
   const LaunchEnvironment& environment() const { return env_; }
   std::chrono::seconds timeout() const { return options_.timeout; }
+  const std::string& backend() const { return options_.backend; }
+  // Where tensors for this group's collectives live: the CPU for Gloo, this rank's GPU (cuda:LOCAL_RANK) for NCCL.
+  // Scalar collectives (sums of losses, agreements) use it.
+  torch::Device device() const { return device_; }
 
   // In place, on every rank. The async form returns at once; the tensor must stay alive and untouched until wait().
   PendingCollective all_reduce_async(torch::Tensor& tensor, ReduceOp op, const std::string& what);
@@ -71,8 +75,12 @@ class ProcessGroup {
  private:
   LaunchEnvironment env_;
   GroupOptions options_;
+  torch::Device device_{torch::kCPU};
   c10::intrusive_ptr<c10d::Backend> backend_;
 };
+
+// Whether this tune was built with c10d's NCCL backend (against a CUDA LibTorch whose NCCL headers were found).
+bool nccl_built();
 
 // The process group of this process, or nullptr in a single-process run.
 ProcessGroup* world();

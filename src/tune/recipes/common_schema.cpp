@@ -5,6 +5,7 @@
 
 #include "tune/compat/torch_compat.h"
 #include "tune/core/error.h"
+#include "tune/distributed/launch_environment.h"
 
 namespace tune::recipes {
 
@@ -56,7 +57,8 @@ config::Schema common_schema(const std::string& recipe_name) {
   schema.integer("checkpoint.keep_last", 2, "complete checkpoints kept; 0 = all");
 
   // Read only when a launcher (tune train --nproc N, torchrun, srun) starts several processes; validated always.
-  schema.choice("distributed.backend", {"auto", "gloo", "nccl"}, "auto", "c10d backend; auto = gloo (NCCL not built)");
+  schema.choice("distributed.backend", {"auto", "gloo", "nccl"}, "auto",
+                "c10d backend; auto = nccl on CUDA where tune is built with it (a CUDA LibTorch), else gloo");
   schema.choice("distributed.strategy", {"ddp", "full_shard", "shard_grad_op"}, "ddp",
                 "ddp: replicated parameters, gradients all-reduced in buckets during backward; shard_grad_op "
                 "(ZeRO-2): as ddp, but each process keeps the gradients and optimizer state of its share of the "
@@ -93,6 +95,16 @@ RunSettings read_run_settings(const config::Config& config) {
   if (config.get_string("checkpointing.policy") == "offload" && settings.device != "cuda") {
     config.fail("checkpointing.policy", "is 'offload', which moves saved block inputs from the GPU to pinned CPU "
                                         "memory and needs device cuda; use 'full' on CPU");
+  }
+  // Several processes on a machine: each takes the GPU of its local rank (torchrun's and Slurm's convention).
+  if (settings.device == "cuda") {
+    if (const auto env = distributed::read_launch_environment(); env && env->world_size > 1) {
+      if (env->local_rank >= static_cast<int>(torch::cuda::device_count())) {
+        config.fail("device", fmt::format("is cuda, but this process's LOCAL_RANK {} has no GPU of its own ({} visible)",
+                                          env->local_rank, torch::cuda::device_count()));
+      }
+      settings.device = fmt::format("cuda:{}", env->local_rank);
+    }
   }
   settings.checkpointing.policy = settings.gradient_checkpointing
                                       ? memory::parse_policy(config.get_string("checkpointing.policy"))

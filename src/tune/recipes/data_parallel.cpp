@@ -1,6 +1,8 @@
 // Distributed training as the recipes see it (see data_parallel.h).
 #include "tune/recipes/data_parallel.h"
 
+#include <torch/cuda.h>
+
 #include <map>
 #include <stdexcept>
 #include <thread>
@@ -19,11 +21,19 @@ namespace tune::recipes {
 DistributedSettings read_distributed_settings(const config::Config& config) {
   DistributedSettings settings;
   const std::string backend = config.get_string("distributed.backend");
+  const std::string device = config.get_string("device");
+  const bool on_cuda = device == "cuda" || (device == "auto" && torch::cuda::is_available());
   if (backend == "nccl") {
-    config.fail("distributed.backend", "is 'nccl', which this tune is not built with (no NCCL build exists yet); "
-                                       "use 'gloo' or 'auto' (Gloo also reduces CUDA tensors, through host memory)");
+    if (!distributed::nccl_built()) {
+      config.fail("distributed.backend", "is 'nccl', which this tune is not built with (NCCL is compiled only against "
+                                         "a CUDA LibTorch); use 'gloo' or 'auto' (Gloo also reduces CUDA tensors, "
+                                         "through host memory)");
+    }
+    if (!on_cuda) config.fail("distributed.backend", "is 'nccl', which reduces CUDA tensors, but the device is cpu; "
+                                                     "use 'gloo' or 'auto'");
   }
-  settings.backend = "gloo";
+  // auto: NCCL for CUDA runs where built, else Gloo.
+  settings.backend = backend == "nccl" || (backend == "auto" && on_cuda && distributed::nccl_built()) ? "nccl" : "gloo";
   settings.strategy = config.get_string("distributed.strategy");
   settings.shard_blocks = config.get_strings("distributed.shard_blocks");
   const double bucket_mb = config.get_real("distributed.bucket_mb");

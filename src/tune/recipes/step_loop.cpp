@@ -46,7 +46,9 @@ std::vector<int64_t> gather_over_ranks(int64_t value, const char* what) {
   if (group == nullptr) return {value};
   auto slots = torch::zeros({group->size()}, torch::kFloat64);
   slots[group->rank()] = static_cast<double>(value);
+  slots = slots.to(group->device());  // NCCL reduces CUDA tensors only
   group->all_reduce(slots, distributed::ReduceOp::sum, what);
+  slots = slots.cpu();
   std::vector<int64_t> values;
   for (int64_t rank = 0; rank < group->size(); ++rank) values.push_back(static_cast<int64_t>(slots[rank].item<double>()));
   return values;

@@ -51,7 +51,7 @@ RecipeShape read_recipe(const config::Config& config) {
   shape.inputs.sequence = sft.data.max_length;
   shape.inputs.low_precision = run.mixed_precision != precision::MixedPrecision::no;
   shape.inputs.fp16 = run.mixed_precision == precision::MixedPrecision::fp16;
-  shape.inputs.cuda = run.device == "cuda";
+  shape.inputs.cuda = run.device.rfind("cuda", 0) == 0;
   shape.inputs.bucket_bytes = distributed.bucket_bytes;
   shape.inputs.reduce_bf16 = distributed.reduce_bf16;
   shape.inputs.optimizer_state_bf16 = training.adamw.state_dtype == torch::kBFloat16;
