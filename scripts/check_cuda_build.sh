@@ -26,11 +26,11 @@ toolkit=$build/cuda-toolkit
 # language, and CMake identifies nvcc by compiling and linking a test program. Asking for the same cuda-toolkit
 # release with the nvcc extra brings nvcc, its crt/ headers and nvvm (cicc, libdevice) of exactly the toolkit torch
 # was built with: a plain `pip install nvidia-cuda-nvcc` takes the newest (13.5), and Caffe2's cuda.cmake rejects an
-# nvcc whose version differs from the runtime headers'. (No cccl: tune compiles no .cu file, and its .cpp files
-# include only the runtime headers.)
+# nvcc whose version differs from the runtime headers'. The cccl extra (libcu++'s headers, nv/target) is needed by
+# c10d's ProcessGroupNCCL.hpp, which includes cuda_fp16.h (tune compiles no .cu file).
 torch_version=2.14.1
 cuda_toolkit_version=13.0.3
-packages=("torch==$torch_version" "cuda-toolkit[nvcc]==$cuda_toolkit_version")
+packages=("torch==$torch_version" "cuda-toolkit[nvcc,cccl]==$cuda_toolkit_version")
 
 configure_only=0
 if [[ ${1:-} == --configure-only ]]; then
@@ -62,7 +62,7 @@ torch_version, toolkit_version = sys.argv[1:]
 assert version("torch") == torch_version
 assert version("cuda-toolkit").split(".")[:3] == toolkit_version.split(".")  # installed as 13.0.3.0
 cuda = ".".join(toolkit_version.split(".")[:2]) + "."
-for name in ("nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-runtime"):
+for name in ("nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-runtime", "nvidia-cuda-cccl"):
     assert version(name).startswith(cuda), name
 PY
 }

@@ -298,6 +298,24 @@ print("resident after backward: " + "; ".join(lines))
 PY
 ) || fail "full_shard memory: $report"
   echo "$report"
+  # tune plan models full_shard: the row of the runs' own setting (policy full, no accumulation) predicts each
+  # rank's measured peak from above, within 15% (an upper bound: it counts two gathered layers and their gradients).
+  for nproc in 2 4; do
+    expect_exit 0 "$TUNE" plan "$WORK/zero3-mem.yaml" --memory 4GiB --nproc "$nproc" --json \
+      training.batch_size=$((4 / nproc)) distributed.strategy=full_shard "${big[@]}"
+    report=$("$PYTHON" - "$OUT" "$WORK/runs/zero3-mem-$nproc/memory.json" <<'PY'
+import json, sys
+plan, memory = json.loads(sys.argv[1]), json.load(open(sys.argv[2]))
+row = next(r for r in plan["rows"] if r["checkpointing"] == "full" and r["gradient_accumulation_steps"] == 1)
+assert row["strategy"] == "full_shard", row
+measured = max(memory["peak_bytes_per_rank"])
+print(f"plan for full_shard x {row['processes']}: predicted {row['peak_bytes'] / 2**20:.1f} MiB, measured "
+      f"{measured / 2**20:.1f} MiB ({row['peak_bytes'] / measured - 1:+.1%})")
+assert measured <= row["peak_bytes"] <= 1.15 * measured
+PY
+) || fail "tune plan under full_shard: $report"
+    echo "$report"
+  done
 }
 
 # The torchrun and Slurm contracts, with the variables set by hand: the two processes must rendezvous and train as

@@ -16,7 +16,7 @@ namespace tune::recipes {
 struct PlanRequest {
   config::Config config;
   uint64_t budget_bytes = 0;  // per process
-  int processes = 1;          // data-parallel processes (distributed.strategy: ddp or shard_grad_op)
+  int processes = 1;          // data-parallel processes (distributed.strategy: ddp, shard_grad_op or full_shard)
 };
 
 // One candidate: the keys the plan may change. The global batch (batch_size x accumulation x processes) is the
@@ -29,8 +29,12 @@ struct PlanSetting {
   std::string param_dtype = "fp32";    // fp32 | bf16 (frozen weights, LoRA only)
   int processes = 1;
   bool shard_grad_op = false;          // distributed.strategy shard_grad_op (optimizer state sharded)
+  bool full_shard = false;             // distributed.strategy full_shard (parameters, gradients, state sharded)
 
-  std::string strategy() const { return processes > 1 ? (shard_grad_op ? "shard_grad_op" : "ddp") : "single"; }
+  std::string strategy() const {
+    if (processes <= 1) return "single";
+    return full_shard ? "full_shard" : shard_grad_op ? "shard_grad_op" : "ddp";
+  }
   // "every_k (k=2)" / "full"
   std::string checkpointing_label() const;
   // The key=value overrides that select this setting (applied after the user's own).

@@ -20,6 +20,31 @@ bool fused_attention(const SftPlanInputs& inputs, bool recomputing) {
   return nn::uses_fused_attention(inputs.cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU, dtype, recomputing);
 }
 
+// full_shard (distributed/fully_sharded.h): what lives across steps is 1/N (flat shards, padding ignored); during
+// forward and backward a process also holds the rest of the model (embeddings, head, final norm) gathered and its
+// full gradients until backward ends, and at most two decoder layers gathered (a block gathered for its backward
+// while the one after it completes) with their full gradients (one accumulating, one in its reduce-scatter). No
+// ddp buckets. The optimizer update's temporaries are those of one flat shard's chunk.
+void shard_fully(PeakBreakdown& peak, const SftPlanInputs& inputs, const ParameterCounts& counts, int64_t activations,
+                 int processes, int64_t tied_lookup_gradient) {
+  const int64_t layers = std::max<int64_t>(1, inputs.model.num_hidden_layers);
+  const int64_t head_elements = inputs.model.vocab_size * inputs.model.hidden_size *
+                                    (inputs.model.tie_word_embeddings ? 1 : 2) + inputs.model.hidden_size;
+  const double bytes_per_element = static_cast<double>(peak.parameters) / static_cast<double>(std::max<int64_t>(1, counts.total));
+  const auto rest_bytes = static_cast<int64_t>(static_cast<double>(head_elements) * bytes_per_element);
+  const int64_t layer_bytes = (peak.parameters - rest_bytes) / layers;
+  const int64_t rest_trainable = std::max<int64_t>(0, counts.trainable - layers * counts.trainable_per_layer);
+  peak.parameters /= processes;
+  peak.gradients /= processes;
+  peak.optimizer_state /= processes;
+  const int64_t batch_tensors = peak.other - counts.trainable * (inputs.reduce_bf16 ? 2 : 4) -
+                                (inputs.reduce_bf16 ? std::min(inputs.bucket_bytes, counts.trainable * 4) : 0);
+  peak.other = batch_tensors;
+  const int64_t gathered = rest_bytes - rest_bytes / processes + 2 * layer_bytes;
+  const int64_t full_gradients = (rest_trainable + 2 * counts.trainable_per_layer) * 4 + tied_lookup_gradient;
+  peak.step = activations + gathered + full_gradients + peak.gradients + peak.other;
+}
+
 }  // namespace
 
 memory::CheckpointOptions checkpoint_options(const PlanSetting& setting) {
@@ -98,6 +123,9 @@ PeakBreakdown predict_peak(const SftPlanInputs& inputs, const PlanSetting& setti
   train::AdamWOptions adamw;
   adamw.state_dtype = inputs.optimizer_state_bf16 ? torch::kBFloat16 : torch::kFloat;
   peak.optimizer_step = train::adamw_step_temporary_bytes(adamw, counts.largest_trainable, false);
+  if (inputs.full_shard && setting.processes > 1) {
+    shard_fully(peak, inputs, counts, phases.peak(), setting.processes, tied_lookup_gradient);
+  }
   return peak;
 }
 

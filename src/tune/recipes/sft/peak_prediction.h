@@ -26,6 +26,7 @@ struct SftPlanInputs {
   bool reduce_bf16 = false;     // distributed.reduce_dtype
   bool optimizer_state_bf16 = false;  // optimizer.state_dtype
   bool shard_optimizer_state = false;  // distributed.strategy shard_grad_op: each process keeps a share of it
+  bool full_shard = false;             // distributed.strategy full_shard: parameters, gradients and state 1/N
 };
 
 memory::CheckpointOptions checkpoint_options(const PlanSetting& setting);

@@ -56,6 +56,7 @@ RecipeShape read_recipe(const config::Config& config) {
   shape.inputs.reduce_bf16 = distributed.reduce_bf16;
   shape.inputs.optimizer_state_bf16 = training.adamw.state_dtype == torch::kBFloat16;
   shape.inputs.shard_optimizer_state = distributed.strategy == "shard_grad_op";
+  shape.inputs.full_shard = distributed.strategy == "full_shard";
   shape.rows_per_process = training.batch_size * training.gradient_accumulation_steps;
   shape.recipe_k = run.checkpointing.k;
   shape.param_dtype = run.frozen_weights_bf16 ? "bf16" : "fp32";
@@ -204,6 +205,7 @@ std::vector<PlanSetting> candidate_settings(const SftPlanInputs& inputs, int64_t
         setting.param_dtype = dtype;
         setting.processes = processes;
         setting.shard_grad_op = inputs.shard_optimizer_state;
+        setting.full_shard = inputs.full_shard;
         candidates.push_back(setting);
       }
     }
