@@ -5,19 +5,16 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <functional>
 
 #include "tune/distributed/gradient_reducer.h"
 #include "tune/distributed/process_group.h"
 #include "tune/memory/checkpoint.h"
+#include "distributed/two_ranks.h"
 
 namespace {
 
 using tune::distributed::GradientReducer;
-using tune::distributed::LaunchEnvironment;
 using tune::distributed::ProcessGroup;
 
 constexpr int kRows = 4, kMicroBatches = 2, kRanks = 2;
@@ -64,16 +61,7 @@ std::vector<torch::Tensor> reference_gradients() {
 // Rank `rank`'s run; true when its reduced gradients match the reference to `tolerance` (relative to the largest).
 bool reduced_gradients_match(int rank, uint16_t port, int64_t bucket_bytes, torch::ScalarType reduce_dtype,
                              double tolerance) {
-  LaunchEnvironment env;
-  env.rank = rank;
-  env.world_size = kRanks;
-  env.local_rank = rank;
-  env.local_world_size = kRanks;
-  env.master_port = port;
-  env.source = "test";
-  tune::distributed::GroupOptions options;
-  options.timeout = std::chrono::seconds(60);
-  ProcessGroup group(env, options);
+  ProcessGroup group(two_rank_environment(rank, port), test_group_options());
   const Weights w = make_weights(torch::kFloat32);
   GradientReducer reducer(group, {w.first, w.second, w.unused}, {bucket_bytes, reduce_dtype});
   for (int micro = 0; micro < kMicroBatches; ++micro) {
@@ -89,34 +77,6 @@ bool reduced_gradients_match(int rank, uint16_t port, int64_t bucket_bytes, torc
     if ((reduced[i].to(torch::kFloat64) - reference[i]).abs().max().item<double>() > tolerance * scale) return false;
   }
   return true;
-}
-
-// Runs `body(rank, port)` as rank 0 here and rank 1 in a forked child; both must return true.
-void run_two_ranks(const std::function<bool(int, uint16_t)>& body) {
-  static int call = 0;
-  const auto port = static_cast<uint16_t>(20000 + (getpid() * 7 + call++ * 131) % 30000);
-  const pid_t child = fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    int status = 1;
-    try {
-      status = body(1, port) ? 0 : 1;
-    } catch (...) {
-      status = 2;
-    }
-    _exit(status);
-  }
-  bool parent_ok = false;
-  try {
-    parent_ok = body(0, port);
-  } catch (const std::exception& error) {
-    FAIL(error.what());
-  }
-  int status = 0;
-  REQUIRE(waitpid(child, &status, 0) == child);
-  CHECK(parent_ok);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
 }
 
 }  // namespace
@@ -141,13 +101,7 @@ TEST_CASE("ddp reducer: summed gradients equal the float64 gradients of all rank
 
 TEST_CASE("ddp reducer: bucketing follows reverse parameter order and the size cap", "[distributed][reducer]") {
   run_two_ranks([](int rank, uint16_t port) {
-    LaunchEnvironment env;
-    env.rank = rank;
-    env.world_size = 2;
-    env.local_rank = rank;
-    env.local_world_size = 2;
-    env.master_port = port;
-    ProcessGroup group(env, {});
+    ProcessGroup group(two_rank_environment(rank, port), test_group_options());
     const auto a = torch::zeros({100}).requires_grad_();  // 400 bytes
     const auto b = torch::zeros({100}).requires_grad_();
     const auto c = torch::zeros({300}).requires_grad_();  // 1200 bytes
