@@ -13,8 +13,8 @@ alternately for --rounds rounds, and reports per configuration:
   step time: the median over the logged steps after the first 5 (metrics.jsonl elapsed_s), best round;
   bytes on the loopback interface per step (/proc/net/dev, lo, received; both ranks' traffic, includes the
   TCPStore's small messages) beside the volume the strategy needs in theory, over all N ranks: ddp's ring
-  all-reduce 2 (N-1)/N x G x N; shard_grad_op the same plus each owner's updated share to the others
-  (N-1)/N x P x N; full_shard the parameters gathered in forward and again in backward plus the gradients
+  all-reduce 2 (N-1)/N x G x N; shard_grad_op each gradient reduced to its owner (a reduce-scatter's
+  (N-1)/N x G x N) plus each owner's updated share to the others (N-1)/N x P x N; full_shard the parameters gathered in forward and again in backward plus the gradients
   reduce-scattered, (2 P + G) (N-1)/N x N (an upper bound: the rest of the model is gathered once per step);
   G gradient bytes, P parameter bytes;
   peak memory per rank, and resident memory (memory.json: tracked tensor storage once gradients are reduced:
@@ -117,7 +117,7 @@ def main():
         one = best["single"]
         n, grads, params = 2, one["gradient_bytes"], one["parameter_bytes"]
         share = (n - 1) / n * n
-        volume = {"single": None, "ddp": 2 * grads * share, "shard_grad_op": (2 * grads + params) * share,
+        volume = {"single": None, "ddp": 2 * grads * share, "shard_grad_op": (grads + params) * share,
                   "full_shard": (2 * params + grads) * share}
         print(f"model: hidden {args.hidden}, {args.layers} layers, {grads / 4 / 1e6:.2f}M parameters "
               f"({grads / 2**20:.1f} MiB of fp32 gradients); global batch {args.batch} x 128 tokens; "

@@ -59,11 +59,13 @@ std::vector<torch::Tensor> reference_gradients() {
 }
 
 // Rank `rank`'s run; true when its reduced gradients match the reference to `tolerance` (relative to the largest).
+// `owner` (shard_grad_op): the rank that keeps each of first, second, unused; empty: every rank (ddp). A rank must
+// hold exactly the gradients it owns.
 bool reduced_gradients_match(int rank, uint16_t port, int64_t bucket_bytes, torch::ScalarType reduce_dtype,
-                             double tolerance) {
+                             double tolerance, std::vector<int> owner = {}) {
   ProcessGroup group(two_rank_environment(rank, port), test_group_options());
   const Weights w = make_weights(torch::kFloat32);
-  GradientReducer reducer(group, {w.first, w.second, w.unused}, {bucket_bytes, reduce_dtype});
+  GradientReducer reducer(group, {w.first, w.second, w.unused}, {bucket_bytes, reduce_dtype, owner});
   for (int micro = 0; micro < kMicroBatches; ++micro) {
     reducer.set_sync(micro + 1 == kMicroBatches);
     loss_of(w, rank_input(rank, micro, torch::kFloat32), true).backward();
@@ -72,7 +74,9 @@ bool reduced_gradients_match(int rank, uint16_t port, int64_t bucket_bytes, torc
   const auto reference = reference_gradients();
   const std::vector<torch::Tensor> reduced{w.first.grad(), w.second.grad(), w.unused.grad()};
   for (size_t i = 0; i < reduced.size(); ++i) {
-    if (!reduced[i].defined()) return false;
+    const bool kept = owner.empty() || owner[i] == rank;
+    if (reduced[i].defined() != kept) return false;
+    if (!kept) continue;
     const double scale = std::max(1.0, reference[i].abs().max().item<double>());
     if ((reduced[i].to(torch::kFloat64) - reference[i]).abs().max().item<double>() > tolerance * scale) return false;
   }
@@ -91,6 +95,13 @@ TEST_CASE("ddp reducer: summed gradients equal the float64 gradients of all rank
     run_two_ranks([](int rank, uint16_t port) {
       return reduced_gradients_match(rank, port, 16, torch::kFloat32, 1e-5);
     });
+  }
+  SECTION("shard_grad_op: each gradient reduced to its owner, the others released") {
+    for (const int64_t bucket_bytes : {int64_t{25} << 20, int64_t{16}}) {
+      run_two_ranks([bucket_bytes](int rank, uint16_t port) {
+        return reduced_gradients_match(rank, port, bucket_bytes, torch::kFloat32, 1e-5, {0, 1, 1});
+      });
+    }
   }
   SECTION("bf16 communication: within bf16 rounding") {
     run_two_ranks([](int rank, uint16_t port) {

@@ -17,8 +17,9 @@ struct GradientReducer::State {
     std::vector<int64_t> params;  // indices into State::params
     int64_t pending = 0;          // gradients not yet ready this step
     torch::Tensor flat;           // the reduction buffer while in flight
-    PendingCollective work;
+    std::vector<PendingCollective> works;
     bool launched = false;
+    bool settled = false;         // waited for, sums written back
   };
 
   ProcessGroup* group = nullptr;
@@ -36,7 +37,9 @@ struct GradientReducer::State {
     for (auto& bucket : buckets) {
       bucket.pending = static_cast<int64_t>(bucket.params.size());
       bucket.flat = torch::Tensor();
+      bucket.works.clear();
       bucket.launched = false;
+      bucket.settled = false;
     }
     next_to_launch = 0;
   }
@@ -50,13 +53,58 @@ struct GradientReducer::State {
       pieces.push_back(grad.defined() ? grad.reshape(-1) : torch::zeros({params[i].numel()}, params[i].options()));
     }
     bucket.flat = torch::cat(pieces).to(options.reduce_dtype);
-    bucket.work = group->all_reduce_async(bucket.flat, ReduceOp::sum, fmt::format("gradient bucket {}", index));
+    pieces.clear();
     bucket.launched = true;
+    if (options.owner.empty()) {
+      bucket.works.push_back(group->all_reduce_async(bucket.flat, ReduceOp::sum, fmt::format("gradient bucket {}", index)));
+      return;
+    }
+    // shard_grad_op: each run of parameters with one owner is a contiguous slice of the bucket, reduced to it.
+    int64_t offset = 0;
+    for (size_t j = 0; j < bucket.params.size();) {
+      const int root = options.owner[static_cast<size_t>(bucket.params[j])];
+      const int64_t begin = offset;
+      for (; j < bucket.params.size() && options.owner[static_cast<size_t>(bucket.params[j])] == root; ++j) {
+        offset += params[static_cast<size_t>(bucket.params[j])].numel();
+      }
+      auto slice = bucket.flat.narrow(0, begin, offset - begin);
+      bucket.works.push_back(group->reduce_async(slice, root, fmt::format("gradient bucket {} to rank {}", index, root)));
+    }
+    // The values are in the bucket now: the gradients this rank does not own are let go at once.
+    for (const int64_t i : bucket.params) {
+      if (options.owner[static_cast<size_t>(i)] != group->rank()) params[static_cast<size_t>(i)].mutable_grad().reset();
+    }
+  }
+
+  // Waits for a launched bucket and writes the sums into the gradients this rank keeps.
+  void settle(Bucket& bucket) {
+    if (!bucket.launched || bucket.settled) return;
+    for (auto& work : bucket.works) work.wait();
+    torch::NoGradGuard no_grad;
+    int64_t offset = 0;
+    for (const int64_t i : bucket.params) {
+      auto& param = params[static_cast<size_t>(i)];
+      const int64_t numel = param.numel();
+      const bool kept = options.owner.empty() || options.owner[static_cast<size_t>(i)] == group->rank();
+      if (kept) {
+        auto sum = bucket.flat.narrow(0, offset, numel).view(param.sizes()).to(param.scalar_type());
+        if (param.grad().defined()) {
+          param.mutable_grad().copy_(sum);
+        } else {
+          param.mutable_grad() = sum.clone();
+        }
+      }
+      offset += numel;
+    }
+    bucket.flat = torch::Tensor();
+    bucket.works.clear();
+    bucket.settled = true;
   }
 
   // Launches every bucket from next_to_launch on that is complete, in index order (the same order on all ranks).
   void launch_ready_buckets() {
     while (next_to_launch < static_cast<int64_t>(buckets.size()) && buckets[next_to_launch].pending == 0) {
+      if (next_to_launch >= 2) settle(buckets[next_to_launch - 2]);
       launch(buckets[next_to_launch], next_to_launch);
       ++next_to_launch;
     }
@@ -101,6 +149,9 @@ GradientReducer::GradientReducer(ProcessGroup& group, const std::vector<torch::T
   auto& state = *state_;
   state.group = &group;
   state.options = options;
+  if (!options.owner.empty() && options.owner.size() != params.size()) {
+    throw Error("internal: the gradient reducer's owners do not match its parameters");
+  }
   state.params = params;
   state.bucket_of.assign(params.size(), -1);
   state.ready.assign(params.size(), 0);
@@ -139,22 +190,7 @@ void GradientReducer::finish() {
   // Parameters that got no gradient (unused this step) count as complete with zeros, on every rank alike.
   for (auto& bucket : state.buckets) bucket.pending = 0;
   state.launch_ready_buckets();
-  torch::NoGradGuard no_grad;
-  for (auto& bucket : state.buckets) {
-    bucket.work.wait();
-    int64_t offset = 0;
-    for (const int64_t i : bucket.params) {
-      auto& param = state.params[i];
-      const int64_t numel = param.numel();
-      auto sum = bucket.flat.narrow(0, offset, numel).view(param.sizes()).to(param.scalar_type());
-      if (param.grad().defined()) {
-        param.mutable_grad().copy_(sum);
-      } else {
-        param.mutable_grad() = sum.clone();
-      }
-      offset += numel;
-    }
-  }
+  for (auto& bucket : state.buckets) state.settle(bucket);
   state.reset_step();
 }
 

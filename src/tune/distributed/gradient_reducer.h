@@ -11,6 +11,11 @@
 //   nothing is sent; only the final backward of a step communicates.
 // - Buckets are launched in index order on every rank (a Gloo collective is matched by order), whatever order the
 //   gradients arrive in; a parameter that got no gradient this step counts as zero (identically on every rank).
+// - With `owner` set (strategy shard_grad_op, ZeRO-2), each run of a bucket's parameters is reduced (c10d reduce)
+//   to the rank that owns them instead of all-reduced, and a rank lets go of the gradients it does not own as soon
+//   as their bucket leaves: after finish() only owned parameters have a .grad.
+// - At most two buckets are in flight: launching one first waits for the one before the last and writes its sums
+//   back, so the reduction buffers stay two buckets however large the model.
 // - Activation checkpointing hands each parameter's gradient to autograd exactly once (memory/checkpoint.h), so a
 //   recompute never marks a parameter ready twice; if it did, finish() would fail loudly instead of double-counting.
 #pragma once
@@ -28,6 +33,7 @@ namespace tune::distributed {
 struct ReducerOptions {
   int64_t bucket_bytes = 25 * 1024 * 1024;
   torch::ScalarType reduce_dtype = torch::kFloat32;  // kFloat32 or kBFloat16 (halves the bytes sent)
+  std::vector<int> owner;  // shard_grad_op: the rank that keeps each parameter's gradient; empty: every rank (ddp)
 };
 
 class GradientReducer {

@@ -169,6 +169,20 @@ void ProcessGroup::all_gather(torch::Tensor& output, const torch::Tensor& input,
   PendingCollective(std::move(work), what, options_.timeout).wait();
 }
 
+PendingCollective ProcessGroup::reduce_async(torch::Tensor& tensor, int root, const std::string& what) {
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::ReduceOptions reduce_options;
+  reduce_options.reduceOp = c10d::ReduceOp::SUM;
+  reduce_options.rootRank = root;
+  reduce_options.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options_.timeout);
+  try {
+    return PendingCollective(backend_->reduce(tensors, reduce_options), what, options_.timeout);
+  } catch (const std::exception& error) {
+    throw Error(fmt::format("rank {}: the collective '{}' could not start: {}", env_.rank, what,
+                            first_line(error.what())));
+  }
+}
+
 PendingCollective ProcessGroup::reduce_scatter_async(torch::Tensor& output, torch::Tensor& input,
                                                      const std::string& what) {
   c10d::ReduceScatterOptions scatter_options;

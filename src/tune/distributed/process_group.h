@@ -67,6 +67,8 @@ class ProcessGroup {
   void broadcast(torch::Tensor& tensor, int root, const std::string& what);
   // `output` (size() x input's numel, contiguous) receives every rank's `input` in rank order (full_shard's gather).
   void all_gather(torch::Tensor& output, const torch::Tensor& input, const std::string& what);
+  // `tensor` summed over ranks into `root`'s copy (the others' become scratch): shard_grad_op's gradient reduction.
+  PendingCollective reduce_async(torch::Tensor& tensor, int root, const std::string& what);
   // `input` (size() x output's numel) summed over ranks; this rank's slice lands in `output` (full_shard's gradient
   // reduction). Both must stay alive and untouched until wait().
   PendingCollective reduce_scatter_async(torch::Tensor& output, torch::Tensor& input, const std::string& what);

@@ -111,16 +111,17 @@ DataParallel::DataParallel(const config::Config& config, const std::vector<torch
     shard_model(*blocks);
     return;
   }
-  distributed::ReducerOptions options;
-  options.bucket_bytes = settings_.bucket_bytes;
-  options.reduce_dtype = settings_.reduce_bf16 ? torch::kBFloat16 : torch::kFloat32;
-  reducer_ = std::make_unique<distributed::GradientReducer>(*group, trainable, options);
   if (settings_.strategy == "shard_grad_op") {
     trainable_ = trainable;
     std::vector<int64_t> bytes;
     for (const auto& tensor : trainable) bytes.push_back(tensor.numel() * static_cast<int64_t>(tensor.element_size()));
     owner_ = distributed::partition_by_bytes(bytes, size_);
   }
+  distributed::ReducerOptions options;
+  options.bucket_bytes = settings_.bucket_bytes;
+  options.reduce_dtype = settings_.reduce_bf16 ? torch::kBFloat16 : torch::kFloat32;
+  options.owner = owner_;  // shard_grad_op: each gradient reduced to its owner, released elsewhere during backward
+  reducer_ = std::make_unique<distributed::GradientReducer>(*group, trainable, options);
 }
 
 DataParallel::~DataParallel() = default;
@@ -144,10 +145,6 @@ void DataParallel::finish_gradients() {
   }
   if (!reducer_) return;
   reducer_->finish();
-  // Sharded: only the owner steps on a gradient, so the others let go of it now rather than at zero_grad.
-  for (size_t i = 0; i < owner_.size(); ++i) {
-    if (owner_[i] != rank_) trainable_[i].mutable_grad().reset();
-  }
 }
 
 std::vector<train::NamedParameter> DataParallel::optimizer_share(const std::vector<train::NamedParameter>& params) const {
@@ -217,9 +214,10 @@ std::string DataParallel::describe() const {
                            "parameter bytes and sends its updated share after each step",
                            format_bytes(static_cast<double>(owned)), format_bytes(static_cast<double>(total)));
   }
-  return fmt::format("{} processes, strategy {}: {} gradient bucket(s), {} all-reduced per step in {} (overlapped "
+  return fmt::format("{} processes, strategy {}: {} gradient bucket(s), {} {} per step in {} (overlapped "
                      "with backward){}", size_, settings_.strategy, reducer_->bucket_count(),
                      format_bytes(static_cast<double>(reducer_->bytes_per_step())),
+                     shards_optimizer_state() ? "reduced to their owners" : "all-reduced",
                      settings_.reduce_bf16 ? "bf16" : "fp32", sharding);
 }
 

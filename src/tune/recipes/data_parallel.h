@@ -7,12 +7,12 @@
 // EMA, rank 0 alone writes checkpoints and every rank reads the same one on resume.
 //
 // Strategy `shard_grad_op` (ZeRO-2): parameters (and EMA) replicated as under ddp; each rank owns a contiguous,
-// byte-balanced share of the trainable parameters (distributed/parameter_partition.h) and keeps only their
-// gradients (the others are released once reduced) and optimizer state, steps its optimizer on them, and sends the
-// updated values to every other rank. The gradient norm for clipping and the inf/NaN decision are summed over ranks.
-// Checkpoints hold one optimizer file per rank (optimizer.rank-R-of-N.safetensors, named per parameter), which any
-// world size reads back exactly. What is not sharded yet: gradients during backward (they are all-reduced in
-// buckets, as ddp does, and released afterwards; a reduce-scatter would halve the traffic).
+// byte-balanced share of the trainable parameters (distributed/parameter_partition.h): the reducer reduces each
+// bucket's runs of parameters to their owner (c10d reduce) while backward runs and the other ranks let go of those
+// gradients as the bucket leaves; each rank keeps only its share's gradients and optimizer state, steps its
+// optimizer on them, and sends the updated values to every other rank. The gradient norm for clipping and the
+// inf/NaN decision are summed over ranks. Checkpoints hold one optimizer file per rank
+// (optimizer.rank-R-of-N.safetensors, named per parameter), which any world size reads back exactly.
 //
 // Strategy `full_shard` (ZeRO-3 / FSDP; distributed/fully_sharded.h): every rank holds 1/N of each wrapped block's
 // parameters (blocks of the types distributed.shard_blocks names) and of the rest of the model as one more unit,

@@ -26,7 +26,7 @@ bool fused_attention(const SftPlanInputs& inputs, bool recomputing) {
 // while the one after it completes) with their full gradients (one accumulating, one in its reduce-scatter). No
 // ddp buckets. The optimizer update's temporaries are those of one flat shard's chunk.
 void shard_fully(PeakBreakdown& peak, const SftPlanInputs& inputs, const ParameterCounts& counts, int64_t activations,
-                 int processes, int64_t tied_lookup_gradient) {
+                 int processes, int64_t batch_tensors, int64_t tied_lookup_gradient) {
   const int64_t layers = std::max<int64_t>(1, inputs.model.num_hidden_layers);
   const int64_t head_elements = inputs.model.vocab_size * inputs.model.hidden_size *
                                     (inputs.model.tie_word_embeddings ? 1 : 2) + inputs.model.hidden_size;
@@ -37,8 +37,6 @@ void shard_fully(PeakBreakdown& peak, const SftPlanInputs& inputs, const Paramet
   peak.parameters /= processes;
   peak.gradients /= processes;
   peak.optimizer_state /= processes;
-  const int64_t batch_tensors = peak.other - counts.trainable * (inputs.reduce_bf16 ? 2 : 4) -
-                                (inputs.reduce_bf16 ? std::min(inputs.bucket_bytes, counts.trainable * 4) : 0);
   peak.other = batch_tensors;
   const int64_t gathered = rest_bytes - rest_bytes / processes + 2 * layer_bytes;
   const int64_t full_gradients = (rest_trainable + 2 * counts.trainable_per_layer) * 4 + tied_lookup_gradient;
@@ -92,10 +90,11 @@ PeakBreakdown predict_peak(const SftPlanInputs& inputs, const PlanSetting& setti
     peak.other = row_bytes * setting.batch_size * setting.processes * setting.accumulation;
     if (setting.processes > 1) peak.other += row_bytes * setting.batch_size;
   }
-  // ddp: the reducer flattens each bucket's gradients into a copy in the reduce dtype, held until the step's
-  // reductions finish (distributed/gradient_reducer.cpp); a bf16 bucket is cast from an fp32 concatenation.
+  const int64_t batch_tensors = peak.other;
+  // ddp, shard_grad_op: the reducer flattens each bucket's gradients into a copy in the reduce dtype, at most two
+  // buckets in flight (distributed/gradient_reducer.cpp); a bf16 bucket is cast from an fp32 concatenation.
   if (setting.processes > 1) {
-    peak.other += counts.trainable * (inputs.reduce_bf16 ? 2 : 4);
+    peak.other += std::min(counts.trainable * (inputs.reduce_bf16 ? 2 : 4), 2 * inputs.bucket_bytes);
     if (inputs.reduce_bf16) peak.other += std::min(inputs.bucket_bytes, counts.trainable * 4);
   }
   // Gradients during the step. With accumulation, the earlier micro-batches' are all there from the first forward
@@ -124,7 +123,7 @@ PeakBreakdown predict_peak(const SftPlanInputs& inputs, const PlanSetting& setti
   adamw.state_dtype = inputs.optimizer_state_bf16 ? torch::kBFloat16 : torch::kFloat;
   peak.optimizer_step = train::adamw_step_temporary_bytes(adamw, counts.largest_trainable, false);
   if (inputs.full_shard && setting.processes > 1) {
-    shard_fully(peak, inputs, counts, phases.peak(), setting.processes, tied_lookup_gradient);
+    shard_fully(peak, inputs, counts, phases.peak(), setting.processes, batch_tensors, tied_lookup_gradient);
   }
   return peak;
 }
