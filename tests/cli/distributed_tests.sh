@@ -435,17 +435,28 @@ case_worker_failure_then_resume() {
 # Ctrl-C (SIGINT to the launcher): every rank stops after the same step, one checkpoint is saved, exit 130.
 case_ddp_interrupt_saves_checkpoint() {
   write_recipe "$WORK/ddp-int.yaml" "$WORK/runs/unused"
-  local run="$WORK/runs/ddp-interrupt"
-  rm -rf "$run"
-  "$TUNE" train "$WORK/ddp-int.yaml" --output-dir "$run" --nproc 2 training.batch_size=2 threads=0 \
-    training.max_steps=100000 checkpoint.every=4 2>"$WORK/ddp-int.err" & local launcher=$!
-  wait_for_checkpoint "$run" 4
-  kill -INT "$launcher"
-  wait "$launcher"; local code=$?
-  [ "$code" = 130 ] || fail "interrupted run exited $code, expected 130: $(cat "$WORK/ddp-int.err")"
-  contains "$(cat "$WORK/ddp-int.err")" "interrupted at step"
-  local steps; steps=$(ls "$run/checkpoints" | grep -c '^step-')
-  [ "$steps" -ge 2 ] || fail "no checkpoint saved on Ctrl-C"
+  local strategy
+  for strategy in ddp full_shard; do
+    local run="$WORK/runs/$strategy-interrupt"
+    rm -rf "$run"
+    "$TUNE" train "$WORK/ddp-int.yaml" --output-dir "$run" --nproc 2 training.batch_size=2 threads=0 \
+      training.max_steps=100000 checkpoint.every=4 distributed.strategy=$strategy 2>"$WORK/ddp-int.err" &
+    local launcher=$!
+    wait_for_checkpoint "$run" 4
+    kill -INT "$launcher"
+    wait "$launcher"; local code=$?
+    [ "$code" = 130 ] || fail "$strategy: interrupted run exited $code, expected 130: $(cat "$WORK/ddp-int.err")"
+    contains "$(cat "$WORK/ddp-int.err")" "interrupted at step"
+    local steps; steps=$(ls "$run/checkpoints" | grep -c '^step-')
+    [ "$steps" -ge 2 ] || fail "$strategy: no checkpoint saved on Ctrl-C"
+    # The checkpoint written on Ctrl-C is complete: whole weights, and under full_shard every rank's optimizer file.
+    local last; last=$(ls -d "$run"/checkpoints/step-* | sort -t- -k2 -n | tail -n 1)
+    [ -f "$last/COMPLETE" ] && [ -f "$last/model.safetensors" ] || fail "$strategy: $last is incomplete"
+    if [ "$strategy" = full_shard ]; then
+      [ -f "$last/optimizer.rank-0-of-2.safetensors" ] && [ -f "$last/optimizer.rank-1-of-2.safetensors" ] \
+        || fail "full_shard: $last lacks a rank's optimizer file"
+    fi
+  done
 }
 
 case="${1:?case name}"
