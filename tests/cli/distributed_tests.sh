@@ -61,21 +61,30 @@ case_ddp_latte_matches_single_process() {
 # shard_grad_op (ZeRO-2) against ddp, both with two processes: the same updates (only the gradient norm is summed in
 # another order, so clipping may differ in the last bit), one optimizer file per rank whose union is ddp's state,
 # each rank's optimizer state about half, and a resume that re-shards: two processes -> one.
-sharded_matches_ddp() {
-  local dir=$1 yaml=$2 step=$3 files=$4; shift 4
+# runs_match_ddp STRATEGY DIR YAML STEP FILES [overrides...]: ddp and STRATEGY, both with two processes (DIR-ddp,
+# DIR-sharded), agree on losses and the final FILES to $TOL (default 1e-6); the sharded checkpoint has per-rank
+# optimizer files instead of optimizer.safetensors.
+runs_match_ddp() {
+  local strategy=$1 dir=$2 yaml=$3 step=$4 files=$5; shift 5
   rm -rf "$dir-ddp" "$dir-sharded"
   expect_exit 0 "$TUNE" train "$yaml" --output-dir "$dir-ddp" training.batch_size=2 threads=0 --nproc 2 "$@"
   expect_exit 0 "$TUNE" train "$yaml" --output-dir "$dir-sharded" training.batch_size=2 threads=0 --nproc 2 \
-    distributed.strategy=shard_grad_op "$@"
-  contains "$ERR" "strategy shard_grad_op"; contains "$ERR" "keeps gradients and optimizer state for"
+    distributed.strategy="$strategy" "$@"
+  contains "$ERR" "strategy $strategy"
   local report
   # shellcheck disable=SC2086
   report=$("$PYTHON" "$COMPARE" "$dir-ddp" "$dir-sharded" --step "$step" --files $files --tol "${TOL:-1e-6}" \
-    --weight-tol "${WEIGHT_TOL:-${TOL:-1e-6}}") \
-    || fail "shard_grad_op differs from ddp ($*): $report"
-  echo "shard_grad_op vs ddp ($*): $report"
-  local checkpoint="$dir-sharded/checkpoints/step-$step"
-  [ -f "$checkpoint/optimizer.safetensors" ] && fail "a sharded checkpoint holds optimizer.safetensors"
+    --weight-tol "${WEIGHT_TOL:-${TOL:-1e-6}}") || fail "$strategy differs from ddp ($*): $report"
+  echo "$strategy vs ddp ($*): $report"
+  [ -f "$dir-sharded/checkpoints/step-$step/optimizer.safetensors" ] && fail "a $strategy checkpoint holds optimizer.safetensors"
+  return 0
+}
+
+sharded_matches_ddp() {
+  local dir=$1 yaml=$2 step=$3 files=$4; shift 4
+  runs_match_ddp shard_grad_op "$dir" "$yaml" "$step" "$files" "$@"
+  contains "$ERR" "keeps gradients and optimizer state for"
+  local report checkpoint="$dir-sharded/checkpoints/step-$step"
   report=$("$PYTHON" - "$dir-ddp/checkpoints/step-$step/optimizer.safetensors" "$checkpoint" <<'PY'
 import os, sys
 sys.path.insert(0, os.path.join(os.environ["TUNE_SOURCE"], "scripts"))
@@ -169,19 +178,9 @@ PY
 # files written once, one optimizer file per rank holding about half of ddp's state as flat shards.
 full_shard_matches_ddp() {
   local dir=$1 yaml=$2 step=$3; shift 3
-  local files=${FILES:-model.safetensors}
-  rm -rf "$dir-ddp" "$dir-sharded"
-  expect_exit 0 "$TUNE" train "$yaml" --output-dir "$dir-ddp" training.batch_size=2 threads=0 --nproc 2 "$@"
-  expect_exit 0 "$TUNE" train "$yaml" --output-dir "$dir-sharded" training.batch_size=2 threads=0 --nproc 2 \
-    distributed.strategy=full_shard "$@"
-  contains "$ERR" "strategy full_shard"; contains "$ERR" "blocks wrapped"
-  local report
-  # shellcheck disable=SC2086
-  report=$("$PYTHON" "$COMPARE" "$dir-ddp" "$dir-sharded" --step "$step" --files $files --tol "${TOL:-1e-6}" \
-    --weight-tol "${WEIGHT_TOL:-${TOL:-1e-6}}") || fail "full_shard differs from ddp ($*): $report"
-  echo "full_shard vs ddp ($*): $report"
-  local checkpoint="$dir-sharded/checkpoints/step-$step"
-  [ -f "$checkpoint/optimizer.safetensors" ] && fail "a full_shard checkpoint holds optimizer.safetensors"
+  runs_match_ddp full_shard "$dir" "$yaml" "$step" "${FILES:-model.safetensors}" "$@"
+  contains "$ERR" "blocks wrapped"
+  local report checkpoint="$dir-sharded/checkpoints/step-$step"
   report=$("$PYTHON" - "$dir-ddp/checkpoints/step-$step/optimizer.safetensors" "$checkpoint" <<'PY'
 import os, sys
 sys.path.insert(0, os.path.join(os.environ["TUNE_SOURCE"], "scripts"))

@@ -36,6 +36,20 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
 // Strips LibTorch's C++ stack trace from c10::Error: the first line says what happened.
 std::string first_line(const std::string& message) { return message.substr(0, message.find('\n')); }
 
+// Starts a c10d collective (`launch` returns its Work); a failure to start becomes tune::Error naming it.
+template <typename Launch>
+PendingCollective start(int rank, const std::string& what, std::chrono::seconds timeout, Launch&& launch) {
+  try {
+    return PendingCollective(launch(), what, timeout);
+  } catch (const std::exception& error) {
+    throw Error(fmt::format("rank {}: the collective '{}' could not start: {}", rank, what, first_line(error.what())));
+  }
+}
+
+std::chrono::milliseconds in_ms(std::chrono::seconds timeout) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+}
+
 // The network interfaces Gloo's peers connect on, chosen as PyTorch does: GLOO_SOCKET_IFNAME (comma-separated) when
 // set; loopback when the master is on this machine's loopback (--nproc); else the address this host's name
 // resolves to (multi-node).
@@ -128,13 +142,8 @@ PendingCollective ProcessGroup::all_reduce_async(torch::Tensor& tensor, ReduceOp
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions reduce_options;
   reduce_options.reduceOp = to_c10d(op);
-  reduce_options.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options_.timeout);
-  try {
-    return PendingCollective(backend_->allreduce(tensors, reduce_options), what, options_.timeout);
-  } catch (const std::exception& error) {
-    throw Error(fmt::format("rank {}: the collective '{}' could not start: {}", env_.rank, what,
-                            first_line(error.what())));
-  }
+  reduce_options.timeout = in_ms(options_.timeout);
+  return start(env_.rank, what, options_.timeout, [&] { return backend_->allreduce(tensors, reduce_options); });
 }
 
 void ProcessGroup::all_reduce(torch::Tensor& tensor, ReduceOp op, const std::string& what) {
@@ -151,22 +160,16 @@ void ProcessGroup::broadcast(torch::Tensor& tensor, int root, const std::string&
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions broadcast_options;
   broadcast_options.rootRank = root;
-  broadcast_options.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options_.timeout);
-  PendingCollective(backend_->broadcast(tensors, broadcast_options), what, options_.timeout).wait();
+  broadcast_options.timeout = in_ms(options_.timeout);
+  start(env_.rank, what, options_.timeout, [&] { return backend_->broadcast(tensors, broadcast_options); }).wait();
 }
 
 void ProcessGroup::all_gather(torch::Tensor& output, const torch::Tensor& input, const std::string& what) {
   c10d::AllgatherOptions gather_options;
-  gather_options.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options_.timeout);
+  gather_options.timeout = in_ms(options_.timeout);
   at::Tensor source = input;
-  c10::intrusive_ptr<c10d::Work> work;
-  try {
-    work = backend_->_allgather_base(output, source, gather_options);
-  } catch (const std::exception& error) {
-    throw Error(fmt::format("rank {}: the collective '{}' could not start: {}", env_.rank, what,
-                            first_line(error.what())));
-  }
-  PendingCollective(std::move(work), what, options_.timeout).wait();
+  start(env_.rank, what, options_.timeout, [&] { return backend_->_allgather_base(output, source, gather_options); })
+      .wait();
 }
 
 PendingCollective ProcessGroup::reduce_async(torch::Tensor& tensor, int root, const std::string& what) {
@@ -174,26 +177,17 @@ PendingCollective ProcessGroup::reduce_async(torch::Tensor& tensor, int root, co
   c10d::ReduceOptions reduce_options;
   reduce_options.reduceOp = c10d::ReduceOp::SUM;
   reduce_options.rootRank = root;
-  reduce_options.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options_.timeout);
-  try {
-    return PendingCollective(backend_->reduce(tensors, reduce_options), what, options_.timeout);
-  } catch (const std::exception& error) {
-    throw Error(fmt::format("rank {}: the collective '{}' could not start: {}", env_.rank, what,
-                            first_line(error.what())));
-  }
+  reduce_options.timeout = in_ms(options_.timeout);
+  return start(env_.rank, what, options_.timeout, [&] { return backend_->reduce(tensors, reduce_options); });
 }
 
 PendingCollective ProcessGroup::reduce_scatter_async(torch::Tensor& output, torch::Tensor& input,
                                                      const std::string& what) {
   c10d::ReduceScatterOptions scatter_options;
   scatter_options.reduceOp = c10d::ReduceOp::SUM;
-  scatter_options.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options_.timeout);
-  try {
-    return PendingCollective(backend_->_reduce_scatter_base(output, input, scatter_options), what, options_.timeout);
-  } catch (const std::exception& error) {
-    throw Error(fmt::format("rank {}: the collective '{}' could not start: {}", env_.rank, what,
-                            first_line(error.what())));
-  }
+  scatter_options.timeout = in_ms(options_.timeout);
+  return start(env_.rank, what, options_.timeout,
+               [&] { return backend_->_reduce_scatter_base(output, input, scatter_options); });
 }
 
 void ProcessGroup::barrier(const std::string& what) {
