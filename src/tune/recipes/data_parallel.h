@@ -138,6 +138,9 @@ class DataParallel {
   // decayed when they hold matrices).
   std::vector<train::ParamGroup> optimizer_groups(const std::vector<train::NamedParameter>& params,
                                                   double weight_decay) const;
+  // What this process holds of `whole` parameter bytes (all, or the trainable ones: gradients, EMA): `whole`, or its
+  // flat shards' bytes under full_shard. For the memory plan the log and memory.json announce.
+  int64_t bytes_per_process(int64_t whole, bool trainable_only) const;
   // Tensors whose .grad the step clips and checks (`params`, or the trainable flat shards).
   std::vector<torch::Tensor> gradient_tensors(const std::vector<torch::Tensor>& params) const;
   // What an EMA averages: `params`, or the trainable flat shards.

@@ -110,6 +110,15 @@ std::vector<train::ParamGroup> DataParallel::optimizer_groups(const std::vector<
   return groups;
 }
 
+int64_t DataParallel::bytes_per_process(int64_t whole, bool trainable_only) const {
+  if (!sharded_) return whole;
+  int64_t bytes = 0;
+  for (auto* flat : sharded_->flat_parameters()) {
+    if (flat->trainable() || !trainable_only) bytes += flat->shard_numel() * flat->bytes_per_element();
+  }
+  return bytes;
+}
+
 std::vector<train::NamedParameter> DataParallel::trainable_shards() const {
   std::vector<train::NamedParameter> shards;
   for (auto* flat : sharded_->flat_parameters()) {

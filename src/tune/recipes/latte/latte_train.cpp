@@ -172,6 +172,9 @@ int train(const TrainRequest& request) {
     parameter_count += static_cast<double>(item.numel());
     if (item.requires_grad()) trainable_bytes += item.numel() * static_cast<int64_t>(item.element_size());
   }
+  // Per process: under full_shard its flat shards.
+  param_bytes = parallel.bytes_per_process(param_bytes, false);
+  trainable_bytes = parallel.bytes_per_process(trainable_bytes, true);
   const auto& model_config = model->config();
   log::info("model: Latte {} blocks (spatial/temporal alternating), hidden {}, patch {}, {} parameters; input {} x {}x{}x{} "
             "({}); training data: {}; device {}, {} threads",

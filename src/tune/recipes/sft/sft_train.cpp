@@ -158,6 +158,9 @@ int train(const TrainRequest& request) {
     all_param_bytes += item.numel() * static_cast<int64_t>(item.element_size());
     parameter_count += static_cast<double>(item.numel());
   }
+  // Per process: under full_shard its flat shards.
+  all_param_bytes = parallel.bytes_per_process(all_param_bytes, false);
+  const int64_t gradient_bytes = parallel.bytes_per_process(total_bytes(param_tensors), true);
   ActivationShape shape{training.batch_size, sft.data.max_length,
                         run.mixed_precision == precision::MixedPrecision::no ? 4 : 2};
   shape.mask_batch = training.batch_size;  // SFT rows carry segment ids (packing, padding): one mask per row
@@ -173,7 +176,7 @@ int train(const TrainRequest& request) {
                           llama_stack(model->config(), selective_shape, true), *checkpointing);
   const nlohmann::json memory_plan = {
       {"parameters_bytes", all_param_bytes},
-      {"gradients_bytes", total_bytes(param_tensors)},
+      {"gradients_bytes", gradient_bytes},
       {"optimizer_state_bytes", optimizer.state_bytes()},
       {"activations_estimate_bytes", activation_estimate},
       {"gradient_checkpointing", checkpointing->describe()},
@@ -189,7 +192,7 @@ int train(const TrainRequest& request) {
     log::info("{}", precision::describe_cpu_gemm());
   }
   log::info("memory plan: parameters {}, gradients {}, optimizer state {}, activations {}{} (estimate for batch {} x {} "
-            "tokens)", format_bytes(all_param_bytes), format_bytes(total_bytes(param_tensors)),
+            "tokens)", format_bytes(all_param_bytes), format_bytes(gradient_bytes),
             format_bytes(optimizer.state_bytes()), "~",
             format_bytes(activation_estimate), shape.batch, shape.sequence);
   log::info("training: {} steps ({} batches per epoch), {} micro-batch(es) of {} rows x {} tokens per step{}",
