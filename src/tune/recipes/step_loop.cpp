@@ -176,7 +176,9 @@ int run_step_loop(const StepLoopSettings& settings, const StepLoopHooks& hooks, 
     const StepResult result = hooks.step(step);
     window_peak = std::max(window_peak, memory_tracker::peak_bytes(settings.cuda));
     run_peak = std::max(run_peak, window_peak);
-    resident = std::max(resident, result.resident_bytes);
+    if (result.resident_bytes >= 0) {
+      resident = resident < 0 ? result.resident_bytes : std::min(resident, result.resident_bytes);
+    }
     window_items += result.items;
 
     if (!result.applied && result.loss_scale && std::isfinite(result.loss)) {

@@ -38,8 +38,10 @@ struct StepResult {
   std::optional<double> loss_scale;    // fp16: the scale this step used
   std::optional<double> next_loss_scale;
   // Live tensor bytes once the step's gradients are reduced, before the update (tracking allocator, or CUDA's):
-  // parameters, gradients, optimizer state, EMA, buffers and data, activations gone. memory.json reports the most
-  // (resident_bytes, and per rank): what a sharding strategy divides. -1: not measured.
+  // parameters, gradients, optimizer state, EMA, buffers and data, activations gone. memory.json reports the least
+  // over steps (resident_bytes, and per rank): what a sharding strategy divides. The least, because a buffer of a
+  // finished collective can still be held for a moment by Gloo's worker thread (seen: a whole gradient bucket on
+  // one rank in the first step); the peak counts such moments. -1: not measured.
   int64_t resident_bytes = -1;
 };
 
