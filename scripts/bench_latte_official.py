@@ -22,6 +22,8 @@ full, i.e. every block; PyTorch: diffusers' enable_gradient_checkpointing, torch
       first 4 output channels against random noise (the diffusion noise/target sampling is negligible at this size).
       Memory: peak RSS of the process (ru_maxrss) and its growth over the RSS after the model, optimizer and
       inputs were built (activations, gradients, AdamW state, allocator caches).
+      A '+compile' suffix (official-math+compile) wraps the model in torch.compile (Inductor, default mode; the
+      compilation happens in the untimed warm-up step; with checkpointing, torch.utils.checkpoint inside it).
   (b) tune: `tune train` (recipe latte) on random latents (scripts/make_random_latents.py, tune-latents-v1, next
       to tests/fixtures/vae, so no video decoding), max_steps N+1, step time = the median difference of
       metrics.jsonl's elapsed_s (the first, warm-up step unmeasured; includes tune's diffusion loss with the
@@ -103,7 +105,7 @@ def official_latte(args):
     spec = importlib.util.spec_from_file_location("official_latte", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    mode = args.reference.split("-", 1)[1]
+    mode = args.reference.removesuffix("+compile").split("-", 1)[1]
     model = module.Latte(input_size=LATENT, patch_size=PATCH, in_channels=CHANNELS, hidden_size=HIDDEN, depth=DEPTH,
                          num_heads=HEADS, num_frames=FRAMES, learn_sigma=True, extras=1, attention_mode=mode)
     model.train()
@@ -120,6 +122,8 @@ def pytorch_worker(args):
     import torch
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    compiled = args.reference.endswith("+compile")
+    args.reference = args.reference.removesuffix("+compile")
     if args.reference == "diffusers":
         from diffusers import LatteTransformer3DModel
         model = LatteTransformer3DModel(
@@ -133,6 +137,9 @@ def pytorch_worker(args):
     else:
         model = official_latte(args)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.0)
+    if compiled:
+        # torch.compile (Inductor, default mode) of the whole model; compiling happens in the untimed warm-up step.
+        model = torch.compile(model)
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(BATCH, CHANNELS, FRAMES, LATENT, LATENT, generator=gen)  # diffusers' layout [B, C, F, H, W]
     noise = torch.randn(x.shape, generator=gen)
@@ -285,7 +292,8 @@ def main():
     parser.add_argument("--gemm", default="auto",
                         help="tune's CPU GEMM, comma-separated: auto (tune's own choice), native, fp32 (TUNE_CPU_GEMM)")
     parser.add_argument("--reference", default="diffusers",
-                        help="PyTorch models, comma-separated: diffusers, official-math, official-flash")
+                        help="PyTorch models, comma-separated: diffusers, official-math, official-flash; a "
+                             "'+compile' suffix runs the model under torch.compile (e.g. official-math+compile)")
     parser.add_argument("--official", help="a clone of github.com/Vchitect/Latte (for the official-* references)")
     parser.add_argument("--profile", help="also write a torch.profiler trace of one PyTorch step per policy here")
     parser.add_argument("--out", help="write all results as JSON here")
