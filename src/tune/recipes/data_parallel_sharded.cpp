@@ -45,7 +45,9 @@ void DataParallel::shard_model(const ModelBlocks& blocks) {
     }
   }
   distributed::ShardUnitSpec rest{"rest", {}};
+  std::set<const void*> seen;  // a tensor registered under two names (shared weights) is sharded once
   for (const auto& [name, tensor] : blocks.named_parameters) {
+    if (!seen.insert(tensor.unsafeGetTensorImpl()).second) continue;
     const auto found = block_of.find(tensor.unsafeGetTensorImpl());
     if (found == block_of.end()) {
       rest.params.emplace_back(name, tensor);
