@@ -104,6 +104,7 @@ def official_latte(args):
     path = os.path.join(args.official, "models", "latte.py")
     spec = importlib.util.spec_from_file_location("official_latte", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules["official_latte"] = module  # torch.compile (dynamo) looks the module up by name
     spec.loader.exec_module(module)
     mode = args.reference.removesuffix("+compile").split("-", 1)[1]
     model = module.Latte(input_size=LATENT, patch_size=PATCH, in_channels=CHANNELS, hidden_size=HIDDEN, depth=DEPTH,
