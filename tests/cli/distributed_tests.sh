@@ -87,10 +87,9 @@ sharded_matches_ddp() {
   local report checkpoint="$dir-sharded/checkpoints/step-$step"
   report=$("$PYTHON" - "$dir-ddp/checkpoints/step-$step/optimizer.safetensors" "$checkpoint" <<'PY'
 import os, sys
-sys.path.insert(0, os.path.join(os.environ["TUNE_SOURCE"], "scripts"))
-import safetensors_io
-whole = safetensors_io.load(sys.argv[1])
-shards = [safetensors_io.load(os.path.join(sys.argv[2], f"optimizer.rank-{r}-of-2.safetensors")) for r in range(2)]
+sys.path.insert(0, os.path.join(os.environ["TUNE_SOURCE"], "tests", "cli"))
+import optimizer_files
+whole, shards = optimizer_files.load(sys.argv[1], sys.argv[2])
 names = [set(s) for s in shards]
 assert names[0] and names[1], "a rank holds no optimizer state"
 assert not names[0] & names[1], "a parameter's state is on both ranks"
@@ -183,10 +182,9 @@ full_shard_matches_ddp() {
   local report checkpoint="$dir-sharded/checkpoints/step-$step"
   report=$("$PYTHON" - "$dir-ddp/checkpoints/step-$step/optimizer.safetensors" "$checkpoint" <<'PY'
 import os, sys
-sys.path.insert(0, os.path.join(os.environ["TUNE_SOURCE"], "scripts"))
-import safetensors_io
-whole = safetensors_io.load(sys.argv[1])
-shards = [safetensors_io.load(os.path.join(sys.argv[2], f"optimizer.rank-{r}-of-2.safetensors")) for r in range(2)]
+sys.path.insert(0, os.path.join(os.environ["TUNE_SOURCE"], "tests", "cli"))
+import optimizer_files
+whole, shards = optimizer_files.load(sys.argv[1], sys.argv[2])
 assert set(shards[0]) == set(shards[1]), "the ranks' files name different flat parameters"
 moments = lambda state: sum(t.numel() for k, t in state.items() if k.endswith(("exp_avg", "exp_avg_sq")))
 sizes, total = [moments(s) for s in shards], moments(whole)
