@@ -3,8 +3,9 @@
 #   scripts/test.sh [--fuzz-seconds N] [--sanitize] [ctest args, e.g. -R 'test_io|cli_']
 # --fuzz-seconds N: also runs each libFuzzer target for N seconds (scripts/fuzz.sh all N; its own build-fuzz/) before
 #   the tests; a crash fails the command after the tests have run.
-# --sanitize: builds in build-asan/ with AddressSanitizer and UndefinedBehaviorSanitizer (GCC, -O1 -g) and runs the
-#   tests there; BUILD_TARGETS="test_io tune ..." builds only those targets (a subset, with ctest -R to match).
+# --sanitize: builds in build-asan/ with AddressSanitizer and UndefinedBehaviorSanitizer (GCC, -O1 -g1: line tables
+#   for the reports' stack traces at a fraction of -g's disk) and runs the tests there; BUILD_TARGETS="test_io tune ..."
+#   builds only those targets (a subset, with ctest -R to match).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fuzz_seconds=0
@@ -23,7 +24,7 @@ if [ "$build" = build ]; then
 else
   bash scripts/setup.sh
   torch_prefix=$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
     -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
     -DCMAKE_PREFIX_PATH="$torch_prefix" >/dev/null
   # shellcheck disable=SC2086  # BUILD_TARGETS is a list
