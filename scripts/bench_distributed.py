@@ -7,8 +7,8 @@
 For the same global batch, the SFT recipe (fp32, a Llama of --hidden/--layers, random init, the letters data made
 by scripts/make_letters_data.py) runs
   N=1: one process, every core;
-  N=2: `tune train --nproc 2` with each strategy (ddp, shard_grad_op, full_shard), the cores divided (one thread
-  each on 2 cores),
+  N=2: `tune train --nproc 2` with each strategy (ddp, shard_grad_op, full_shard; full_shard also with
+  distributed.prefetch=false), the cores divided (one thread each on 2 cores),
 alternately for --rounds rounds, and reports per configuration:
   step time: the median over the logged steps after the first 5 (metrics.jsonl elapsed_s), best round;
   bytes on the loopback interface per step (/proc/net/dev, lo, received; both ranks' traffic, includes the
@@ -68,10 +68,19 @@ checkpoint:
 """)
 
 
+# label -> the overrides of an N=2 run
+STRATEGIES = {
+    "ddp": ["distributed.strategy=ddp"],
+    "shard_grad_op": ["distributed.strategy=shard_grad_op"],
+    "full_shard": ["distributed.strategy=full_shard"],
+    "full_shard, no prefetch": ["distributed.strategy=full_shard", "distributed.prefetch=false"],
+}
+
+
 def run(tune, recipe, out, nproc, batch, strategy):
     command = [tune, "train", str(recipe), "--output-dir", str(out), f"training.batch_size={batch}"]
     if nproc > 1:
-        command += ["--nproc", str(nproc), "threads=0", f"distributed.strategy={strategy}"]
+        command += ["--nproc", str(nproc), "threads=0"] + STRATEGIES[strategy]
     before = loopback_bytes()
     subprocess.run(command, check=True, stderr=subprocess.DEVNULL)
     traffic = loopback_bytes() - before
@@ -106,11 +115,11 @@ def main():
                         str(data / "train.jsonl")], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         recipe = tmp / "bench.yaml"
         write_recipe(recipe, data, args)
-        configurations = [(1, "single")] + [(2, strategy) for strategy in ("ddp", "shard_grad_op", "full_shard")]
+        configurations = [(1, "single")] + [(2, strategy) for strategy in STRATEGIES]
         best = {}
         for round_index in range(args.rounds):
             for nproc, strategy in configurations:
-                out = tmp / f"run-{strategy}-{round_index}"
+                out = tmp / f"run-{strategy.replace(', ', '-').replace(' ', '_')}-{round_index}"
                 result = run(args.tune, recipe, out, nproc, args.batch // nproc, strategy)
                 if strategy not in best or result["step_s"] < best[strategy]["step_s"]:
                     best[strategy] = result
@@ -118,7 +127,7 @@ def main():
         n, grads, params = 2, one["gradient_bytes"], one["parameter_bytes"]
         share = (n - 1) / n * n
         volume = {"single": None, "ddp": 2 * grads * share, "shard_grad_op": (grads + params) * share,
-                  "full_shard": (2 * params + grads) * share}
+                  "full_shard": (2 * params + grads) * share, "full_shard, no prefetch": (2 * params + grads) * share}
         print(f"model: hidden {args.hidden}, {args.layers} layers, {grads / 4 / 1e6:.2f}M parameters "
               f"({grads / 2**20:.1f} MiB of fp32 gradients); global batch {args.batch} x 128 tokens; "
               f"{os.cpu_count()} cores")

@@ -31,7 +31,25 @@ std::vector<std::string> command_line_without_nproc(int argc, char** argv) {
   return arguments;
 }
 
+// A count such as --nproc N: a whole number >= 1 (CLI11's PositiveNumber, rejecting a value, prints its bound,
+// 1.8e308, in full).
+CLI::Validator count_of(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& value) -> std::string {
+        try {
+          size_t end = 0;
+          const long long count = std::stoll(value, &end);
+          if (end == value.size() && count >= 1 && count <= 1'000'000) return "";
+        } catch (const std::exception&) {
+        }
+        return "expected a whole number of " + what + " >= 1, got '" + value + "'";
+      },
+      "N >= 1");
+}
+
 int report(const char* kind, const std::string& message, int exit_code) {
+  // Ranks other than 0 name themselves, as their log lines do: every rank may fail with the same message.
+  if (tune::log::rank() != 0) std::fprintf(stderr, "[rank %d] ", tune::log::rank());
   std::fprintf(stderr, "%s: %s\n", kind, message.c_str());
   return exit_code;
 }
@@ -68,7 +86,7 @@ int main(int argc, char** argv) {
   resume_option->expected(0, 1);
   train_command->add_option("--nproc", train.nproc,
                             "launch N worker processes on this machine (data-parallel; see distributed.* keys)")
-      ->check(CLI::PositiveNumber);
+      ->check(count_of("processes"));
   train_command->add_option("--memory-budget", train.memory_budget,
                             "apply tune plan's choice for this memory per process (e.g. 16GiB): checkpointing policy, "
                             "micro-batch and accumulation, param_dtype; written into the run's config.yaml");
@@ -85,9 +103,9 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   infer_command->add_option("--class", infer.class_label, "video recipes: class to sample (class-conditional models)");
   infer_command->add_option("--sampler", infer.sampler, "video recipes: ddim | ddpm")->check(CLI::IsMember({"ddim", "ddpm"}));
-  infer_command->add_option("--steps", infer.steps, "video recipes: sampling steps")->check(CLI::PositiveNumber);
+  infer_command->add_option("--steps", infer.steps, "video recipes: sampling steps")->check(count_of("steps"));
   infer_command->add_option("--cfg-scale", infer.cfg_scale, "video recipes: classifier-free guidance scale")->check(CLI::NonNegativeNumber);
-  infer_command->add_option("--num-samples", infer.num_samples, "video recipes: videos to sample")->check(CLI::PositiveNumber);
+  infer_command->add_option("--num-samples", infer.num_samples, "video recipes: videos to sample")->check(count_of("videos"));
   infer_command->add_option("--out", infer.out, "video recipes: output file (.mp4, .gif, or .safetensors for the raw tensor)");
   auto* grad_flag = infer_command->add_flag("--grad", grad, "keep autograd on: per-token attribution (default: grad_inference)");
   infer_command->add_flag("--no-grad", no_grad, "plain generation without gradients")->excludes(grad_flag);
@@ -138,8 +156,9 @@ int main(int argc, char** argv) {
   plan_command->add_option("overrides", plan_arguments.overrides, "key=value overrides");
   plan_command->add_option("--memory", plan_arguments.memory,
                            "memory per process: 16GiB, 500MB (KB/MB/GB decimal, KiB/MiB/GiB binary)")->required();
-  plan_command->add_option("--nproc", plan_arguments.nproc, "data-parallel processes (distributed.strategy: ddp or shard_grad_op)")
-      ->check(CLI::PositiveNumber);
+  plan_command->add_option("--nproc", plan_arguments.nproc, "data-parallel processes (distributed.strategy: ddp, shard_grad_op "
+                                                      "or full_shard)")
+      ->check(count_of("processes"));
   plan_command->add_flag("--json", plan_arguments.json, "print the plan as one JSON object");
 
   PrepareArguments prepare;
@@ -150,7 +169,7 @@ int main(int argc, char** argv) {
   prepare_command->add_option("--out", prepare.out, "output folder (default: the recipe's data.latents)");
   prepare_command->add_option("--clips-per-video", prepare.clips_per_video,
                               "random clips (temporal crop, flip) encoded per video")
-      ->check(CLI::PositiveNumber);
+      ->check(count_of("clips"));
 
   TokenizeArguments tokenize;
   auto* tokenize_command = app.add_subcommand(

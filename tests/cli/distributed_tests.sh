@@ -460,6 +460,77 @@ case_ddp_interrupt_saves_checkpoint() {
   done
 }
 
+# Guards found by review (session 12): a run's config.yaml resumes that run and no other; rank files swapped or
+# copied from another step, and a trainer_state whose step disagrees with its directory, are named errors that
+# change nothing; --nproc beyond the machine is refused before any fork; a second Ctrl-C kills workers that do not
+# stop.
+case_resume_and_launcher_guards() {
+  write_recipe "$WORK/guards.yaml" "$WORK/runs/guards-recipe-dir"
+  local run="$WORK/runs/guards" common=(training.batch_size=2 threads=0 checkpoint.every=2 checkpoint.keep_last=0
+                                          distributed.strategy=full_shard)
+  rm -rf "$run" "$WORK/runs/guards-recipe-dir"
+  expect_exit 0 "$TUNE" train "$WORK/guards.yaml" --output-dir "$run" --nproc 2 "${common[@]}" training.max_steps=4
+  grep -qx "output_dir: \"$run\"" "$run/config.yaml" || fail "config.yaml does not record the run directory: $(grep output_dir "$run/config.yaml")"
+  # The run's own config.yaml, from another directory, even if the key were stale (a copied run), resumes the run.
+  sed -i "s|^output_dir: .*|output_dir: \"$WORK/runs/guards-recipe-dir\"|" "$run/config.yaml"
+  (cd / && "$TUNE" train "$run/config.yaml" --nproc 2 "${common[@]}" training.max_steps=6 --resume 2>"$WORK/guards.err") \
+    || fail "resuming RUN/config.yaml from / failed: $(cat "$WORK/guards.err")"
+  [ ! -e "$WORK/runs/guards-recipe-dir" ] || fail "resuming RUN/config.yaml wrote to the config's output_dir"
+  [ -f "$run/checkpoints/step-6/COMPLETE" ] || fail "resuming RUN/config.yaml did not continue the run"
+  local snapshot; snapshot=$(cd "$run/checkpoints" && find . -type f -exec md5sum {} + | sort)
+  # Swapped rank files, and a rank file from another step: named, nothing changed.
+  local dir="$run/checkpoints/step-6"
+  mv "$dir/optimizer.rank-0-of-2.safetensors" "$WORK/rank0"
+  mv "$dir/optimizer.rank-1-of-2.safetensors" "$dir/optimizer.rank-0-of-2.safetensors"
+  mv "$WORK/rank0" "$dir/optimizer.rank-1-of-2.safetensors"
+  expect_exit 1 "$TUNE" train "$run/config.yaml" --nproc 2 "${common[@]}" training.max_steps=8 --resume
+  contains "$ERR" "optimizer.rank-0-of-2.safetensors: damaged checkpoint: this file holds the optimizer state of rank 1"
+  mv "$dir/optimizer.rank-0-of-2.safetensors" "$WORK/rank1"
+  mv "$dir/optimizer.rank-1-of-2.safetensors" "$dir/optimizer.rank-0-of-2.safetensors"
+  mv "$WORK/rank1" "$dir/optimizer.rank-1-of-2.safetensors"
+  cp "$dir/optimizer.rank-1-of-2.safetensors" "$WORK/rank1"
+  cp "$run/checkpoints/step-4/optimizer.rank-1-of-2.safetensors" "$dir/optimizer.rank-1-of-2.safetensors"
+  expect_exit 1 "$TUNE" train "$run/config.yaml" --nproc 2 "${common[@]}" training.max_steps=8 --resume
+  contains "$ERR" "holds the optimizer state of step 4, not 6"
+  cp "$WORK/rank1" "$dir/optimizer.rank-1-of-2.safetensors"
+  # A step that disagrees with the directory's name.
+  cp "$dir/trainer_state.json" "$WORK/trainer_state.json"
+  sed -i 's/"step": *6/"step": 5/' "$dir/trainer_state.json"
+  expect_exit 1 "$TUNE" train "$run/config.yaml" --nproc 2 "${common[@]}" training.max_steps=8 --resume
+  contains "$ERR" "\"step\" is 5, expected 6 (the directory's name)"
+  cp "$WORK/trainer_state.json" "$dir/trainer_state.json"
+  [ "$(cd "$run/checkpoints" && find . -type f -exec md5sum {} + | sort)" = "$snapshot" ] \
+    || fail "a refused resume changed the checkpoints"
+  # Another strategy's checkpoint under full_shard: the error says which strategies read it.
+  local ddp_run="$WORK/runs/guards-ddp"
+  rm -rf "$ddp_run"
+  expect_exit 0 "$TUNE" train "$WORK/guards.yaml" --output-dir "$ddp_run" training.max_steps=2 checkpoint.every=2
+  expect_exit 1 "$TUNE" train "$ddp_run/config.yaml" --nproc 2 "${common[@]}" training.max_steps=4 --resume
+  contains "$ERR" "its optimizer state is per parameter"
+  # --nproc: counts only, and no more processes than the machine can run.
+  expect_exit 2 "$TUNE" train "$WORK/guards.yaml" --nproc abc; contains "$ERR" "expected a whole number of processes >= 1, got 'abc'"
+  expect_exit 2 "$TUNE" train "$WORK/guards.yaml" --nproc 100000; contains "$ERR" "more worker processes than this machine can run"
+  # A second Ctrl-C kills: rank 1 stopped (SIGSTOP) cannot save, so the first Ctrl-C alone would wait for it.
+  local stuck="$WORK/runs/guards-stuck"
+  rm -rf "$stuck"
+  "$TUNE" train "$WORK/guards.yaml" --output-dir "$stuck" --nproc 2 training.batch_size=2 threads=0 \
+    training.max_steps=100000 checkpoint.every=2 distributed.timeout_s=300 2>"$WORK/stuck.err" & local launcher=$!
+  wait_for_checkpoint "$stuck" 2
+  local rank0 rank1
+  rank0=$(pid_of_rank "$launcher" 0) && rank1=$(pid_of_rank "$launcher" 1) || fail "no workers under the launcher"
+  kill -STOP "$rank1"
+  kill -INT "$launcher"; sleep 1; kill -INT "$launcher"
+  local start=$SECONDS
+  wait "$launcher"; local code=$?
+  [ "$code" != 0 ] || fail "the launcher exited 0 after a second Ctrl-C"
+  [ $((SECONDS - start)) -le 15 ] || fail "a second Ctrl-C took $((SECONDS - start)) s to stop the workers"
+  contains "$(cat "$WORK/stuck.err")" "second interrupt: killing"
+  sleep 0.5
+  kill -0 "$rank0" 2>/dev/null && fail "rank 0 outlived the launcher"
+  kill -0 "$rank1" 2>/dev/null && fail "rank 1 outlived the launcher"
+  return 0
+}
+
 case="${1:?case name}"
 mkdir -p "$WORK"
 "case_$case"

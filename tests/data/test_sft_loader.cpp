@@ -78,6 +78,12 @@ std::vector<int64_t> check_batch(const SftBatch& batch, const std::vector<Tokeni
 }
 }  // namespace
 
+// rebatch() of {epoch, batch, rows per batch} as a vector, for CHECKs.
+std::vector<int64_t> data_rebatch_rows(LoaderPosition position, int64_t rows_per_batch) {
+  const auto moved = tune::data::rebatch(position, rows_per_batch);
+  return {moved.epoch, moved.batch_in_epoch, moved.rows_per_batch};
+}
+
 TEST_CASE("packed batches: positions, segments, boundary labels, each example once per epoch", "[data][loader]") {
   const auto examples = numbered_examples(40);
   LoaderOptions options;
@@ -182,6 +188,41 @@ TEST_CASE("restore reproduces the uninterrupted batch stream", "[data][loader]")
   SftLoader loader(examples, LoaderOptions{});
   CHECK_THROWS(loader.restore({0, loader.batches_per_epoch() + 1}));
   CHECK_THROWS(loader.restore({-1, 0}));
+}
+
+TEST_CASE("a position restored under another global batch size goes on from the same row", "[data][loader]") {
+  // A run of 2 processes x 2 rows saved after 3 batches (row 12); resumed by one process with 2 rows per batch, or
+  // by 4 processes x 2: the next batch starts at row 12 either way (rows planned alike, compared token by token).
+  const auto examples = numbered_examples(40);
+  LoaderOptions four;
+  four.batch_size = 4;
+  four.max_length = 20;
+  four.seed = 7;
+  LoaderOptions two = four, eight = four;
+  two.batch_size = 2;
+  eight.batch_size = 8;
+  SftLoader rows(examples, two);  // the reference stream, 2 rows at a time
+  for (int i = 0; i < 6; ++i) rows.next();
+  const auto expected = torch::cat({rows.next().input_ids, rows.next().input_ids});  // rows 12..15
+
+  SftLoader first_run(examples, four);
+  for (int i = 0; i < 3; ++i) first_run.next();
+  const LoaderPosition saved = first_run.position();
+  CHECK(saved.rows_per_batch == 4);
+  SftLoader smaller(examples, two);
+  smaller.restore(saved);
+  CHECK(smaller.position().batch_in_epoch == 6);
+  const auto got = torch::cat({smaller.next().input_ids, smaller.next().input_ids});
+  const int64_t width = std::min(got.size(1), expected.size(1));
+  CHECK(torch::equal(got.narrow(1, 0, width), expected.narrow(1, 0, width)));
+
+  // Row 12 is inside a batch of 8 (rows 8..15): that batch starts again, at row 8.
+  SftLoader larger(examples, eight);
+  larger.restore(saved);
+  CHECK(larger.position().batch_in_epoch == 1);
+  CHECK(data_rebatch_rows({0, 3, 4}, 8) == std::vector<int64_t>{0, 1, 8});
+  // A position without a recorded batch size (a checkpoint from before it was recorded) is taken as it is.
+  CHECK(data_rebatch_rows({2, 5, 0}, 8) == std::vector<int64_t>{2, 5, 8});
 }
 
 TEST_CASE("all_batches_in_order covers every example in file order", "[data][loader]") {

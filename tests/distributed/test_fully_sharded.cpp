@@ -2,7 +2,9 @@
 // blocks through a checkpointing runner wrapped by FullyShardedParameters; a frozen weight in block 1 as LoRA's
 // base, a bias in block 2, a head outside the blocks in the rest unit) through two micro-batches. After
 // finish_gradients the shards' gradients, gathered whole, must equal the float64 gradients of the whole loss over
-// both ranks' data; whenever no forward or backward runs, no parameter holds bytes.
+// both ranks' data; whenever no forward or backward runs, no parameter holds bytes. With prefetching, the next
+// block's parameters are already on their way while a block runs forward, and never more than two blocks' are
+// resident.
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
@@ -12,6 +14,7 @@
 #include "distributed/two_ranks.h"
 #include "tune/distributed/fully_sharded.h"
 #include "tune/memory/checkpoint.h"
+#include "tune/nn/block_runner.h"
 
 namespace {
 
@@ -46,8 +49,28 @@ torch::Tensor rank_input(int rank, int micro_batch, torch::ScalarType dtype) {
   return torch::randn({kRows, 8}).to(dtype);
 }
 
-torch::Tensor loss_of(const Model& m, const torch::Tensor& x, tune::nn::BlockRunner* runner) {
-  const tune::nn::StackFunction block = [&m](int64_t i, const torch::Tensor& h) {
+// What a block saw of the other blocks' parameters when it ran (full_shard runs only).
+struct Residency {
+  int max_resident_blocks = 0;
+  int forward_calls = 0;            // block calls outside a recompute, of blocks 0 .. kBlocks - 2
+  int next_resident_in_forward = 0;  // ... during which the next block's parameters held bytes (a prefetch)
+};
+
+void observe(const Model& m, int64_t i, Residency* seen) {
+  if (seen == nullptr) return;
+  int resident = 0;
+  for (const auto& weight : m.weights) resident += weight.storage().nbytes() > 0 ? 1 : 0;
+  seen->max_resident_blocks = std::max(seen->max_resident_blocks, resident);
+  if (!tune::nn::RecomputeScope::active() && i + 1 < kBlocks) {
+    ++seen->forward_calls;
+    if (m.weights[static_cast<size_t>(i + 1)].storage().nbytes() > 0) ++seen->next_resident_in_forward;
+  }
+}
+
+torch::Tensor loss_of(const Model& m, const torch::Tensor& x, tune::nn::BlockRunner* runner,
+                      Residency* seen = nullptr) {
+  const tune::nn::StackFunction block = [&m, seen](int64_t i, const torch::Tensor& h) {
+    observe(m, i, seen);
     torch::Tensor y = torch::tanh(torch::matmul(h, m.weights[static_cast<size_t>(i)].t()));
     if (i == 1) y = torch::matmul(y, m.frozen);
     if (i == 2) y = y + m.bias;
@@ -87,7 +110,7 @@ bool all_released(const Model& m) {
   return released;
 }
 
-bool sharded_gradients_match(int rank, uint16_t port, tune::memory::Policy policy) {
+bool sharded_gradients_match(int rank, uint16_t port, tune::memory::Policy policy, bool prefetch) {
   ProcessGroup group(two_rank_environment(rank, port), test_group_options());
   const Model m = make_model(torch::kFloat32);
   std::vector<ShardUnitSpec> blocks(kBlocks);
@@ -97,17 +120,27 @@ bool sharded_gradients_match(int rank, uint16_t port, tune::memory::Policy polic
   }
   blocks[1].params.emplace_back("blocks.1.frozen", m.frozen);
   blocks[2].params.emplace_back("blocks.2.bias", m.bias);
-  FullyShardedParameters sharded(group, blocks, {"rest", {{"head", m.head}}}, torch::kFloat32);
+  FullyShardedParameters sharded(group, blocks, {"rest", {{"head", m.head}}}, torch::kFloat32, prefetch);
   tune::memory::CheckpointOptions options;
   options.policy = policy;
   const auto runner = sharded.wrap(std::make_shared<tune::memory::CheckpointRunner>(options, kBlocks));
   if (!all_released(m)) return false;
+  Residency seen;
   for (int micro = 0; micro < kMicroBatches; ++micro) {
     sharded.gather_rest();
-    loss_of(m, rank_input(rank, micro, torch::kFloat32), runner.get()).backward();
+    loss_of(m, rank_input(rank, micro, torch::kFloat32), runner.get(), &seen).backward();
   }
   sharded.finish_gradients();
   if (!all_released(m)) return false;
+  // Prefetching: every forward call of a block found the next block's gather started (each of the forward's, and at
+  // least one in each backward, counted); without it, none. Either way at most two blocks' parameters resident.
+  if (seen.max_resident_blocks > 2) return false;
+  if (prefetch) {
+    if (seen.forward_calls == 0 || seen.next_resident_in_forward != seen.forward_calls) return false;
+    if (sharded.prefetched_units() < seen.forward_calls + kMicroBatches) return false;
+  } else if (seen.next_resident_in_forward != 0 || sharded.prefetched_units() != 0) {
+    return false;
+  }
   const auto reference = reference_gradients();
   size_t compared = 0;
   for (auto* flat : sharded.flat_parameters()) {
@@ -135,8 +168,12 @@ TEST_CASE("full_shard: reduce-scattered gradients equal the float64 gradients of
           "[distributed][full_shard]") {
   using tune::memory::Policy;
   for (const Policy policy : {Policy::off, Policy::full, Policy::sqrt, Policy::selective}) {
-    DYNAMIC_SECTION("checkpointing " << tune::memory::policy_name(policy)) {
-      run_two_ranks([policy](int rank, uint16_t port) { return sharded_gradients_match(rank, port, policy); });
+    for (const bool prefetch : {true, false}) {
+      DYNAMIC_SECTION("checkpointing " << tune::memory::policy_name(policy) << (prefetch ? ", prefetch" : "")) {
+        run_two_ranks([policy, prefetch](int rank, uint16_t port) {
+          return sharded_gradients_match(rank, port, policy, prefetch);
+        });
+      }
     }
   }
 }

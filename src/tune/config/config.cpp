@@ -115,6 +115,17 @@ std::string Config::get_string(const std::string& key) const {
   return typed_value(*this, key, {ValueType::string, ValueType::path}, "get_string").Scalar();
 }
 
+void Config::set_string(const std::string& key, const std::string& value, const std::string& origin) {
+  (void)typed_value(*this, key, {ValueType::string}, "set_string");  // a string key of the schema, set
+  YAML::Emitter emitter;
+  emitter << YAML::DoubleQuoted << value;  // any text reads back as itself
+  Entry& entry = entries[key];
+  entry.yaml = emitter.c_str();
+  entry.location = SourceLocation{};
+  entry.location.file = "command line";
+  entry.location.override_text = origin;
+}
+
 std::vector<std::string> Config::get_strings(const std::string& key) const {
   std::vector<std::string> values;
   for (const auto& element : typed_value(*this, key, {ValueType::string_list}, "get_strings")) {

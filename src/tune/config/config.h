@@ -52,6 +52,10 @@ class Config {
   // The getters throw UsageError (a programming error in the caller) for a key that is not in the schema,
   // not set (check has() first for keys without a default), or of another type.
 
+  // Replaces a string key's value after loading (the run directory the command line chose, so that the run's
+  // config.yaml records it); `origin` becomes its location ("--output-dir").
+  void set_string(const std::string& key, const std::string& value, const std::string& origin);
+
   bool has(const std::string& key) const;  // true when set by a file, an override, or a default
   // Where the key's value came from; an empty location (file "") for defaults and for keys that are not set.
   SourceLocation where(const std::string& key) const;

@@ -14,6 +14,7 @@ std::mutex output_mutex;
 void set_level(Level level) { current_level = level; }
 bool enabled(Level level) { return level >= current_level && (level != Level::info || current_rank == 0); }
 void set_rank(int rank) { current_rank = rank; }
+int rank() { return current_rank; }
 
 void write(Level level, const std::string& message) {
   if (level < current_level) return;

@@ -12,6 +12,7 @@ enum class Level { debug, info, warn, error };
 void set_level(Level level);  // -v: debug, default: info, -q: warnings and errors only
 bool enabled(Level level);     // whether lines of `level` print (progress output asks before drawing)
 void set_rank(int rank);  // lines from ranks other than 0 are prefixed and info is suppressed
+int rank();
 void write(Level level, const std::string& message);
 
 template <typename... Args>

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "tune/core/error.h"
+#include "tune/core/log.h"
 #include "tune/data/first_fit_packer.h"
 #include "tune/data/seeded_shuffle.h"
 
@@ -130,11 +131,27 @@ SftBatch SftLoader::next() {
   return batch;
 }
 
+LoaderPosition rebatch(LoaderPosition position, int64_t rows_per_batch) {
+  if (position.rows_per_batch <= 0 || position.rows_per_batch == rows_per_batch || rows_per_batch <= 0) {
+    position.rows_per_batch = rows_per_batch;
+    return position;
+  }
+  const int64_t row = position.batch_in_epoch * position.rows_per_batch;
+  const int64_t again = row % rows_per_batch;
+  if (again != 0) {
+    log::warn("resuming with {} rows per global batch where the checkpoint counted {}: row {} of epoch {} is inside "
+              "a batch, so its first {} row(s) are trained on again", rows_per_batch, position.rows_per_batch, row,
+              position.epoch, again);
+  }
+  return {position.epoch, row / rows_per_batch, rows_per_batch};
+}
+
 void SftLoader::restore(LoaderPosition position) {
   if (position.epoch < 0 || position.batch_in_epoch < 0) {
     throw InputError(fmt::format("data position (epoch {}, batch {}) is negative", position.epoch,
                                  position.batch_in_epoch));
   }
+  position = rebatch(position, options_.batch_size);
   plan_epoch(position.epoch);
   if (position.batch_in_epoch > batches_per_epoch()) {
     throw InputError(fmt::format("data position (epoch {}, batch {}) is past the epoch's {} batches; HINT: resume "

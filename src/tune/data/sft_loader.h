@@ -33,7 +33,13 @@ struct LoaderOptions {
 struct LoaderPosition {
   int64_t epoch = 0;
   int64_t batch_in_epoch = 0;
+  int64_t rows_per_batch = 0;  // the (global) batch size batch_in_epoch counts in; 0: not recorded (older runs)
 };
+
+// `position` counted in batches of `rows_per_batch` rows: a run resumed with another global batch (another number of
+// processes, or batch size) goes on from the same row of the epoch. A row in the middle of a new batch rounds down
+// to that batch's start, saying how many rows are seen again.
+LoaderPosition rebatch(LoaderPosition position, int64_t rows_per_batch);
 
 // Rows [begin, end) of a batch with their counts recomputed: a data-parallel rank's share of a global batch. The
 // padded width stays the global batch's, so every rank computes exactly what one process would for those rows.
@@ -49,7 +55,7 @@ class SftLoader {
   // The next batch; wraps to a new epoch (a new seeded order: seed + epoch) at the end of the data.
   SftBatch next();
   int64_t batches_per_epoch() const;  // of the epoch position() is in (with packing, epochs differ slightly)
-  LoaderPosition position() const { return position_; }
+  LoaderPosition position() const { return {position_.epoch, position_.batch_in_epoch, options_.batch_size}; }
   void restore(LoaderPosition position);  // the next batch is exactly the one an uninterrupted run would get
   // Every batch of one pass, in order, without shuffling (evaluation).
   std::vector<SftBatch> all_batches_in_order() const;

@@ -38,7 +38,7 @@ FlatParameter::FlatParameter(std::string name, std::vector<std::pair<std::string
     param.set_data(full_.narrow(0, offset, param.numel()).view(param.sizes()));
     offset += param.numel();
   }
-  gathered_ = true;
+  state_ = State::gathered;
   release();
 }
 
@@ -52,18 +52,29 @@ void FlatParameter::set_storage_bytes(size_t bytes) {
   storage->set_nbytes(bytes);
 }
 
-void FlatParameter::gather() {
-  if (gathered_) return;
+void FlatParameter::start_gather() {
+  if (state_ != State::released) return;
   set_storage_bytes(static_cast<size_t>(full_.numel()) * full_.element_size());
-  torch::NoGradGuard no_grad;
-  group_.all_gather(full_, shard_.detach(), "gather of " + name_);
-  gathered_ = true;
+  gather_input_ = shard_.detach();
+  gathering_ = group_.all_gather_async(full_, gather_input_, "gather of " + name_);
+  state_ = State::gathering;
+}
+
+void FlatParameter::gather() {
+  start_gather();
+  if (state_ != State::gathering) return;
+  gathering_.wait();
+  gathering_ = PendingCollective();
+  gather_input_ = torch::Tensor();
+  state_ = State::gathered;
 }
 
 void FlatParameter::release() {
-  if (!gathered_) return;
+  // A gather in flight still writes into the buffer: it completes before the buffer goes.
+  if (state_ == State::gathering) gather();
+  if (state_ == State::released) return;
   set_storage_bytes(0);
-  gathered_ = false;
+  state_ = State::released;
 }
 
 void FlatParameter::start_reduction(torch::ScalarType reduce_dtype) {
@@ -123,7 +134,7 @@ std::vector<std::pair<std::string, torch::Tensor>> FlatParameter::split(const to
 }
 
 torch::Tensor FlatParameter::flatten_parameters() const {
-  if (!gathered_) throw Error("internal: " + name_ + " read while released");
+  if (state_ != State::gathered) throw Error("internal: " + name_ + " read while not gathered");
   return full_.narrow(0, 0, numel_);
 }
 

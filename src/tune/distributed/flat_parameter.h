@@ -34,10 +34,14 @@ class FlatParameter {
   int64_t bytes_per_element() const { return static_cast<int64_t>(shard_.element_size()); }
   torch::Tensor& shard() { return shard_; }
 
-  // All-gathers the shards into the full buffer (no-op when gathered); release() frees it.
+  // All-gathers the shards into the full buffer (no-op when gathered; waits for a gather start_gather() began);
+  // release() frees it (after waiting for a gather in flight). start_gather() allocates the buffer and starts the
+  // all-gather without waiting (a prefetch): nothing may read the parameters before gather() returns.
   void gather();
+  void start_gather();
   void release();
-  bool gathered() const { return gathered_; }
+  // Whether the buffer holds bytes: gathered, or its gather in flight.
+  bool resident() const { return state_ != State::released; }
 
   // Flattens the parameters' gradients (zeros where none arrived), casts to `reduce_dtype` and starts their
   // reduce-scatter; the gradients are released. finish_reduction() waits and adds this rank's slice into
@@ -66,7 +70,10 @@ class FlatParameter {
   int64_t shard_numel_ = 0;
   torch::Tensor full_;   // [shard_numel * world size]; its storage is empty while released
   torch::Tensor shard_;  // [shard_numel]
-  bool gathered_ = false;
+  enum class State { released, gathering, gathered };
+  State state_ = State::gathered;
+  torch::Tensor gather_input_;  // the shard, detached, while its all-gather is in flight
+  PendingCollective gathering_;
   torch::Tensor reduce_input_, reduce_output_;
   PendingCollective reduction_;
 };

@@ -57,6 +57,8 @@ std::vector<std::unique_ptr<FlatParameter>> make_flats(const ShardUnitSpec& spec
 struct FullyShardedParameters::State {
   ProcessGroup* group = nullptr;
   torch::ScalarType reduce_dtype = torch::kFloat32;
+  bool prefetching = true;  // distributed.prefetch
+  int64_t prefetched_units = 0;
   std::vector<Unit> units;          // wrapped blocks in block order, then the rest
   std::vector<int64_t> unit_of_block;  // block index -> unit index, -1 when the block is not wrapped
   std::vector<FlatParameter*> in_flight;
@@ -70,10 +72,41 @@ struct FullyShardedParameters::State {
   void release(Unit& unit) {
     for (auto& flat : unit.flats) flat->release();
   }
+  bool resident(const Unit& unit) const {
+    for (const auto& flat : unit.flats) {
+      if (flat->resident()) return true;
+    }
+    return false;
+  }
+  bool is_block_unit(int64_t index) const { return index >= 0 && index + 1 < static_cast<int64_t>(units.size()); }
+
+  // Starts gathering a block's unit without waiting, so its all-gather overlaps the compute of the block before it
+  // (forward) or after it (backward). Every rank prefetches at the same points of the same graph, so the
+  // collectives stay in one order on all ranks.
+  void prefetch(int64_t index) {
+    if (!prefetching || !is_block_unit(index)) return;
+    Unit& unit = units[static_cast<size_t>(index)];
+    if (resident(unit)) return;
+    for (auto& flat : unit.flats) flat->start_gather();
+    ++prefetched_units;
+  }
+  // In backward, after a unit's completion released it: the block whose backward runs after the next one. The
+  // next one (index - 1) is already gathered when a plain backward gathered it through its output's hook, just
+  // before this completion; with a recompute it is not yet, and is the one to prefetch. So at most two block units
+  // are resident at once, as without prefetching (see sft/peak_prediction.cpp).
+  void prefetch_before(int64_t index) {
+    for (int64_t candidate = index - 1; candidate >= std::max<int64_t>(0, index - 2); --candidate) {
+      if (!resident(units[static_cast<size_t>(candidate)])) {
+        prefetch(candidate);
+        return;
+      }
+    }
+  }
 
   // The unit's backward is over: its gradients leave for their reduce-scatter (the previous unit's reduction is
-  // waited for first, so at most one is in flight) and its parameters are released.
-  void complete(Unit& unit) {
+  // waited for first, so at most one is in flight) and its parameters are released. `in_backward`: called from a
+  // backward hook, where the next block's gather may be prefetched (not when settling after backward).
+  void complete(Unit& unit, bool in_backward = false) {
     bool any_trainable = false;
     for (auto& flat : unit.flats) any_trainable = any_trainable || flat->trainable();
     if (any_trainable) {
@@ -87,10 +120,13 @@ struct FullyShardedParameters::State {
     }
     release(unit);
     unit.reset_backward();
+    const int64_t index = &unit - units.data();
+    // Only a block's completion prefetches: the rest unit completes when backward ends (embeddings last).
+    if (in_backward && is_block_unit(index)) prefetch_before(index);
   }
 
   void maybe_complete(Unit& unit) {
-    if (unit.pending == 0 && (!unit.expect_input_grad || unit.input_grad_done)) complete(unit);
+    if (unit.pending == 0 && (!unit.expect_input_grad || unit.input_grad_done)) complete(unit, true);
   }
 
   void on_gradient_accumulated(int64_t unit_index) {
@@ -151,6 +187,7 @@ torch::Tensor call_block(const std::shared_ptr<FullyShardedParameters::State>& s
   {
     std::lock_guard<std::recursive_mutex> lock(state->mutex);
     state->gather(unit);
+    if (!recompute) state->prefetch(unit_index + 1);
   }
   std::weak_ptr<FullyShardedParameters::State> weak = state;
   if (recording && input.requires_grad()) {
@@ -208,11 +245,13 @@ class ShardedBlockRunner : public nn::BlockRunner {
 }  // namespace
 
 FullyShardedParameters::FullyShardedParameters(ProcessGroup& group, const std::vector<ShardUnitSpec>& blocks,
-                                               const ShardUnitSpec& rest, torch::ScalarType reduce_dtype)
+                                               const ShardUnitSpec& rest, torch::ScalarType reduce_dtype,
+                                               bool prefetch)
     : state_(std::make_shared<State>()) {
   auto& state = *state_;
   state.group = &group;
   state.reduce_dtype = reduce_dtype;
+  state.prefetching = prefetch;
   state.units.reserve(blocks.size() + 1);
   auto add_unit = [&](const ShardUnitSpec& spec) {
     Unit unit;
@@ -290,6 +329,8 @@ int64_t FullyShardedParameters::shard_bytes() const {
   }
   return bytes;
 }
+
+int64_t FullyShardedParameters::prefetched_units() const { return state_->prefetched_units; }
 
 int64_t FullyShardedParameters::largest_unit_bytes() const {
   int64_t largest = 0;

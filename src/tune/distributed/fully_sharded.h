@@ -14,6 +14,12 @@
 //   parameters released.
 // The rest unit is gathered by gather_rest() before a forward and released after backward or by release_all().
 //
+// With `prefetch` (distributed.prefetch, FSDP's forward_prefetch + backward_prefetch=BACKWARD_PRE), a block's
+// gather is started asynchronously one block early: in forward when the block before it starts, in backward when
+// the block after it completes; its compute then waits only for what the overlap did not hide. Peak memory is
+// unchanged for a plain backward (two block units resident, as without it); with a recompute it holds a second
+// unit where one was enough (the plan budgets two either way).
+//
 // Every collective is issued in the same order on every rank because every rank runs the same graph: a rank
 // without rows must still run a forward and backward (on a dummy row with zero loss).
 #pragma once
@@ -42,7 +48,7 @@ class FullyShardedParameters {
   // `blocks[i]`: block i's unit, or empty params when block i's type is not wrapped (its parameters are then
   // expected in `rest`). Parameters must hold identical values on every rank.
   FullyShardedParameters(ProcessGroup& group, const std::vector<ShardUnitSpec>& blocks, const ShardUnitSpec& rest,
-                         torch::ScalarType reduce_dtype);
+                         torch::ScalarType reduce_dtype, bool prefetch = true);
   ~FullyShardedParameters();
   FullyShardedParameters(const FullyShardedParameters&) = delete;
   FullyShardedParameters& operator=(const FullyShardedParameters&) = delete;
@@ -63,6 +69,8 @@ class FullyShardedParameters {
   // Bytes of this rank's shards, and of the largest unit when gathered (what a forward adds at most, per block).
   int64_t shard_bytes() const;
   int64_t largest_unit_bytes() const;
+  // Units whose gather was started ahead of need (prefetched) so far.
+  int64_t prefetched_units() const;
 
   struct State;  // shared with hooks and the runner
 

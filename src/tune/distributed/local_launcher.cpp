@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -22,9 +23,22 @@
 namespace tune::distributed {
 namespace {
 
-volatile sig_atomic_t forwarded_signal = 0;
+volatile sig_atomic_t received_signal = 0;  // the last SIGINT/SIGTERM the launcher got
+volatile sig_atomic_t signals_received = 0;
 
-extern "C" void remember_signal(int signal_number) { forwarded_signal = signal_number; }
+extern "C" void remember_signal(int signal_number) {
+  received_signal = signal_number;
+  signals_received = signals_received + 1;
+}
+
+void kill_all(const std::vector<pid_t>& workers, const std::vector<bool>& running, int signal_number) {
+  for (size_t i = 0; i < workers.size(); ++i) {
+    if (running[i]) kill(workers[i], signal_number);
+  }
+}
+
+// More workers than this per core only thrash (and a typo such as --nproc 1000000 would fork without end).
+constexpr int kWorkersPerCore = 4;
 
 [[noreturn]] void exec_worker(const std::vector<std::string>& arguments, int rank, int nproc, int port,
                               pid_t launcher) {
@@ -81,6 +95,12 @@ int free_loopback_port() {
 
 int launch_local_workers(int nproc, const std::vector<std::string>& arguments) {
   if (nproc < 1) throw UsageError(fmt::format("--nproc must be >= 1, got {}", nproc));
+  const int cores = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  if (nproc > kWorkersPerCore * cores) {
+    throw UsageError(fmt::format("--nproc {}: more worker processes than this machine can run ({} cores: at most {} "
+                                 "processes, {} per core); for more processes use several machines (torchrun, srun)",
+                                 nproc, cores, kWorkersPerCore * cores, kWorkersPerCore));
+  }
   const int port = free_loopback_port();
   log::info("launching {} worker processes on this machine (Gloo over 127.0.0.1:{})", nproc, port);
   std::fflush(nullptr);  // nothing buffered may be written twice by the children
@@ -92,9 +112,21 @@ int launch_local_workers(int nproc, const std::vector<std::string>& arguments) {
   sigaction(SIGINT, &action, &old_int);
   sigaction(SIGTERM, &action, &old_term);
 
+  received_signal = 0;
+  signals_received = 0;
   const pid_t launcher = getpid();
   std::vector<pid_t> workers;
   for (int rank = 0; rank < nproc; ++rank) {
+    if (signals_received > 0) {
+      // Stopped while starting: the workers started wait for the rest at the rendezvous and hold nothing to save.
+      kill_all(workers, std::vector<bool>(workers.size(), true), SIGKILL);
+      for (const pid_t worker : workers) waitpid(worker, nullptr, 0);
+      sigaction(SIGINT, &old_int, nullptr);
+      sigaction(SIGTERM, &old_term, nullptr);
+      log::error("stopped by signal {} while starting the workers ({} of {} started, now killed)", received_signal,
+                 workers.size(), nproc);
+      return 128 + received_signal;
+    }
     const pid_t pid = fork();
     if (pid < 0) {
       for (const pid_t worker : workers) kill(worker, SIGKILL);
@@ -105,17 +137,24 @@ int launch_local_workers(int nproc, const std::vector<std::string>& arguments) {
   }
 
   // Reap workers as they end. The first failure stops the rest: SIGTERM (they save nothing mid-collective: a worker
-  // blocked in a collective cannot see it), then SIGKILL after a grace period.
+  // blocked in a collective cannot see it), then SIGKILL after a grace period. A first Ctrl-C/SIGTERM is forwarded
+  // (the workers save a checkpoint together and exit 130); a second one kills them at once.
   std::vector<bool> running(workers.size(), true);
   int remaining = nproc;
   int result = 0;
   bool stopping = false;
-  bool forwarded = false;
+  int forwarded = 0;  // signals handled so far
   auto stop_deadline = std::chrono::steady_clock::time_point::max();
   while (remaining > 0) {
-    if (forwarded_signal != 0 && !forwarded) {
-      forwarded = true;
-      for (size_t i = 0; i < workers.size(); ++i) if (running[i]) kill(workers[i], forwarded_signal);
+    if (signals_received > forwarded) {
+      if (forwarded == 0) {
+        kill_all(workers, running, received_signal);
+      } else {
+        log::error("second interrupt: killing the {} remaining worker(s) without a checkpoint", remaining);
+        kill_all(workers, running, SIGKILL);
+        if (result == 0) result = 128 + received_signal;
+      }
+      forwarded = signals_received;
     }
     int status = 0;
     const pid_t pid = waitpid(-1, &status, WNOHANG);
@@ -125,22 +164,23 @@ int launch_local_workers(int nproc, const std::vector<std::string>& arguments) {
         running[rank] = false;
         --remaining;
         const int code = exit_code_of(status);
-        if (code != 0 && result == 0) {
-          result = code;
-          // After a forwarded Ctrl-C, workers exiting 130 have saved and stopped as asked: not a failure.
-          if (!stopping && remaining > 0 && !forwarded) {
-            log::error("worker rank {} {}; stopping the other {} worker(s)", rank, describe_status(status), remaining);
-            stopping = true;
-            for (size_t other = 0; other < workers.size(); ++other) if (running[other]) kill(workers[other], SIGTERM);
-            stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-          }
+        if (code == 0) continue;
+        if (result == 0) result = code;
+        // After a forwarded Ctrl-C or SIGTERM, workers exiting 130 have saved and stopped as asked: not a failure.
+        // Any other failure stops the rest, forwarded signal or not: they would wait in a collective for it.
+        const bool stopped_as_asked = forwarded > 0 && (code == 130 || code == 128 + received_signal);
+        if (!stopping && remaining > 0 && !stopped_as_asked) {
+          log::error("worker rank {} {}; stopping the other {} worker(s)", rank, describe_status(status), remaining);
+          stopping = true;
+          kill_all(workers, running, SIGTERM);
+          stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
         }
       }
       continue;
     }
     if (pid < 0 && errno != EINTR) break;
     if (std::chrono::steady_clock::now() > stop_deadline) {
-      for (size_t i = 0; i < workers.size(); ++i) if (running[i]) kill(workers[i], SIGKILL);
+      kill_all(workers, running, SIGKILL);
       stop_deadline = std::chrono::steady_clock::time_point::max();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -164,12 +164,17 @@ void ProcessGroup::broadcast(torch::Tensor& tensor, int root, const std::string&
   start(env_.rank, what, options_.timeout, [&] { return backend_->broadcast(tensors, broadcast_options); }).wait();
 }
 
-void ProcessGroup::all_gather(torch::Tensor& output, const torch::Tensor& input, const std::string& what) {
+PendingCollective ProcessGroup::all_gather_async(torch::Tensor& output, const torch::Tensor& input,
+                                                 const std::string& what) {
   c10d::AllgatherOptions gather_options;
   gather_options.timeout = in_ms(options_.timeout);
   at::Tensor source = input;
-  start(env_.rank, what, options_.timeout, [&] { return backend_->_allgather_base(output, source, gather_options); })
-      .wait();
+  return start(env_.rank, what, options_.timeout,
+               [&] { return backend_->_allgather_base(output, source, gather_options); });
+}
+
+void ProcessGroup::all_gather(torch::Tensor& output, const torch::Tensor& input, const std::string& what) {
+  all_gather_async(output, input, what).wait();
 }
 
 PendingCollective ProcessGroup::reduce_async(torch::Tensor& tensor, int root, const std::string& what) {

@@ -66,6 +66,8 @@ class ProcessGroup {
   double all_reduce(double value, ReduceOp op, const std::string& what);
   void broadcast(torch::Tensor& tensor, int root, const std::string& what);
   // `output` (size() x input's numel, contiguous) receives every rank's `input` in rank order (full_shard's gather).
+  // The async form: both must stay alive, and `output` unread, until wait().
+  PendingCollective all_gather_async(torch::Tensor& output, const torch::Tensor& input, const std::string& what);
   void all_gather(torch::Tensor& output, const torch::Tensor& input, const std::string& what);
   // `tensor` summed over ranks into `root`'s copy (the others' become scratch): shard_grad_op's gradient reduction.
   PendingCollective reduce_async(torch::Tensor& tensor, int root, const std::string& what);

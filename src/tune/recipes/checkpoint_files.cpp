@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <unordered_set>
 
@@ -44,6 +45,50 @@ std::string optimizer_shard_file(int rank, int ranks) {
   return fmt::format("optimizer.rank-{}-of-{}.safetensors", rank, ranks);
 }
 
+namespace {
+
+// The step a checkpoint directory's name says (checkpoints/step-N), if it has that form.
+std::optional<int64_t> step_of_checkpoint_name(const std::filesystem::path& dir) {
+  const std::string name = dir.filename().string();
+  long long step = 0;
+  int length = 0;
+  if (std::sscanf(name.c_str(), "step-%lld%n", &step, &length) == 1 && static_cast<size_t>(length) == name.size()) {
+    return static_cast<int64_t>(step);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> optimizer_shard_metadata(int rank, int ranks, int64_t step) {
+  return {{"tune.rank", std::to_string(rank)}, {"tune.world_size", std::to_string(ranks)},
+          {"tune.step", std::to_string(step)}};
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> read_optimizer_file(const std::filesystem::path& dir,
+                                                                       const std::string& name) {
+  const auto path = dir / name;
+  const auto file = io::SafetensorsFile::open(path);
+  int rank = 0, ranks = 0;
+  if (std::sscanf(name.c_str(), "optimizer.rank-%d-of-%d.safetensors", &rank, &ranks) == 2) {
+    const auto& metadata = file.metadata();
+    const auto expect = [&](const char* key, const std::string& wanted, const char* what) {
+      const auto found = metadata.find(key);
+      if (found != metadata.end() && found->second != wanted) {
+        throw InputError(fmt::format("{}: damaged checkpoint: this file holds the optimizer state of {} {}, not {} (its "
+                                     "header's {}); each rank's file must stay under its own name, in the checkpoint "
+                                     "that wrote it", path.string(), what, found->second, wanted, key));
+      }
+    };
+    expect("tune.rank", std::to_string(rank), "rank");
+    expect("tune.world_size", std::to_string(ranks), "a run of world size");
+    if (const auto step = step_of_checkpoint_name(dir)) expect("tune.step", std::to_string(*step), "step");
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  for (const auto& entry : file.entries()) tensors.emplace_back(entry.first, file.load(entry.first));
+  return tensors;
+}
+
 std::vector<std::string> optimizer_state_files(const std::filesystem::path& dir) {
   std::error_code error;
   if (std::filesystem::is_regular_file(dir / kOptimizerStateFile, error)) return {kOptimizerStateFile};
@@ -73,18 +118,15 @@ std::vector<std::pair<std::string, torch::Tensor>> read_optimizer_state(
   require_checkpoint_files(dir, files);
   std::vector<std::pair<std::string, torch::Tensor>> state;
   for (const auto& name : files) {
-    const auto file = io::SafetensorsFile::open(dir / name);
-    for (const auto& entry : file.entries()) {
+    for (auto& [key, tensor] : read_optimizer_file(dir, name)) {
       // full_shard's flat parameters (distributed/fully_sharded.cpp names them "<unit>.flat_<dtype>_...").
-      if (entry.first.find(".flat_") != std::string::npos) {
+      if (key.find(".flat_") != std::string::npos) {
         throw InputError(fmt::format("{}: its optimizer state was written by distributed.strategy full_shard (flat "
                                      "parameter shards, entry '{}'); resume it with full_shard and two or more "
-                                     "processes", (dir / name).string(), entry.first));
+                                     "processes", (dir / name).string(), key));
       }
-      const auto dot = entry.first.rfind('.');
-      if (dot != std::string::npos && wanted(entry.first.substr(0, dot))) {
-        state.emplace_back(entry.first, file.load(entry.first));
-      }
+      const auto dot = key.rfind('.');
+      if (dot != std::string::npos && wanted(key.substr(0, dot))) state.emplace_back(key, std::move(tensor));
     }
   }
   return state;
@@ -114,6 +156,7 @@ nlohmann::json trainer_progress_json(const TrainerProgress& progress) {
   return {{"step", progress.step},
           {"epoch", progress.loader.epoch},
           {"batch_in_epoch", progress.loader.batch_in_epoch},
+          {"rows_per_batch", progress.loader.rows_per_batch},
           {"elapsed_s", progress.elapsed_s},
           {"loss_scale", progress.loss_scale},
           {"loss_scale_clean_steps", progress.loss_scale_clean_steps},
@@ -126,8 +169,15 @@ nlohmann::json read_trainer_progress(const std::filesystem::path& dir, TrainerPr
   if (!json.is_object()) throw InputError(fmt::format("{}: not a JSON object", path.string()));
   const io::JsonFields fields(json, path.string());
   progress.step = fields.integer("step");
+  const auto named_step = step_of_checkpoint_name(dir);
+  if (progress.step < 0 || (named_step && progress.step != *named_step)) {
+    throw InputError(fmt::format("{}: damaged checkpoint: \"step\" is {}, expected {}", path.string(), progress.step,
+                                 named_step ? fmt::format("{} (the directory's name)", *named_step)
+                                            : std::string("a count of steps >= 0")));
+  }
   progress.loader.epoch = fields.integer("epoch");
   progress.loader.batch_in_epoch = fields.integer("batch_in_epoch");
+  progress.loader.rows_per_batch = fields.integer("rows_per_batch", 0);
   progress.elapsed_s = fields.real("elapsed_s");
   progress.loss_scale = fields.real("loss_scale", 0.0);
   progress.loss_scale_clean_steps = fields.integer("loss_scale_clean_steps", 0);

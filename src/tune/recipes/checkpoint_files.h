@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +33,13 @@ std::vector<std::pair<std::string, torch::Tensor>> read_named_tensors(const std:
 // under shard_grad_op one file per rank, optimizer.rank-R-of-N.safetensors, each named per parameter.
 inline constexpr const char* kOptimizerStateFile = "optimizer.safetensors";
 std::string optimizer_shard_file(int rank, int ranks);
+// What a rank's optimizer file records about itself ("tune.rank", "tune.world_size", "tune.step"), and the reader
+// that checks it against the file's name and the checkpoint's step: a rank file renamed, copied over another or
+// from another checkpoint is an error naming it, not a silently different optimizer state. (Files written before
+// the metadata existed, session 11 and earlier, have none and are read unchecked.)
+std::map<std::string, std::string> optimizer_shard_metadata(int rank, int ranks, int64_t step);
+std::vector<std::pair<std::string, torch::Tensor>> read_optimizer_file(const std::filesystem::path& dir,
+                                                                       const std::string& name);
 // The optimizer-state files of `dir` (the single file, or every rank's shard): what require_checkpoint_files must
 // find. Throws InputError when there is neither, or when shards are missing or disagree on their count.
 std::vector<std::string> optimizer_state_files(const std::filesystem::path& dir);

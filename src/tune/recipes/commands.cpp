@@ -40,6 +40,16 @@ std::filesystem::path run_dir_of_checkpoint(const std::filesystem::path& checkpo
   return checkpoint.parent_path().parent_path();
 }
 
+// The run directory of `tune train FILE`: --output-dir; else, when FILE is a run's own config.yaml (beside its
+// checkpoints/ folder), that run, wherever it was moved or copied; else the config's output_dir.
+std::filesystem::path train_output_dir(const TrainArguments& arguments, const config::Config& config) {
+  if (arguments.output_dir) return *arguments.output_dir;
+  const auto& file = arguments.recipe;
+  const auto folder = file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
+  if (file.filename() == "config.yaml" && std::filesystem::is_directory(io::checkpoints_dir(folder))) return folder;
+  return config.get_string("output_dir");
+}
+
 // First line of a YAML file's leading comment, for `tune ls`.
 std::string description_of(const std::filesystem::path& file) {
   std::ifstream in(file);
@@ -102,14 +112,18 @@ int run_train(const TrainArguments& arguments) {
     return distributed::launch_local_workers(arguments.nproc, arguments.worker_command);
   }
   join_distributed_run(loaded.config);
-  TrainRequest request{loaded.config, arguments.output_dir ? *arguments.output_dir
-                                                           : std::filesystem::path(loaded.config.get_string("output_dir")),
-                       std::nullopt};
+  std::filesystem::path output_dir = train_output_dir(arguments, loaded.config);
+  std::optional<std::filesystem::path> resume_from;
   if (arguments.resume) {
-    request.resume_from = io::resolve_resume_target(arguments.resume_from ? *arguments.resume_from : request.output_dir);
-    if (arguments.resume_from && !arguments.output_dir) request.output_dir = run_dir_of_checkpoint(*request.resume_from);
+    resume_from = io::resolve_resume_target(arguments.resume_from ? *arguments.resume_from : output_dir);
+    if (arguments.resume_from && !arguments.output_dir) output_dir = run_dir_of_checkpoint(*resume_from);
   }
-  return loaded.recipe->train(request);
+  // The run's config.yaml records where the run is, so that `tune train RUN/config.yaml --resume` (from anywhere a
+  // relative output_dir resolves the same) finds this run and no other.
+  if (output_dir.string() != loaded.config.get_string("output_dir")) {
+    loaded.config.set_string("output_dir", output_dir.string(), "the run directory: " + output_dir.string());
+  }
+  return loaded.recipe->train(TrainRequest{loaded.config, output_dir, resume_from});
 }
 
 namespace {

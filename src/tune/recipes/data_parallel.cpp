@@ -36,6 +36,7 @@ DistributedSettings read_distributed_settings(const config::Config& config) {
   settings.backend = backend == "nccl" || (backend == "auto" && on_cuda && distributed::nccl_built()) ? "nccl" : "gloo";
   settings.strategy = config.get_string("distributed.strategy");
   settings.shard_blocks = config.get_strings("distributed.shard_blocks");
+  settings.prefetch = config.get_bool("distributed.prefetch");
   const double bucket_mb = config.get_real("distributed.bucket_mb");
   if (!(bucket_mb > 0) || bucket_mb > 4096) {
     config.fail("distributed.bucket_mb", fmt::format("must be in (0, 4096], got {}", bucket_mb));

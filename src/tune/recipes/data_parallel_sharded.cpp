@@ -67,7 +67,8 @@ void DataParallel::shard_model(const ModelBlocks& blocks) {
     }
   }
   sharded_ = std::make_unique<distributed::FullyShardedParameters>(
-      *distributed::world(), specs, rest, settings_.reduce_bf16 ? torch::kBFloat16 : torch::kFloat32);
+      *distributed::world(), specs, rest, settings_.reduce_bf16 ? torch::kBFloat16 : torch::kFloat32,
+      settings_.prefetch);
 }
 
 void DataParallel::finish_sharded_gradients() { sharded_->finish_gradients(); }
@@ -77,9 +78,10 @@ std::string DataParallel::describe_sharded() const {
   for (const bool w : wrapped_block_) wrapped += w ? 1 : 0;
   return fmt::format("{} processes, strategy full_shard: {} of {} blocks wrapped, the rest of the model one more "
                      "unit; this process holds {} of parameters as flat shards (1/{}), gathers at most {} at once "
-                     "per unit, gradients reduce-scattered in {}", size_, wrapped, wrapped_block_.size(),
+                     "per unit, {}, gradients reduce-scattered in {}", size_, wrapped, wrapped_block_.size(),
                      format_bytes(static_cast<double>(sharded_->shard_bytes())), size_,
                      format_bytes(static_cast<double>(sharded_->largest_unit_bytes())),
+                     settings_.prefetch ? "prefetching the next block's gather" : "no prefetch",
                      settings_.reduce_bf16 ? "bf16" : "fp32");
 }
 
@@ -191,9 +193,17 @@ std::vector<std::pair<std::string, torch::Tensor>> DataParallel::read_sharded_op
   // Every rank file, in rank order: entries "<flat>.<field>" hold that rank's shard of the flat's state under the
   // world size that wrote them; the whole vector is their concatenation without the padding.
   std::vector<std::map<std::string, torch::Tensor>> files;
+  bool flat_entries = false;
   for (const auto& name : optimizer_state_files(dir)) {
-    const auto tensors = read_named_tensors(dir / name);
+    const auto tensors = read_optimizer_file(dir, name);
+    for (const auto& entry : tensors) flat_entries = flat_entries || entry.first.find(".flat_") != std::string::npos;
     files.emplace_back(tensors.begin(), tensors.end());
+  }
+  if (!flat_entries) {
+    throw InputError(fmt::format("{}: its optimizer state is per parameter, written by a single process or by "
+                                 "distributed.strategy ddp or shard_grad_op, which full_shard cannot read (it resumes "
+                                 "full_shard checkpoints only); resume this one with ddp or shard_grad_op",
+                                 dir.string()));
   }
   std::vector<std::pair<std::string, torch::Tensor>> state;
   for (auto* flat : sharded_->flat_parameters()) {
@@ -204,16 +214,17 @@ std::vector<std::pair<std::string, torch::Tensor>> DataParallel::read_sharded_op
       for (const auto& file : files) {
         const auto found = file.find(key);
         if (found == file.end()) {
-          throw InputError(fmt::format("{}: optimizer state has no '{}' in every rank's file; a checkpoint of "
-                                       "strategy full_shard is resumed with full_shard (and the same model and "
-                                       "distributed.shard_blocks)", dir.string(), key));
+          throw InputError(fmt::format("{}: optimizer state has no '{}' in every rank's file: the model, its LoRA "
+                                       "targets or distributed.shard_blocks differ from the run that wrote it",
+                                       dir.string(), key));
         }
         pieces.push_back(found->second.reshape({-1}));
       }
       const auto whole = torch::cat(pieces);
       if (whole.numel() < flat->numel()) {
-        throw InputError(fmt::format("{}: optimizer state '{}' holds {} elements, expected at least {}", dir.string(),
-                                     key, whole.numel(), flat->numel()));
+        throw InputError(fmt::format("{}: optimizer state '{}' holds {} elements, expected at least {}: the model, its "
+                                     "LoRA targets or distributed.shard_blocks differ from the run that wrote it",
+                                     dir.string(), key, whole.numel(), flat->numel()));
       }
       state.emplace_back(key, flat->slice_of(whole.narrow(0, 0, flat->numel())));
     }

@@ -67,7 +67,7 @@ bool interrupt_agreed() {
 // rank 0 never completes a checkpoint that lacks a share. Returns the files with their names in the checkpoint.
 std::vector<std::pair<std::filesystem::path, std::string>> save_optimizer_shards(
     const std::filesystem::path& output_dir, int64_t step,
-    const std::function<void(const std::filesystem::path&)>& write_share) {
+    const std::function<void(const std::filesystem::path&, const std::map<std::string, std::string>&)>& write_share) {
   const int rank = distributed::world_rank(), ranks = distributed::world_size();
   const auto file_of = [&](int r) {
     return io::checkpoints_dir(output_dir) / fmt::format(".optimizer-step-{}-rank-{}.safetensors", step, r);
@@ -76,7 +76,7 @@ std::vector<std::pair<std::filesystem::path, std::string>> save_optimizer_shards
   std::string message;
   try {
     std::filesystem::create_directories(io::checkpoints_dir(output_dir));
-    write_share(file_of(rank));
+    write_share(file_of(rank), optimizer_shard_metadata(rank, ranks, step));
   } catch (const Error& error) {
     exit_code = error.exit_code();
     message = error.what();

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -50,9 +51,11 @@ struct StepLoopHooks {
   std::function<std::optional<double>()> evaluate;                   // mean eval loss, nullopt: no eval set
   std::function<void(const std::filesystem::path& dir, int64_t step, double elapsed_s)> save;  // rank 0
   // Set when each rank holds a share of the optimizer state (shard_grad_op): at every checkpoint, called on every
-  // rank to write its share to `file`; the loop puts the files into the checkpoint (checkpoint_files.h's
-  // optimizer_shard_file names) before rank 0 marks it COMPLETE, and `save` writes no optimizer state.
-  std::function<void(const std::filesystem::path& file)> save_optimizer_shard;
+  // rank to write its share to `file`, with `metadata` (optimizer_shard_metadata: rank, world size, step) in its
+  // header; the loop puts the files into the checkpoint (checkpoint_files.h's optimizer_shard_file names) before
+  // rank 0 marks it COMPLETE, and `save` writes no optimizer state.
+  std::function<void(const std::filesystem::path& file, const std::map<std::string, std::string>& metadata)>
+      save_optimizer_shard;
   // Optional, on every rank around each checkpoint: before_save may be collective (full_shard gathers the
   // parameters); after_save (local, also when saving failed) releases what it gathered.
   std::function<void()> before_save;

@@ -48,8 +48,8 @@ class ClipBatcher {
 
   ClipBatch next();
   int64_t batches_per_epoch() const;
-  data::LoaderPosition position() const { return position_; }
-  void restore(data::LoaderPosition position) { position_ = position; }
+  data::LoaderPosition position() const { return {position_.epoch, position_.batch_in_epoch, batch_size_}; }
+  void restore(data::LoaderPosition position) { position_ = data::rebatch(position, batch_size_); }
 
  private:
   std::shared_ptr<const ClipSource> source_;

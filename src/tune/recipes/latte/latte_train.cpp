@@ -297,8 +297,9 @@ int train(const TrainRequest& request) {
     ema_whole_state.clear();
   };
   if (parallel.shards_optimizer_state()) {
-    hooks.save_optimizer_shard = [&](const std::filesystem::path& file) {
-      io::save_safetensors(file, optimizer.state_tensors());
+    hooks.save_optimizer_shard = [&](const std::filesystem::path& file,
+                                     const std::map<std::string, std::string>& metadata) {
+      io::save_safetensors(file, optimizer.state_tensors(), metadata);
     };
   }
 

@@ -271,8 +271,9 @@ int train(const TrainRequest& request) {
   hooks.before_save = [&] { parallel.gather_parameters(); };
   hooks.after_save = [&] { parallel.release_parameters(); };
   if (parallel.shards_optimizer_state()) {
-    hooks.save_optimizer_shard = [&](const std::filesystem::path& file) {
-      io::save_safetensors(file, optimizer.state_tensors());
+    hooks.save_optimizer_shard = [&](const std::filesystem::path& file,
+                                     const std::map<std::string, std::string>& metadata) {
+      io::save_safetensors(file, optimizer.state_tensors(), metadata);
     };
   }
 
