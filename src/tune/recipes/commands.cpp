@@ -12,6 +12,7 @@
 #include "tune/distributed/local_launcher.h"
 #include "tune/io/run_checkpoints.h"
 #include "tune/io/sharded_safetensors.h"
+#include "tune/recipes/common_schema.h"
 #include "tune/recipes/data_parallel.h"
 #include "tune/recipes/plan/plan_command.h"
 #include "tune/recipes/recipe.h"
@@ -195,6 +196,12 @@ int run_chat(const InferArguments& arguments) {
 
 int run_validate(const std::filesystem::path& recipe, const std::vector<std::string>& overrides) {
   LoadedConfig loaded = load_recipe_config(recipe, overrides);
+  // Beyond keys and types: the settings every recipe reads (ranges, combinations), as `tune train` checks them.
+  // A recipe's own checks that need its model or data (distributed.shard_blocks against the model's block types,
+  // data files) are made when it trains.
+  (void)read_run_settings(loaded.config);
+  (void)read_training_settings(loaded.config);
+  (void)read_distributed_settings(loaded.config);
   std::cout << loaded.config.to_yaml();
   return 0;
 }

@@ -44,14 +44,24 @@ DistributedSettings read_distributed_settings(const config::Config& config) {
   settings.bucket_bytes = static_cast<int64_t>(bucket_mb * 1024 * 1024);
   settings.reduce_bf16 = config.get_string("distributed.reduce_dtype") == "bf16";
   const long long timeout = config.get_int("distributed.timeout_s");
-  if (timeout < 1) config.fail("distributed.timeout_s", fmt::format("must be >= 1, got {}", timeout));
+  // At most a week: c10d counts the timeout in milliseconds, and a larger value overflows to a negative one.
+  if (timeout < 1 || timeout > 7 * 24 * 3600) {
+    config.fail("distributed.timeout_s", fmt::format("must be between 1 and 604800 (a week), got {}", timeout));
+  }
   settings.timeout_s = timeout;
   return settings;
 }
 
 void join_distributed_run(const config::Config& config) {
   const auto environment = distributed::read_launch_environment();
-  if (!environment || environment->world_size <= 1) return;
+  if (!environment || environment->world_size <= 1) {
+    const std::string strategy = config.get_string("distributed.strategy");
+    if (strategy != "ddp") {
+      log::warn("distributed.strategy is {}, which divides state among processes, but this run has one process: "
+                "nothing is sharded (start several with --nproc N, torchrun or srun)", strategy);
+    }
+    return;
+  }
   const DistributedSettings settings = read_distributed_settings(config);
   log::set_rank(environment->rank);
   distributed::GroupOptions options;

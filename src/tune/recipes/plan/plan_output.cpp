@@ -13,7 +13,7 @@ std::string bytes(int64_t value) { return format_bytes(static_cast<double>(value
 std::string short_setting(const PlanSetting& setting) {
   return fmt::format("{}, micro-batch {} x {} accumulation, param_dtype {}{}", setting.checkpointing_label(),
                      setting.batch_size, setting.accumulation, setting.param_dtype,
-                     setting.processes > 1 ? fmt::format(", ddp x {}", setting.processes) : "");
+                     setting.processes > 1 ? fmt::format(", {} x {}", setting.strategy(), setting.processes) : "");
 }
 
 std::string breakdown_line(const PeakBreakdown& b) {
