@@ -7,6 +7,7 @@
 #include <torch/version.h>
 
 #include <cstdio>
+#include <filesystem>
 
 #include "tune/core/error.h"
 #include "tune/core/log.h"
@@ -197,7 +198,14 @@ int main(int argc, char** argv) {
   try {
     if (*train_command) {
       train.resume = resume_option->count() > 0;
-      if (!resume_value.empty()) train.resume_from = resume_value;
+      // `--resume a.b=c` (CLI11 takes the next word as the option's value): an override, not a path, unless a
+      // file or directory of that name exists.
+      if (!resume_value.empty() && resume_value.find('=') != std::string::npos &&
+          !std::filesystem::exists(resume_value)) {
+        train.overrides.push_back(resume_value);
+      } else if (!resume_value.empty()) {
+        train.resume_from = resume_value;
+      }
       train.worker_command = command_line_without_nproc(argc, argv);
       return run_train(train);
     }

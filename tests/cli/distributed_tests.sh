@@ -501,6 +501,9 @@ case_resume_and_launcher_guards() {
   cp "$WORK/trainer_state.json" "$dir/trainer_state.json"
   [ "$(cd "$run/checkpoints" && find . -type f -exec md5sum {} + | sort)" = "$snapshot" ] \
     || fail "a refused resume changed the checkpoints"
+  # `--resume key=value`: the word after --resume is an override, not a checkpoint path.
+  expect_exit 0 "$TUNE" train "$run/config.yaml" --nproc 2 --resume training.max_steps=8 "${common[@]}"
+  [ -f "$run/checkpoints/step-8/COMPLETE" ] || fail "--resume training.max_steps=8 did not train to step 8: $ERR"
   # Another strategy's checkpoint under full_shard: the error says which strategies read it.
   local ddp_run="$WORK/runs/guards-ddp"
   rm -rf "$ddp_run"
