@@ -219,6 +219,11 @@ case_full_shard_sft() {
   full_shard_matches_ddp "$WORK/runs/zero3-plain" "$WORK/zero3.yaml" 10 "${base[@]}" gradient_checkpointing=false
   full_shard_matches_ddp "$WORK/runs/zero3-full" "$WORK/zero3.yaml" 10 "${base[@]}" checkpointing.policy=full
   full_shard_matches_ddp "$WORK/runs/zero3-selective" "$WORK/zero3.yaml" 10 "${base[@]}" checkpointing.policy=selective
+  # Prefetching the next block's gather (off by default): the same training, with and without recomputation.
+  full_shard_matches_ddp "$WORK/runs/zero3-prefetch" "$WORK/zero3.yaml" 10 "${base[@]}" gradient_checkpointing=false \
+    distributed.prefetch=true
+  full_shard_matches_ddp "$WORK/runs/zero3-prefetch-full" "$WORK/zero3.yaml" 10 "${base[@]}" checkpointing.policy=full \
+    distributed.prefetch=true
   full_shard_matches_ddp "$WORK/runs/zero3-sqrt" "$WORK/zero3.yaml" 10 "${base[@]}" checkpointing.policy=sqrt \
     model.num_hidden_layers=4
   full_shard_matches_ddp "$WORK/runs/zero3-accumulate" "$WORK/zero3.yaml" 10 "${base[@]}" \

@@ -57,7 +57,7 @@ std::vector<std::unique_ptr<FlatParameter>> make_flats(const ShardUnitSpec& spec
 struct FullyShardedParameters::State {
   ProcessGroup* group = nullptr;
   torch::ScalarType reduce_dtype = torch::kFloat32;
-  bool prefetching = true;  // distributed.prefetch
+  bool prefetching = false;  // distributed.prefetch
   int64_t prefetched_units = 0;
   std::vector<Unit> units;          // wrapped blocks in block order, then the rest
   std::vector<int64_t> unit_of_block;  // block index -> unit index, -1 when the block is not wrapped
@@ -93,7 +93,7 @@ struct FullyShardedParameters::State {
   // In backward, after a unit's completion released it: the block whose backward runs after the next one. The
   // next one (index - 1) is already gathered when a plain backward gathered it through its output's hook, just
   // before this completion; with a recompute it is not yet, and is the one to prefetch. So at most two block units
-  // are resident at once, as without prefetching (see sft/peak_prediction.cpp).
+  // are resident at once (sft/peak_prediction.cpp budgets two).
   void prefetch_before(int64_t index) {
     for (int64_t candidate = index - 1; candidate >= std::max<int64_t>(0, index - 2); --candidate) {
       if (!resident(units[static_cast<size_t>(candidate)])) {

@@ -16,9 +16,9 @@
 //
 // With `prefetch` (distributed.prefetch, FSDP's forward_prefetch + backward_prefetch=BACKWARD_PRE), a block's
 // gather is started asynchronously one block early: in forward when the block before it starts, in backward when
-// the block after it completes; its compute then waits only for what the overlap did not hide. Peak memory is
-// unchanged for a plain backward (two block units resident, as without it); with a recompute it holds a second
-// unit where one was enough (the plan budgets two either way).
+// the block after it completes; its compute then waits only for what the overlap did not hide. It costs up to one
+// more block's parameters: while a block runs (forward, or backward with its full gradients), the next one to run
+// is resident too. At most two block units are resident at once (the plan budgets two either way).
 //
 // Every collective is issued in the same order on every rank because every rank runs the same graph: a rank
 // without rows must still run a forward and backward (on a dummy row with zero loss).
@@ -48,7 +48,7 @@ class FullyShardedParameters {
   // `blocks[i]`: block i's unit, or empty params when block i's type is not wrapped (its parameters are then
   // expected in `rest`). Parameters must hold identical values on every rank.
   FullyShardedParameters(ProcessGroup& group, const std::vector<ShardUnitSpec>& blocks, const ShardUnitSpec& rest,
-                         torch::ScalarType reduce_dtype, bool prefetch = true);
+                         torch::ScalarType reduce_dtype, bool prefetch = false);
   ~FullyShardedParameters();
   FullyShardedParameters(const FullyShardedParameters&) = delete;
   FullyShardedParameters& operator=(const FullyShardedParameters&) = delete;

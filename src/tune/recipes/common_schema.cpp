@@ -67,9 +67,10 @@ config::Schema common_schema(const std::string& recipe_name) {
   schema.string_list("distributed.shard_blocks", {}, "full_shard: the block types wrapped (gathered one at a time); "
                      "empty = the model's blocks (LlamaDecoderLayer; LatteSpatialBlock, LatteTemporalBlock); "
                      "the parameters of other blocks join the rest of the model, one more unit");
-  schema.boolean("distributed.prefetch", true, "full_shard: start gathering a block's parameters one block early "
+  schema.boolean("distributed.prefetch", false, "full_shard: start gathering a block's parameters one block early "
                  "(while the block before it runs forward, or the one after it finishes backward) so the gather "
-                 "overlaps compute; false gathers each block only when it is needed");
+                 "can overlap compute, at the cost of up to one more block's parameters in memory; off by default: "
+                 "on a CPU with Gloo it measured no gain (scripts/bench_distributed.py)");
   schema.real("distributed.bucket_mb", 25.0, "ddp: gradient bucket size in MiB (one all-reduce per bucket)");
   schema.choice("distributed.reduce_dtype", {"fp32", "bf16"}, "fp32", "dtype gradients are summed in across ranks");
   schema.integer("distributed.timeout_s", 300, "a collective (or the rendezvous) failing to complete in this time "

@@ -52,7 +52,7 @@ struct DistributedSettings {
   int64_t bucket_bytes = 25 * 1024 * 1024;
   bool reduce_bf16 = false;         // distributed.reduce_dtype: bf16
   std::vector<std::string> shard_blocks;  // full_shard: block types wrapped; empty = the model's defaults
-  bool prefetch = true;                   // full_shard: start a block's gather one block early
+  bool prefetch = false;                  // full_shard: start a block's gather one block early
   int64_t timeout_s = 300;
 };
 
