@@ -1,18 +1,24 @@
 #!/usr/bin/env python3
 """tune against Hugging Face transformers + peft on one GPU: a Llama-3.2-1B-shaped model (random weights), full
-fine-tune and LoRA, gradient checkpointing off and on, side by side in one run.
+fine-tune and LoRA, gradient checkpointing off and on, batch 1 and 4 x 2048 tokens, side by side in one run, and
+tune's speed levers each alone and together.
 
     python3 scripts/bench_gpu.py --tune-bench build-cuda/apps/bench/tune-bench [--seq 2048] [--steps 5] [--out F]
+        [--rows full-off-b1,...] [--profile-dir DIR]
 
-Every configuration runs in a fresh process (the caching allocator's peak then belongs to it alone), tune and HF
-alternately, with the same shapes, data sizes and optimizer:
+Same shapes, data sizes and optimizer on both sides:
   - model: hidden 2048, 16 layers, 32 query / 8 key-value heads, MLP 8192, vocab 128256, tied embeddings, RoPE base
-    500000 (Llama-3.2-1B without its RoPE scaling), fp32 master weights, bf16 autocast;
-  - one step = forward, loss, backward, AdamW update (torch.optim.AdamW, its default foreach implementation, on the
-    HF side; tune's AdamW), gradients set to none after the update; batch 1 x --seq random tokens;
-  - HF: LlamaForCausalLM with attn_implementation="sdpa"; checkpointing by gradient_checkpointing_enable(use_reentrant
-    False); LoRA by peft (rank 16, alpha 32, every projection, no dropout). tune: apps/bench/tune-bench with the same
-    settings, policy full or off, the fused linear cross-entropy (--loss fused) and, for reference, the plain loss.
+    500000 (Llama-3.2-1B without its RoPE scaling), fp32 master weights, bf16 autocast; LoRA rows store the frozen
+    base in bf16 on both sides (HF: model.to(bfloat16) before peft, which keeps the adapters in fp32; tune:
+    param_dtype bf16), as LoRA users on a GPU load it;
+  - one step = forward, loss, backward, AdamW update, gradients set to none after the update; random tokens;
+  - HF: LlamaForCausalLM with attn_implementation="sdpa"; torch.optim.AdamW(fused=True), HF Trainer's default
+    optimizer (adamw_torch_fused); checkpointing by gradient_checkpointing_enable(use_reentrant=False); LoRA by peft
+    (rank 16, alpha 32, every projection, no dropout). All HF rows run in one process, one after the other (each
+    frees everything before the next; the peak is reset before each row's measured steps).
+  - tune: apps/bench/tune-bench, policy full or off, one fresh process per variant (VARIANTS: the fused AdamW
+    kernel --fused-adamw, LibTorch's fused RMSNorm TUNE_FUSED_RMS_NORM, the chunked linear cross-entropy --loss
+    fused).
 Reported per configuration: median step time over --steps steps after 2 warm-up steps, tokens/s, peak memory
 (torch.cuda.max_memory_allocated for HF, the caching allocator's same counter in tune) during a step, and MFU:
 model FLOPs per step (6 x matmul parameters x tokens + 12 x layers x hidden x seq x tokens; for LoRA 4x instead of
@@ -47,30 +53,34 @@ def matmul_peak_tflops():
     return 2 * 8192 ** 3 / statistics.median(times) / 1e12
 
 
-def hf_worker(args):
-    """One HF configuration in this process; prints one JSON line."""
-    import torch
+def hf_run(torch, config_row, steps):
+    """One HF configuration; returns its result dict. Everything it allocates is freed before it returns."""
+    import gc
     from transformers import LlamaConfig, LlamaForCausalLM
     torch.manual_seed(0)
+    seq, batch = config_row["seq"], config_row["batch"]
     config = LlamaConfig(vocab_size=MODEL["vocab"], hidden_size=MODEL["hidden"], num_hidden_layers=MODEL["layers"],
                          num_attention_heads=MODEL["heads"], num_key_value_heads=MODEL["kv_heads"],
                          intermediate_size=MODEL["intermediate"], rope_theta=MODEL["rope_theta"],
-                         max_position_embeddings=max(args.seq, 2048), tie_word_embeddings=True, rms_norm_eps=1e-5,
+                         max_position_embeddings=max(seq, 2048), tie_word_embeddings=True, rms_norm_eps=1e-5,
                          attn_implementation="sdpa")
     with torch.device("cuda"):  # initialised on the GPU: seconds, not the CPU's minute
         model = LlamaForCausalLM(config)
-    if args.lora:
+    if config_row["lora"]:
         from peft import LoraConfig, get_peft_model
+        if config_row["base_dtype"] == "bf16":
+            model = model.to(torch.bfloat16)  # as from_pretrained(torch_dtype=bfloat16); peft keeps adapters fp32
         model = get_peft_model(model, LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK, lora_dropout=0.0,
                                                  target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                                                  "up_proj", "down_proj"]))
-    if args.checkpointing:
+    if config_row["checkpointing"]:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=1e-5, weight_decay=0.0)
-    ids = torch.randint(0, MODEL["vocab"], (1, args.seq), device="cuda")
-    labels = torch.randint(0, MODEL["vocab"], (1, args.seq), device="cuda")
+    # fused=True: HF Trainer's default optimizer (optim="adamw_torch_fused").
+    optimizer = torch.optim.AdamW(trainable, lr=1e-5, weight_decay=0.0, fused=True)
+    ids = torch.randint(0, MODEL["vocab"], (batch, seq), device="cuda")
+    labels = torch.randint(0, MODEL["vocab"], (batch, seq), device="cuda")
 
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -80,40 +90,93 @@ def hf_worker(args):
         optimizer.zero_grad(set_to_none=True)
         return loss
 
-    for _ in range(2):
-        step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(args.steps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        loss = step()
-        end.record()
+    try:
+        for _ in range(2):
+            step()
         torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    print(json.dumps({"tool": "hf", "step_s": statistics.median(times), "step_s_all": times,
-                      "peak_bytes": torch.cuda.max_memory_allocated(), "loss": float(loss),
-                      "parameters": sum(p.numel() for p in model.parameters()),
-                      "trainable_parameters": sum(p.numel() for p in trainable)}))
+        torch.cuda.reset_peak_memory_stats()
+        times = []
+        for _ in range(steps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            loss = step()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        result = {"tool": "hf", "step_s": statistics.median(times), "step_s_all": times,
+                  "peak_bytes": torch.cuda.max_memory_allocated(), "loss": float(loss),
+                  "parameters": sum(p.numel() for p in model.parameters()),
+                  "trainable_parameters": sum(p.numel() for p in trainable)}
+    except torch.OutOfMemoryError as error:
+        result = {"error": f"out of memory: {str(error)[:200]}"}
+    del model, optimizer, trainable
+    gc.collect()
+    torch.cuda.empty_cache()
+    return result
 
 
-def run_json(command):
-    completed = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    lines = [l for l in completed.stdout.splitlines() if l.startswith("{")]
+def hf_worker(args):
+    """Every HF configuration of --hf-configs (JSON) in this one process (one import of transformers), in turn;
+    prints one JSON line each. The caching allocator's peak is reset before each configuration's measured steps,
+    and everything of the previous configuration is freed first, so each peak is its own."""
+    import torch
+    for config_row in json.loads(args.hf_configs):
+        result = hf_run(torch, config_row, args.steps)
+        result["config"] = config_row["name"]
+        print(json.dumps(result), flush=True)
+
+
+def run_json_lines(command, env=None):
+    completed = subprocess.run(command, capture_output=True, text=True,
+                               env={**(env or os.environ), "PYTHONUNBUFFERED": "1"})
+    lines = [json.loads(l) for l in completed.stdout.splitlines() if l.startswith("{")]
     if completed.returncode != 0 or not lines:
-        return {"error": f"exit {completed.returncode}: {completed.stderr[-1500:]}"}
-    return json.loads(lines[-1])
+        return [{"error": f"exit {completed.returncode}: {completed.stderr[-1500:]}"}]
+    return lines
 
 
-def model_flops(seq, lora):
+def model_flops(seq, batch, lora):
     h, L, i, v = MODEL["hidden"], MODEL["layers"], MODEL["intermediate"], MODEL["vocab"]
     head_dim = h // MODEL["heads"]
     kv = MODEL["kv_heads"] * head_dim
     matmul_params = L * (h * h * 2 + h * kv * 2 + 3 * h * i) + v * h  # q, o, k, v, MLP; lm_head (tied)
-    dense = (4 if lora else 6) * matmul_params * seq  # frozen weights: forward + input gradient only
-    attention = 12 * L * h * seq * seq
+    tokens = seq * batch
+    dense = (4 if lora else 6) * matmul_params * tokens  # frozen weights: forward + input gradient only
+    attention = 12 * L * h * seq * tokens
     return dense + attention
+
+
+# The rows: (name, full|lora, checkpointing, batch, LoRA base dtype) and tune's variants, each a dict of tune-bench
+# settings. 'levers' toggles each lever alone and together on the full fine-tune; the rest run every lever kept.
+ALL_ON = {"fused_adamw": "auto", "fused_rms_norm": True, "loss": "plain"}
+VARIANTS = {
+    "none": {"fused_adamw": "off", "fused_rms_norm": False, "loss": "plain"},
+    "adamw": {"fused_adamw": "auto", "fused_rms_norm": False, "loss": "plain"},
+    "rmsnorm": {"fused_adamw": "off", "fused_rms_norm": True, "loss": "plain"},
+    "all": ALL_ON,
+    "all+chunked_loss": {**ALL_ON, "loss": "fused"},
+}
+ROWS = [
+    ("full-off-b1", "full", False, 1, "fp32", ["none", "adamw", "rmsnorm", "all", "all+chunked_loss"]),
+    ("full-off-b4", "full", False, 4, "fp32", ["none", "all", "all+chunked_loss"]),
+    ("full-on-b1", "full", True, 1, "fp32", ["all"]),
+    ("full-on-b4", "full", True, 4, "fp32", ["all", "all+chunked_loss"]),
+    ("lora-off-b1", "lora", False, 1, "bf16", ["all", "all+chunked_loss"]),
+    ("lora-on-b1", "lora", True, 1, "bf16", ["all", "all+chunked_loss"]),
+    ("lora-on-b4", "lora", True, 4, "bf16", ["all", "all+chunked_loss"]),
+]
+
+
+def tune_command(args, lora, checkpointing, batch, base_dtype, variant):
+    command = [args.tune_bench, "--device", "cuda", "--optimizer", "--tie-embeddings", "--dtype", "bf16",
+               "--seq", str(args.seq), "--batch", str(batch), "--steps", str(args.steps), "--warmup", "2",
+               "--policy", "full" if checkpointing else "off", "--rope-theta", str(MODEL["rope_theta"]),
+               "--layers", str(MODEL["layers"]), "--hidden", str(MODEL["hidden"]), "--heads", str(MODEL["heads"]),
+               "--kv-heads", str(MODEL["kv_heads"]), "--intermediate", str(MODEL["intermediate"]),
+               "--vocab", str(MODEL["vocab"]), "--lora-rank", str(LORA_RANK if lora else 0),
+               "--base-dtype", base_dtype, "--fused-adamw", variant["fused_adamw"], "--loss", variant["loss"]]
+    env = {**os.environ, "TUNE_FUSED_RMS_NORM": "1" if variant["fused_rms_norm"] else "0"}
+    return command, env
 
 
 def main():
@@ -122,10 +185,12 @@ def main():
     parser.add_argument("--seq", type=int, default=2048)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--out", default="")
-    parser.add_argument("--configs", default="full-off,full-on,lora-off,lora-on")
+    parser.add_argument("--rows", default=",".join(r[0] for r in ROWS), help="which rows of ROWS to run")
+    parser.add_argument("--profile-dir", default="",
+                        help="also write Kineto traces (CPU + GPU kernels) of one step of lora-on-b1 with either "
+                             "loss and of full-off-b4 with every lever, here")
     parser.add_argument("--hf-worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--lora", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--checkpointing", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--hf-configs", default="[]", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.hf_worker:
         return hf_worker(args)
@@ -134,47 +199,61 @@ def main():
     peak = matmul_peak_tflops()
     print(f"bf16 matmul 8192^3: {peak:.0f} TFLOP/s on {torch.cuda.get_device_name()}", flush=True)
     results = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "matmul_tflops": peak,
-               "seq": args.seq, "model": MODEL, "lora_rank": LORA_RANK, "rows": []}
-    for name in args.configs.split(","):
-        mode, ckpt = name.split("-")
-        lora, checkpointing = mode == "lora", ckpt == "on"
-        hf_cmd = [sys.executable, __file__, "--hf-worker", "--seq", str(args.seq), "--steps", str(args.steps)]
-        hf_cmd += ["--lora"] if lora else []
-        hf_cmd += ["--checkpointing"] if checkpointing else []
-        tune_cmd = [args.tune_bench, "--device", "cuda", "--optimizer", "--tie-embeddings", "--dtype", "bf16",
-                    "--seq", str(args.seq), "--steps", str(args.steps), "--warmup", "2",
-                    "--policy", "full" if checkpointing else "off", "--rope-theta", str(MODEL["rope_theta"]),
-                    "--layers", str(MODEL["layers"]), "--hidden", str(MODEL["hidden"]), "--heads", str(MODEL["heads"]),
-                    "--kv-heads", str(MODEL["kv_heads"]), "--intermediate", str(MODEL["intermediate"]),
-                    "--vocab", str(MODEL["vocab"]), "--lora-rank", str(LORA_RANK if lora else 0)]
-        flops = model_flops(args.seq, lora)
-        row = {"config": name}
-        for label, command in (("hf", hf_cmd), ("tune", tune_cmd + ["--loss", "fused"]),
-                               ("tune_plain_loss", tune_cmd + ["--loss", "plain"])):
-            r = run_json(command)
-            if "error" in r:
-                row[label] = r
-                print(f"{name} {label}: {r['error']}", flush=True)
-                continue
-            step = r["step_s"]
-            peak_bytes = r.get("peak_bytes", r.get("tracked_peak_bytes"))
-            row[label] = {"step_s": step, "tokens_per_s": args.seq / step, "peak_gib": peak_bytes / 2 ** 30,
-                          "mfu": flops / step / (peak * 1e12), "loss": r.get("loss", r.get("loss_sum")),
-                          "raw": r}
-            print(f"{name} {label}: {step * 1e3:.1f} ms/step, {args.seq / step:.0f} tokens/s, "
-                  f"peak {peak_bytes / 2 ** 30:.2f} GiB, MFU {row[label]['mfu']:.1%}", flush=True)
-        results["rows"].append(row)
+               "seq": args.seq, "model": MODEL, "lora_rank": LORA_RANK, "variants": VARIANTS, "rows": []}
+    del torch  # this process holds no GPU memory beyond the matmul check's while the workers run
+    selected = [r for r in ROWS if r[0] in args.rows.split(",")]
 
-    print(f"\n| config | HF tokens/s | tune tokens/s | x | HF peak GiB | tune peak GiB | x | HF MFU | tune MFU |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    def summarise(row, label, r, tokens, flops):
+        if "error" in r:
+            row[label] = r
+            print(f"{row['config']} {label}: {r['error'][-300:]}", flush=True)
+            return
+        step = r["step_s"]
+        peak_bytes = r.get("peak_bytes", r.get("tracked_peak_bytes"))
+        row[label] = {"step_s": step, "tokens_per_s": tokens / step, "peak_gib": peak_bytes / 2 ** 30,
+                      "mfu": flops / step / (peak * 1e12), "raw": r}
+        print(f"{row['config']} {label}: {step * 1e3:.1f} ms/step, {tokens / step:.0f} tokens/s, "
+              f"peak {peak_bytes / 2 ** 30:.2f} GiB, MFU {row[label]['mfu']:.1%}", flush=True)
+
+    # HF: every row in one process (one import), first, so the tune runs that follow have the GPU to themselves.
+    hf_configs = [{"name": name, "lora": mode == "lora", "checkpointing": ckpt, "batch": batch, "seq": args.seq,
+                   "base_dtype": base} for name, mode, ckpt, batch, base, _ in selected]
+    hf_results = {r.get("config"): r for r in run_json_lines(
+        [sys.executable, __file__, "--hf-worker", "--steps", str(args.steps), "--hf-configs", json.dumps(hf_configs)])}
+    for name, mode, ckpt, batch, base, variants in selected:
+        lora = mode == "lora"
+        tokens, flops = args.seq * batch, model_flops(args.seq, batch, lora)
+        row = {"config": name, "lora": lora, "checkpointing": ckpt, "batch": batch, "base_dtype": base,
+               "flops_per_step": flops}
+        summarise(row, "hf", hf_results.get(name) or hf_results.get(None) or {"error": "no result"}, tokens, flops)
+        for variant in variants:
+            command, env = tune_command(args, lora, ckpt, batch, base, VARIANTS[variant])
+            summarise(row, "tune:" + variant, run_json_lines(command, env)[-1], tokens, flops)
+        results["rows"].append(row)
+    if args.profile_dir:
+        os.makedirs(args.profile_dir, exist_ok=True)
+        for name, lora, ckpt, batch, base, variant in (("lora-on-b1-plain", True, True, 1, "bf16", "all"),
+                                                       ("lora-on-b1-chunked", True, True, 1, "bf16", "all+chunked_loss"),
+                                                       ("full-off-b4-all", False, False, 4, "fp32", "all")):
+            command, env = tune_command(args, lora, ckpt, batch, base, VARIANTS[variant])
+            command[command.index("--steps") + 1] = "1"
+            r = run_json_lines(command + ["--profile", os.path.join(args.profile_dir, name + ".json")], env)[-1]
+            print(f"profile {name}: {'written' if 'error' not in r else r['error'][-300:]}", flush=True)
+
+    print("\n| config | variant | HF tokens/s | tune tokens/s | x HF | HF peak GiB | tune peak GiB | x HF | HF MFU | "
+          "tune MFU |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in results["rows"]:
-        hf, tu = row.get("hf", {}), row.get("tune", {})
-        if "step_s" not in hf or "step_s" not in tu:
-            print(f"| {row['config']} | failed | | | | | | | |")
-            continue
-        print(f"| {row['config']} | {hf['tokens_per_s']:.0f} | {tu['tokens_per_s']:.0f} | "
-              f"{tu['tokens_per_s'] / hf['tokens_per_s']:.2f} | {hf['peak_gib']:.2f} | {tu['peak_gib']:.2f} | "
-              f"{tu['peak_gib'] / hf['peak_gib']:.2f} | {hf['mfu']:.1%} | {tu['mfu']:.1%} |")
+        hf = row.get("hf", {})
+        for label, tu in row.items():
+            if not label.startswith("tune:"):
+                continue
+            if "step_s" not in hf or "step_s" not in tu:
+                print(f"| {row['config']} | {label[5:]} | failed | | | | | | | |")
+                continue
+            print(f"| {row['config']} | {label[5:]} | {hf['tokens_per_s']:.0f} | {tu['tokens_per_s']:.0f} | "
+                  f"{tu['tokens_per_s'] / hf['tokens_per_s']:.2f} | {hf['peak_gib']:.2f} | {tu['peak_gib']:.2f} | "
+                  f"{tu['peak_gib'] / hf['peak_gib']:.2f} | {hf['mfu']:.1%} | {tu['mfu']:.1%} |")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)

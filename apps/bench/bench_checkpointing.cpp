@@ -4,6 +4,7 @@
 // tests/recipes/test_checkpointing_memory.cpp measures it, and set beside the analytic estimate of memory_report.h.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -25,6 +26,7 @@
 #include "tune/memory/checkpoint.h"
 #include "tune/models/llama.h"
 #include "tune/nn/attention_core.h"
+#include "tune/nn/rms_norm.h"
 #include "tune/precision/cpu_gemm.h"
 #include "tune/precision/mixed_precision.h"
 #include "tune/recipes/sft/memory_report.h"
@@ -57,6 +59,8 @@ struct BenchOptions {
   std::string loss = "plain";  // plain: lm_head + fp32 log_softmax | fused: train::causal_lm_linear_loss_sum
   bool tie_embeddings = false;
   double rope_theta = 10000.0;
+  std::string fused_adamw = "auto";  // auto | on | off: AdamWOptions::kernel (optimizer.fused auto | true | false)
+  std::string base_dtype = "fp32";   // LoRA: the frozen base's storage dtype (param_dtype)
 };
 
 // Resident set size now, from /proc (ru_maxrss only gives the peak).
@@ -166,6 +170,9 @@ int run(const BenchOptions& options) {
   result["lora_rank"] = options.lora_rank;
   result["optimizer"] = options.optimizer ? "adamw" : "none";
   result["loss"] = options.loss;
+  result["fused_adamw"] = options.fused_adamw;
+  result["base_dtype"] = options.base_dtype;
+  result["fused_rms_norm"] = options.device == "cuda" && tune::nn::fused_rms_norm_enabled();
 
   tune::memory::Policy policy;
   tune::precision::MixedPrecision precision;
@@ -181,6 +188,12 @@ int run(const BenchOptions& options) {
     if (options.device == "cuda" && !torch::cuda::is_available()) throw tune::UsageError("--device cuda: no CUDA device");
     if (options.loss != "plain" && options.loss != "fused") {
       throw tune::UsageError("--loss: expected plain or fused, got '" + options.loss + "'");
+    }
+    if (options.fused_adamw != "auto" && options.fused_adamw != "on" && options.fused_adamw != "off") {
+      throw tune::UsageError("--fused-adamw: expected auto, on or off, got '" + options.fused_adamw + "'");
+    }
+    if (options.base_dtype != "fp32" && options.base_dtype != "bf16") {
+      throw tune::UsageError("--base-dtype: expected fp32 or bf16, got '" + options.base_dtype + "'");
     }
   } catch (const tune::Error& error) {
     result["error"] = error.what();
@@ -209,6 +222,7 @@ int run(const BenchOptions& options) {
   lora.lora.rank = options.lora_rank;
   lora.lora.alpha = 2.0 * static_cast<double>(options.lora_rank);
   lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  if (options.lora_rank > 0 && options.base_dtype == "bf16") lora.base_dtype = torch::kBFloat16;
   tune::models::LlamaForCausalLM model(config, lora);
   if (options.lora_rank > 0) model->freeze_base_weights();
   const torch::Device device = options.device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
@@ -220,8 +234,12 @@ int run(const BenchOptions& options) {
     for (const auto& named : model->named_parameters()) {
       if (named.value().requires_grad()) trainable.push_back({named.key(), named.value()});
     }
-    optimizer = std::make_unique<tune::train::AdamW>(tune::train::make_param_groups(trainable, 0.0),
-                                                     tune::train::AdamWOptions{});
+    tune::train::AdamWOptions adamw;
+    adamw.kernel = options.fused_adamw == "on"    ? tune::train::AdamWKernel::fused
+                   : options.fused_adamw == "off" ? tune::train::AdamWKernel::sliced
+                                                  : tune::train::AdamWKernel::automatic;
+    result["adamw_kernel"] = tune::train::adamw_uses_fused_kernel(adamw, torch::kFloat, device) ? "fused" : "sliced";
+    optimizer = std::make_unique<tune::train::AdamW>(tune::train::make_param_groups(trainable, 0.0), adamw);
   }
 
   tune::memory::CheckpointOptions checkpoint_options;
@@ -266,7 +284,20 @@ int run(const BenchOptions& options) {
     loss = step.loss;
   }
 
-  if (!options.profile.empty()) {
+  if (!options.profile.empty() && options.device == "cuda") {
+    // On CUDA, Kineto (CUPTI): the step's GPU kernels with their device times beside the CPU-side ops, since what a
+    // step costs there is kernel time the CPU-side profile cannot show. scripts/bench_profile_summary.py --cat
+    // kernel sums the kernels.
+    namespace profiler = torch::autograd::profiler;
+    using torch::profiler::impl::ActivityType;
+    const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
+    const std::set<ActivityType> activities{ActivityType::CPU, ActivityType::CUDA};
+    profiler::prepareProfiler(config, activities);
+    profiler::enableProfiler(config, activities);
+    train_step(model, input_ids, labels, precision, options, optimizer.get());
+    torch::cuda::synchronize();
+    profiler::disableProfiler()->save(options.profile);
+  } else if (!options.profile.empty()) {
     // Legacy autograd profiler (present in 1.13 and 2.x): a Chrome-trace file of every op of one step;
     // scripts/bench_profile_summary.py sums it per op.
     torch::autograd::profiler::RecordProfile profile(options.profile);
@@ -365,6 +396,9 @@ int main(int argc, char** argv) {
   app.add_flag("--optimizer", options.optimizer, "include an AdamW update in each step");
   app.add_option("--loss", options.loss, "plain | fused (chunked linear cross-entropy)")->capture_default_str();
   app.add_flag("--tie-embeddings", options.tie_embeddings, "lm_head shares the embedding matrix");
+  app.add_option("--fused-adamw", options.fused_adamw, "auto | on | off (optimizer.fused)")->capture_default_str();
+  app.add_option("--base-dtype", options.base_dtype, "LoRA base storage: fp32 | bf16 (param_dtype)")
+      ->capture_default_str();
   app.add_option("--rope-theta", options.rope_theta, "RoPE base")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {

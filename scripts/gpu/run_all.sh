@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Everything issue 9 measures, in one go, on the GPU machine (carry .deps from scripts/gpu/pack_deps.sh):
-#   bash scripts/gpu/run_all.sh [build] [test] [llm] [latte]     (no argument: all four, in this order)
-# build: scripts/build_cuda.sh (every target against the machine's CUDA LibTorch, ~200 s on 16 cores);
-# test:  the whole CTest suite there (CUDA cases included; video cases skip: no FFmpeg on that machine);
-# llm:   scripts/bench_gpu.py, tune vs Hugging Face transformers + peft, Llama-3.2-1B shape, seq 2048 (~5 min);
-# latte: scripts/bench_latte.py --xl --device cuda, Latte-XL/2 per checkpointing policy and guided sampling.
+# Everything the GPU issues (9, 27) measure, in one go, on the GPU machine (carry .deps from scripts/gpu/pack_deps.sh):
+#   bash scripts/gpu/run_all.sh [build] [test] [cudatest] [llm] [latte]   (no argument: build test llm latte)
+# build:    scripts/build_cuda.sh (every target against the machine's CUDA LibTorch, ~200 s on 16 cores;
+#           TUNE_BUILD_TARGETS="tune tune-bench test_train test_nn" builds only those);
+# test:     the whole CTest suite there (CUDA cases included; video cases skip: no FFmpeg on that machine);
+# cudatest: only the CUDA cases ("[cuda]") of test_train and test_nn: the speed levers' checks on the GPU;
+# llm:      scripts/bench_gpu.py, tune vs Hugging Face transformers + peft, Llama-3.2-1B shape, seq 2048, the levers
+#           alone and together, and Kineto traces of three steps summarised per GPU kernel (profiles/);
+# latte:    scripts/bench_latte.py --xl --device cuda, Latte-XL/2 per checkpointing policy and guided sampling.
 # Logs and JSON go to $OUT when set (the device tool's output folder), else build-cuda/results. One device call
 # runs at most 10 minutes: split the phases over calls (build persists while the machine stays warm).
 set -euo pipefail
@@ -21,15 +24,28 @@ for phase in "${phases[@]}"; do
       source build-cuda/env.sh
       OMP_WAIT_POLICY=passive ctest --test-dir build-cuda --output-on-failure -j8 >"$results/ctest.txt" 2>&1 || true
       grep -E "tests passed|\(Failed\)|Not Run|Timeout" "$results/ctest.txt" | tail -20 ;;
+    cudatest)
+      source build-cuda/env.sh
+      for test in train nn; do
+        binary=$(find build-cuda/tests -name "test_$test" -type f -perm -u+x | head -n 1)
+        "$binary" "[cuda]" 2>&1 | tail -n 30 | tee -a "$results/cudatest.txt"
+      done ;;
     llm)
       source build-cuda/env.sh
       PYTHONUNBUFFERED=1 python3 scripts/bench_gpu.py --tune-bench build-cuda/apps/bench/tune-bench \
-        --out "$results/bench_gpu.json" 2>&1 | tee "$results/bench_gpu.txt" ;;
+        --out "$results/bench_gpu.json" --profile-dir build-cuda/profiles ${BENCH_GPU_ARGS:-} 2>&1 |
+        tee "$results/bench_gpu.txt"
+      for pair in "lora-on-b1-plain lora-on-b1-chunked" "full-off-b4-all"; do
+        traces=()
+        for name in $pair; do traces+=("build-cuda/profiles/$name.json"); done
+        python3 scripts/bench_profile_summary.py "${traces[@]}" --cat kernel --width 70 --top 30 2>&1 |
+          tee -a "$results/profiles.txt" || true
+      done ;;
     latte)
       source build-cuda/env.sh
       PYTHONUNBUFFERED=1 python3 scripts/bench_latte.py --tune build-cuda/apps/tune/tune --xl --device cuda \
         --repeat 1 --steps 3 --sample-steps 4 --policies "off full selective" --out "$results/latte_xl.json" 2>&1 |
         tee "$results/latte_xl.txt" ;;
-    *) echo "run_all: unknown phase '$phase' (build, test, llm, latte)" >&2; exit 2 ;;
+    *) echo "run_all: unknown phase '$phase' (build, test, cudatest, llm, latte)" >&2; exit 2 ;;
   esac
 done

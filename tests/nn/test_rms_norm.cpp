@@ -67,3 +67,38 @@ TEST_CASE("RMSNorm keeps statistics in fp32 for bf16 input and casts before the 
   const auto relative = ((y.to(torch::kFloat64) - expected).abs() / expected.abs().clamp_min(1e-3)).max().item<double>();
   CHECK(relative <= std::ldexp(1.0, -8) + 1e-6);
 }
+
+TEST_CASE("RMSNorm on CUDA (LibTorch's fused kernel) matches the float64 formula and its gradients", "[nn][rms_norm][cuda]") {
+  if (!torch::cuda::is_available()) {
+    WARN("no CUDA device: the CUDA case is not exercised");
+    return;
+  }
+  torch::manual_seed(2);
+  const torch::Device cuda(torch::kCUDA, 0);
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    RMSNorm norm(RMSNormOptions(256).eps(1e-5));
+    {
+      torch::NoGradGuard no_grad;
+      norm->weight.copy_(1.0 + 0.3 * torch::randn({256}));
+    }
+    norm->to(cuda, dtype);
+    const auto x_cpu = torch::randn({6, 7, 256}).to(dtype).to(torch::kFloat64).requires_grad_(true);
+    const auto x = x_cpu.detach().to(cuda, dtype).requires_grad_(true);
+    const auto y = norm(x);
+    REQUIRE(y.scalar_type() == dtype);
+    // The reference: the formula in float64 through autograd (weight and input gradients of sum(y * g)).
+    const auto w64 = norm->weight.detach().to(torch::kCPU, torch::kFloat64).requires_grad_(true);
+    const auto y64 = w64 * x_cpu * torch::rsqrt(x_cpu.pow(2).mean(-1, true) + 1e-5);
+    const auto g = torch::randn(y64.sizes(), torch::kFloat64);
+    (y64 * g).sum().backward();
+    (y * g.to(cuda, dtype)).sum().backward();
+    const double tolerance = dtype == torch::kFloat32 ? 1e-5 : 2e-2;
+    const auto relative = [](const torch::Tensor& got, const torch::Tensor& want) {
+      return ((got.to(torch::kCPU, torch::kFloat64) - want).norm() / want.norm()).item<double>();
+    };
+    INFO("dtype " << c10::toString(dtype));
+    CHECK(relative(y.detach(), y64.detach()) < tolerance);
+    CHECK(relative(x.grad(), x_cpu.grad()) < tolerance);
+    CHECK(relative(norm->weight.grad(), w64.grad()) < tolerance);
+  }
+}

@@ -35,8 +35,9 @@ Setup make_setup(const nlohmann::json& fixture) {
   return setup;
 }
 
-AdamWOptions options_from(const nlohmann::json& fixture) {
+AdamWOptions options_from(const nlohmann::json& fixture, AdamWKernel kernel = AdamWKernel::automatic) {
   AdamWOptions options;
+  options.kernel = kernel;
   options.beta1 = fixture.at("beta1").get<double>();
   options.beta2 = fixture.at("beta2").get<double>();
   options.eps = fixture.at("eps").get<double>();
@@ -81,6 +82,99 @@ TEST_CASE("adamw: 20 steps with two groups, varying lr and skipped grads match t
   CHECK(steps.at("layer.bias.step") == 18);
   CHECK(steps.at("head.weight.step") == 19);
   CHECK(steps.at("layer.weight.step") == 20);
+}
+
+TEST_CASE("adamw: the fused kernel (LibTorch's, on the CPU) matches torch.optim.AdamW over the same 20 steps") {
+  const auto fixture = load_train_fixture("adamw.json");
+  auto setup = make_setup(fixture);
+  AdamW optimizer(setup.groups, options_from(fixture, AdamWKernel::fused));
+  REQUIRE(adamw_uses_fused_kernel(options_from(fixture, AdamWKernel::fused), torch::kFloat, torch::kCPU));
+  int step_index = 0;
+  for (const auto& step : fixture.at("steps")) {
+    run_step(optimizer, setup, step);
+    for (const auto& [name, expected] : step.at("params_after").items()) {
+      INFO("step " << step_index << ", parameter " << name);
+      CHECK(max_abs_difference(setup.params.at(name), tensor_from_json(expected)) <= 1e-6);
+    }
+    ++step_index;
+  }
+  std::map<std::string, int64_t> steps;
+  for (const auto& [name, tensor] : optimizer.state_tensors()) {
+    if (name.size() > 5 && name.substr(name.size() - 5) == ".step") steps[name] = tensor.item<int64_t>();
+  }
+  CHECK(steps.at("layer.bias.step") == 18);  // skipped grads do not advance the fused path's counts either
+  CHECK(steps.at("head.weight.step") == 19);
+}
+
+TEST_CASE("adamw: which kernel each option takes") {
+  AdamWOptions options;
+  CHECK_FALSE(adamw_uses_fused_kernel(options, torch::kFloat, torch::kCPU));  // auto: CUDA only
+  CHECK(adamw_uses_fused_kernel(options, torch::kFloat, torch::Device(torch::kCUDA, 0)));
+  CHECK_FALSE(adamw_uses_fused_kernel(options, torch::kBFloat16, torch::Device(torch::kCUDA, 0)));
+  options.state_dtype = torch::kBFloat16;  // tune's bf16 moments: only the sliced path computes them
+  CHECK_FALSE(adamw_uses_fused_kernel(options, torch::kFloat, torch::Device(torch::kCUDA, 0)));
+  options.state_dtype = torch::kFloat;
+  options.kernel = AdamWKernel::sliced;
+  CHECK_FALSE(adamw_uses_fused_kernel(options, torch::kFloat, torch::Device(torch::kCUDA, 0)));
+}
+
+TEST_CASE("adamw: a checkpoint resumes across kernels (fused <-> sliced) on the same trajectory") {
+  const auto fixture = load_train_fixture("adamw.json");
+  const auto& steps = fixture.at("steps");
+  for (const auto& [first, second] : {std::pair{AdamWKernel::fused, AdamWKernel::sliced},
+                                      std::pair{AdamWKernel::sliced, AdamWKernel::fused},
+                                      std::pair{AdamWKernel::fused, AdamWKernel::fused}}) {
+    auto first_half = make_setup(fixture);
+    AdamW before(first_half.groups, options_from(fixture, first));
+    for (int k = 0; k < 10; ++k) run_step(before, first_half, steps[k]);
+    const auto saved = cloned(before.state_tensors());
+    auto resumed = make_setup(fixture);
+    for (auto& [name, param] : resumed.params) {
+      torch::NoGradGuard no_grad;
+      param.copy_(first_half.params.at(name));
+    }
+    AdamW after(resumed.groups, options_from(fixture, second));
+    after.load_state_tensors(saved);
+    // The uninterrupted fused run, for the bitwise case.
+    auto uninterrupted = make_setup(fixture);
+    AdamW reference(uninterrupted.groups, options_from(fixture, first));
+    for (int k = 0; k < 20; ++k) run_step(reference, uninterrupted, steps[k]);
+    for (int k = 10; k < 20; ++k) run_step(after, resumed, steps[k]);
+    for (const auto& [name, expected] : steps[19].at("params_after").items()) {
+      INFO("kernels " << static_cast<int>(first) << " -> " << static_cast<int>(second) << ", parameter " << name);
+      CHECK(max_abs_difference(resumed.params.at(name), tensor_from_json(expected)) <= 1e-6);
+      if (first == second) CHECK(torch::equal(resumed.params.at(name), uninterrupted.params.at(name)));
+    }
+  }
+}
+
+TEST_CASE("adamw: the fused kernel on CUDA matches the sliced update on the CPU", "[cuda]") {
+  if (!torch::cuda::is_available()) {
+    WARN("no CUDA device: the CUDA case is not exercised");
+    return;
+  }
+  const auto fixture = load_train_fixture("adamw.json");
+  auto cpu = make_setup(fixture);
+  AdamW cpu_optimizer(cpu.groups, options_from(fixture, AdamWKernel::sliced));
+  auto gpu = make_setup(fixture);
+  const torch::Device cuda(torch::kCUDA, 0);
+  for (auto& [name, param] : gpu.params) param = param.detach().to(cuda).requires_grad_(true);
+  for (auto& group : gpu.groups) {
+    for (auto& named : group.params) named.tensor = gpu.params.at(named.name);
+  }
+  AdamW gpu_optimizer(gpu.groups, options_from(fixture));  // automatic: fused on CUDA
+  for (const auto& step : fixture.at("steps")) {
+    run_step(cpu_optimizer, cpu, step);
+    gpu_optimizer.zero_grad();
+    for (auto& [name, param] : gpu.params) {
+      if (step.at("grads").contains(name)) param.mutable_grad() = tensor_from_json(step.at("grads").at(name)).to(cuda);
+    }
+    gpu_optimizer.step(step.at("lr").get<double>());
+  }
+  for (const auto& [name, param] : cpu.params) {
+    INFO(name);
+    CHECK(max_abs_difference(gpu.params.at(name).cpu(), param) <= 1e-6);
+  }
 }
 
 TEST_CASE("adamw: a parameter with no grad is left untouched") {

@@ -85,6 +85,25 @@ inline constexpr bool cpu_autocast_supports_fp16() { return TUNE_TORCH_AT_LEAST(
   int64_t, at::IntArrayRef sizes, at::IntArrayRef strides, at::TensorOptions options, at::DimnameList
 #endif
 
+// LibTorch's fused RMSNorm (one CUDA kernel forward, one backward; autograd node FusedRmsNormBackward0), present
+// from the 2.8 series on. Absent: nullopt, and the caller computes the norm op by op.
+#if __has_include(<ATen/ops/_fused_rms_norm.h>)
+#include <ATen/ops/_fused_rms_norm.h>
+#define TUNE_HAS_FUSED_RMS_NORM 1
+#else
+#define TUNE_HAS_FUSED_RMS_NORM 0
+#endif
+#include <optional>
+
 namespace tune::compat {
+
+inline std::optional<at::Tensor> fused_rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps) {
+#if TUNE_HAS_FUSED_RMS_NORM
+  return std::get<0>(at::_fused_rms_norm(input, {input.size(-1)}, weight, eps));
+#else
+  (void)input, (void)weight, (void)eps;
+  return std::nullopt;
+#endif
+}
 
 }  // namespace tune::compat

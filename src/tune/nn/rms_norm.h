@@ -13,6 +13,9 @@ struct RMSNormOptions {
   TORCH_ARG(double, eps) = 1e-6;
 };
 
+// Whether RMSNorm may take LibTorch's fused CUDA kernel (on unless TUNE_FUSED_RMS_NORM=0).
+bool fused_rms_norm_enabled();
+
 class RMSNormImpl : public torch::nn::Module {
  public:
   explicit RMSNormImpl(const RMSNormOptions& options);

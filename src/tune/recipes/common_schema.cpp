@@ -47,6 +47,10 @@ config::Schema common_schema(const std::string& recipe_name) {
   schema.choice("optimizer.state_dtype", {"fp32", "bf16"}, "fp32",
                 "AdamW moments: fp32 (as torch.optim), or bf16 to halve their memory (an approximation: the update "
                 "computes in fp32, the stored moments keep 8 significant bits)");
+  schema.choice("optimizer.fused", {"auto", "true", "false"}, "auto",
+                "AdamW kernel: auto = LibTorch's fused multi-tensor kernel on CUDA (torch.optim.AdamW(fused=True)) "
+                "for fp32 moments, the op-by-op update elsewhere; true = the fused kernel on the CPU too; false = "
+                "always op by op");
 
   schema.choice("scheduler.kind", {"cosine", "linear", "constant"}, "cosine", "learning-rate decay after warmup");
   schema.integer("scheduler.warmup_steps", 0, "linear warmup from 0 over this many steps");
@@ -152,6 +156,14 @@ TrainingSettings read_training_settings(const config::Config& config) {
   settings.adamw.beta2 = config.get_real("optimizer.beta2");
   settings.adamw.eps = config.get_real("optimizer.eps");
   settings.adamw.state_dtype = config.get_string("optimizer.state_dtype") == "bf16" ? torch::kBFloat16 : torch::kFloat;
+  const std::string fused = config.get_string("optimizer.fused");
+  settings.adamw.kernel = fused == "true"    ? train::AdamWKernel::fused
+                          : fused == "false" ? train::AdamWKernel::sliced
+                                             : train::AdamWKernel::automatic;
+  if (settings.adamw.kernel == train::AdamWKernel::fused && settings.adamw.state_dtype != torch::kFloat) {
+    config.fail("optimizer.fused", "true needs fp32 moments (the fused kernel keeps them in the parameter's dtype); "
+                "set optimizer.state_dtype=fp32 or optimizer.fused=auto");
+  }
   for (const char* key : {"optimizer.beta1", "optimizer.beta2"}) {
     const double beta = config.get_real(key);
     if (beta < 0 || beta >= 1) config.fail(key, fmt::format("must be in [0, 1), got {}", beta));

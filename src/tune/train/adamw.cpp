@@ -80,27 +80,45 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
       exp_avg_.push_back(torch::zeros(param.tensor.sizes(), state_options));
       exp_avg_sq_.push_back(torch::zeros(param.tensor.sizes(), state_options));
       param_steps_.push_back(0);
+      params_.push_back(param.tensor);
     }
   }
+}
+
+bool adamw_uses_fused_kernel(const AdamWOptions& options, torch::ScalarType param_dtype, const torch::Device& device) {
+  // The fused kernel keeps the moments in the parameter's dtype: fp32 parameters with fp32 moments only (bf16
+  // moments under fp32 masters are tune's own approximation, which the sliced path computes).
+  if (options.kernel == AdamWKernel::sliced || param_dtype != torch::kFloat || options.state_dtype != torch::kFloat) {
+    return false;
+  }
+  if (device.is_cuda()) return true;
+  return device.is_cpu() && options.kernel == AdamWKernel::fused;
 }
 
 void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;
   const double beta1 = options_.beta1;
   const double beta2 = options_.beta2;
+  if (device_steps_.size() != param_steps_.size()) device_steps_.assign(param_steps_.size(), torch::Tensor());
   size_t index = 0;
   for (const auto& group : groups_) {
+    std::vector<size_t> fused;  // parameters of this group that the fused kernel updates, in one call per device
     for (const auto& named : group.params) {
       const size_t i = index++;
       const torch::Tensor& grad_in = named.tensor.grad();
       if (!grad_in.defined()) continue;  // as torch: no grad, no update, and the step count does not advance
       const int64_t step = ++param_steps_[i];
+      const torch::Tensor& param = named.tensor;
+      if (adamw_uses_fused_kernel(options_, param.scalar_type(), param.device()) &&
+          grad_in.scalar_type() == param.scalar_type() && !grad_in.is_sparse()) {
+        fused.push_back(i);
+        continue;
+      }
       const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(step));
       const double bias_correction2 = 1.0 - std::pow(beta2, static_cast<double>(step));
       const double step_size = lr / bias_correction1;
       const double bias_correction2_sqrt = std::sqrt(bias_correction2);
       const double decay_factor = 1.0 - lr * group.weight_decay;
-      const torch::Tensor& param = named.tensor;
       const int64_t numel = param.numel();
       const int64_t chunk = options_.chunk_elements;
       // Elementwise arithmetic, so slices compute what the whole tensor would (to the last bit except, at most, where
@@ -120,8 +138,37 @@ void AdamW::step(double lr) {
                      step_size, bias_correction2_sqrt, options_.eps);
       }
     }
+    if (!fused.empty()) fused_update(fused, lr, group.weight_decay);
   }
   ++steps_;
+}
+
+void AdamW::fused_update(const std::vector<size_t>& indices, double lr, double weight_decay) {
+  // One call per device: the kernel's lists must share a device and dtype (all fp32 here).
+  std::map<std::string, std::vector<size_t>> by_device;
+  for (size_t i : indices) by_device[exp_avg_[i].device().str()].push_back(i);
+  for (const auto& [device, members] : by_device) {
+    std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+    for (size_t i : members) {
+      const torch::Tensor& param = parameter_at(i);
+      torch::Tensor& device_step = device_steps_[i];
+      // param_steps_ was advanced already; the kernel reads the step it is taking.
+      if (!device_step.defined()) {
+        device_step = torch::full({}, static_cast<double>(param_steps_[i]), param.options().dtype(torch::kFloat));
+      } else {
+        steps.push_back(device_step);
+      }
+      params.push_back(param);
+      grads.push_back(param.grad());
+      exp_avgs.push_back(exp_avg_[i]);
+      exp_avg_sqs.push_back(exp_avg_sq_[i]);
+    }
+    if (!steps.empty()) at::_foreach_add_(steps, 1.0);
+    steps.clear();
+    for (size_t i : members) steps.push_back(device_steps_[i]);
+    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, options_.beta1,
+                      options_.beta2, weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false);
+  }
 }
 
 void AdamW::zero_grad() {
@@ -217,6 +264,7 @@ void AdamW::load_state_tensors(const std::vector<std::pair<std::string, torch::T
   exp_avg_ = std::move(exp_avg);
   exp_avg_sq_ = std::move(exp_avg_sq);
   param_steps_ = std::move(param_steps);
+  device_steps_.clear();  // remade from the restored counts at the next fused step
   // The optimizer-wide count is not stored separately; every step() that updates anything advances some
   // parameter, so the largest per-parameter count equals it unless whole steps had no gradients at all.
   steps_ = param_steps_.empty() ? 0 : *std::max_element(param_steps_.begin(), param_steps_.end());
@@ -235,18 +283,16 @@ double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
   for (const auto& param : params) {
     if (param.grad().defined()) grads.push_back(param.grad());
   }
-  // Per-tensor norms accumulate in fp32 (as torch's), their squares in fp64; one .item() keeps it to a single
-  // device sync on CUDA.
+  // Per-tensor norms accumulate in fp32 (as torch's), in one multi-tensor launch (torch's foreach clipping); their
+  // squares in fp64; one .item() keeps it to a single device sync on CUDA.
   double squared = 0.0;
   if (!grads.empty()) {
-    std::vector<torch::Tensor> squares;
-    squares.reserve(grads.size());
-    for (const auto& grad : grads) {
-      squares.push_back(torch::linalg_vector_norm(grad, 2, c10::nullopt, false, torch::kFloat)
-                            .to(grads.front().device(), torch::kDouble)
-                            .square());
+    std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2, torch::kFloat);
+    const torch::Device device = grads.front().device();
+    for (auto& norm : norms) {
+      if (norm.device() != device) norm = norm.to(device);
     }
-    squared = torch::stack(squares).sum().item<double>();
+    squared = torch::stack(norms).to(torch::kDouble).square().sum().item<double>();
   }
   // Every rank takes part, even one holding no gradient: the sum is a collective.
   if (sum_over_ranks) squared = sum_over_ranks(squared);
@@ -255,9 +301,7 @@ double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
   // scaler, logging) decides what to do with the step.
   if (max_norm > 0 && std::isfinite(norm)) {
     const double coefficient = max_norm / (norm + 1e-6);
-    if (coefficient < 1.0) {
-      for (auto& grad : grads) grad.mul_(coefficient);
-    }
+    if (coefficient < 1.0 && !grads.empty()) at::_foreach_mul_(grads, coefficient);
   }
   return norm;
 }

@@ -4,6 +4,15 @@
 // the fp32 optimizer does, and rounds them back, an approximation torch.optim does not make (the rounded moments
 // carry 8 significant bits). The update runs in chunks of at most chunk_elements, so its temporaries stay a few
 // MiB rather than two copies of the largest tensor (1 GiB for a 128k x 2048 embedding).
+//
+// The update kernel (`kernel`): LibTorch's fused multi-tensor AdamW (`at::_fused_adamw_`, the kernel of
+// torch.optim.AdamW(fused=True), and of HF Trainer's default `adamw_torch_fused`) updates every parameter of a group
+// in a few launches, one pass over each tensor and no temporaries; the sliced op-by-op path above costs about nine
+// passes and a launch per op and tensor. `automatic` takes the fused kernel on CUDA for fp32 parameters with fp32
+// moments, and the sliced path elsewhere (bf16 moments, the CPU); `fused` asks for it on the CPU too (LibTorch's CPU
+// kernel); `sliced` never uses it. Both compute torch.optim.AdamW's update (to fp32 rounding: the fused kernel takes
+// the bias corrections in fp32, the sliced path in double) and keep the same named state, so a checkpoint resumes
+// under either.
 #pragma once
 
 #include <torch/types.h>
@@ -25,16 +34,23 @@ struct ParamGroup {
   double weight_decay = 0.0;
 };
 
+enum class AdamWKernel { automatic, fused, sliced };
+
 struct AdamWOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
   torch::ScalarType state_dtype = torch::kFloat;  // kFloat or kBFloat16 (optimizer.state_dtype)
   int64_t chunk_elements = int64_t{1} << 22;      // elements updated at once; <= 0: each tensor whole
+  AdamWKernel kernel = AdamWKernel::automatic;     // optimizer.fused: auto | true | false
 };
 
+// Whether step() takes the fused kernel for a parameter of this dtype on this device under these options.
+bool adamw_uses_fused_kernel(const AdamWOptions& options, torch::ScalarType param_dtype, const torch::Device& device);
+
 // fp32 temporaries of one update chunk (AdamW::step): sqrt(v) and its scaled copy, plus the fp32 copies of bf16
-// moments or of a low-precision parameter and gradient. The memory planner counts this.
+// moments or of a low-precision parameter and gradient; none under the fused kernel (callers that know the device
+// pass 0 then). The memory planner counts this.
 int64_t adamw_step_temporary_bytes(const AdamWOptions& options, int64_t largest_tensor_elements,
                                    bool low_precision_parameters);
 
@@ -65,6 +81,14 @@ class AdamW {
   int64_t steps_ = 0;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;  // aligned with parameters in group order
   std::vector<int64_t> param_steps_;                 // per parameter, as torch.optim counts per param
+  // The fused kernel reads each parameter's step from a float32 scalar on the parameter's device (as torch.optim's
+  // fused path keeps it); made from param_steps_ at first use and after a state load, then advanced beside it.
+  std::vector<torch::Tensor> device_steps_;
+  std::vector<torch::Tensor> params_;  // the parameters in group order (handles on the same tensors as groups_)
+
+  const torch::Tensor& parameter_at(size_t index) const { return params_[index]; }
+
+  void fused_update(const std::vector<size_t>& indices, double lr, double weight_decay);
 };
 
 // L2 norm of all gradients (float64 accumulation); when max_norm > 0 and the norm exceeds it, scales gradients
