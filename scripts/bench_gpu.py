@@ -163,6 +163,7 @@ ROWS = [
     ("full-on-b4", "full", True, 4, "fp32", ["all", "all+chunked_loss"]),
     ("lora-off-b1", "lora", False, 1, "bf16", ["all", "all+chunked_loss"]),
     ("lora-on-b1", "lora", True, 1, "bf16", ["all", "all+chunked_loss"]),
+    ("lora-on-b2", "lora", True, 2, "bf16", ["all", "all+chunked_loss"]),
     ("lora-on-b4", "lora", True, 4, "bf16", ["all", "all+chunked_loss"]),
 ]
 

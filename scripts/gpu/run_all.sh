@@ -4,7 +4,8 @@
 # build:    scripts/build_cuda.sh (every target against the machine's CUDA LibTorch, ~200 s on 16 cores;
 #           TUNE_BUILD_TARGETS="tune tune-bench test_train test_nn" builds only those);
 # test:     the whole CTest suite there (CUDA cases included; video cases skip: no FFmpeg on that machine);
-# cudatest: only the CUDA cases ("[cuda]") of test_train and test_nn: the speed levers' checks on the GPU;
+# cudatest: only the CUDA cases ("[cuda]") of test_train and test_nn: the speed levers' checks on the GPU, and the
+#           CLI's CUDA cases (cli_cuda_*: device cuda training, --grad inference, fp16 with the loss scaler);
 # llm:      scripts/bench_gpu.py, tune vs Hugging Face transformers + peft, Llama-3.2-1B shape, seq 2048, the levers
 #           alone and together, and Kineto traces of three steps summarised per GPU kernel (profiles/);
 # latte:    scripts/bench_latte.py --xl --device cuda, Latte-XL/2 per checkpointing policy and guided sampling.
@@ -29,7 +30,9 @@ for phase in "${phases[@]}"; do
       for test in train nn; do
         binary=$(find build-cuda/tests -name "test_$test" -type f -perm -u+x | head -n 1)
         "$binary" "[cuda]" 2>&1 | tail -n 30 | tee -a "$results/cudatest.txt"
-      done ;;
+      done
+      OMP_WAIT_POLICY=passive ctest --test-dir build-cuda -R 'cli_(setup_data|cuda_)' --output-on-failure 2>&1 |
+        tail -n 30 | tee -a "$results/cudatest.txt" ;;
     llm)
       source build-cuda/env.sh
       PYTHONUNBUFFERED=1 python3 scripts/bench_gpu.py --tune-bench build-cuda/apps/bench/tune-bench \

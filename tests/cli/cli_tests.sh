@@ -923,6 +923,26 @@ PY
 
 # ---- CUDA: run where the tune binary's LibTorch sees a GPU (scripts/build_cuda.sh on the GPU machine); elsewhere
 # each case exits 77, which CTest reports as skipped (SKIP_RETURN_CODE), never as passed.
+case_chunked_loss_matches_plain() {
+  # training.chunked_loss: the same run (fp32, CPU) with the loss fused with the output projection in chunks gives
+  # the plain loss's losses to fp32 rounding, and says so in the log; with full_shard it is refused by name.
+  rm -rf "$WORK/runs/plain-loss" "$WORK/runs/chunked-loss"
+  write_recipe "$WORK/plain-loss.yaml" "$WORK/runs/plain-loss"
+  write_recipe "$WORK/chunked-loss.yaml" "$WORK/runs/chunked-loss"
+  expect_exit 0 "$TUNE" train "$WORK/plain-loss.yaml" training.max_steps=6 checkpoint.every=0
+  expect_exit 0 "$TUNE" train "$WORK/chunked-loss.yaml" training.max_steps=6 checkpoint.every=0 training.chunked_loss=true
+  contains "$ERR" "loss: chunked linear cross-entropy"
+  "$PYTHON" - "$WORK/runs/plain-loss/metrics.jsonl" "$WORK/runs/chunked-loss/metrics.jsonl" <<'PY' || fail "losses differ"
+import json, sys
+plain, chunked = ([json.loads(l)["loss"] for l in open(path)] for path in sys.argv[1:3])
+assert len(plain) == len(chunked) == 6, (plain, chunked)
+for a, b in zip(plain, chunked):
+    assert abs(a - b) <= 1e-4 * abs(a), (plain, chunked)
+PY
+  expect_exit 2 "$TUNE" validate "$WORK/chunked-loss.yaml" training.chunked_loss=true distributed.strategy=full_shard
+  contains "$ERR" "training.chunked_loss"
+}
+
 need_cuda() {
   "$PYTHON" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null ||
     { echo "SKIP: no CUDA device for $PYTHON's torch"; exit 77; }

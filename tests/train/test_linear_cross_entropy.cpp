@@ -115,3 +115,35 @@ TEST_CASE("linear cross-entropy: bf16 autocast on CUDA matches lm_head + causal_
   }
   check_against_plain_path(torch::Device(torch::kCUDA, 0));
 }
+
+TEST_CASE("linear cross-entropy: gradients follow the incoming gradient (a normalised loss), and no-grad mode computes "
+          "the loss alone") {
+  torch::manual_seed(6);
+  const auto labels = make_labels();
+  const auto hidden = torch::randn({kBatch, kTime, kWidth}, torch::kDouble).requires_grad_(true);
+  const auto weight = torch::randn({kVocab, kWidth}, torch::kDouble).requires_grad_(true);
+  const auto hidden_ref = hidden.detach().clone().requires_grad_(true);
+  const auto weight_ref = weight.detach().clone().requires_grad_(true);
+  // As the SFT step divides by the step's token count (and a loss scaler multiplies).
+  (causal_lm_linear_loss_sum(hidden, weight, labels, 3) * (-0.37 / 11.0)).backward();
+  (reference_loss(hidden_ref, weight_ref, labels) * (-0.37 / 11.0)).backward();
+  CHECK(relative_difference(hidden.grad(), hidden_ref.grad()) < 1e-12);
+  CHECK(relative_difference(weight.grad(), weight_ref.grad()) < 1e-12);
+
+  torch::Tensor no_grad_loss;
+  {
+    torch::NoGradGuard no_grad;
+    no_grad_loss = causal_lm_linear_loss_sum(hidden, weight, labels, 3);
+  }
+  CHECK_FALSE(no_grad_loss.requires_grad());
+  CHECK(no_grad_loss.item<double>() == Approx(reference_loss(hidden_ref, weight_ref, labels).item<double>()).epsilon(1e-12));
+}
+
+TEST_CASE("linear cross-entropy: a second backward through the same graph is refused, not silently double-scaled") {
+  torch::manual_seed(7);
+  const auto hidden = torch::randn({kBatch, kTime, kWidth}, torch::kDouble).requires_grad_(true);
+  const auto weight = torch::randn({kVocab, kWidth}, torch::kDouble).requires_grad_(true);
+  const auto loss = causal_lm_linear_loss_sum(hidden, weight, make_labels(), 4);
+  loss.backward({}, /*retain_graph=*/true);
+  CHECK_THROWS_WITH(loss.backward(), Catch::Matchers::Contains("modified by an inplace operation"));
+}

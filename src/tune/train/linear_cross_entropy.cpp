@@ -20,6 +20,7 @@ constexpr int64_t kIgnoreIndex = -100;
 // A chunk's fp32 logits stay under this many bytes (plus the same again in the compute dtype, and the softmax's
 // temporaries): small against the model at real vocabularies, large enough for full-width products.
 constexpr int64_t kChunkLogitBytes = int64_t{256} << 20;
+constexpr int64_t kChunkLogitBytesCuda = int64_t{1} << 30;
 
 // The dtype the lm_head product would run in: autocast's for hidden's device when on there, else hidden's.
 torch::ScalarType product_dtype(const torch::Tensor& hidden, const torch::Tensor& weight) {
@@ -28,9 +29,12 @@ torch::ScalarType product_dtype(const torch::Tensor& hidden, const torch::Tensor
   return torch::promote_types(hidden.scalar_type(), weight.scalar_type());
 }
 
-int64_t rows_per_chunk(int64_t requested, int64_t rows, int64_t vocab) {
+int64_t rows_per_chunk(int64_t requested, int64_t rows, int64_t vocab, bool cuda) {
   if (requested > 0) return requested;
-  return std::clamp<int64_t>(kChunkLogitBytes / (vocab * 4), 1, std::max<int64_t>(rows, 1));
+  // On CUDA, larger chunks: each chunk adds its [V, H] weight-gradient product to the accumulator (one more pass
+  // over V x H in fp32), so fewer chunks move fewer bytes; a GPU this runs on has the memory for 1 GiB of logits.
+  const int64_t budget = cuda ? kChunkLogitBytesCuda : kChunkLogitBytes;
+  return std::clamp<int64_t>(budget / (vocab * 4), 1, std::max<int64_t>(rows, 1));
 }
 
 // fp32 (or wider) logits of one chunk: the product in the compute dtype, then widened, as lm_head + .to(float).
@@ -38,9 +42,25 @@ torch::Tensor chunk_logits(const torch::Tensor& hidden_rows, const torch::Tensor
   return torch::matmul(hidden_rows, weight.t()).to(torch::promote_types(hidden_rows.scalar_type(), torch::kFloat));
 }
 
+// accumulator (+)= a^T b, a and b in the compute dtype, the accumulator wider: the product in the compute dtype (as
+// lm_head's weight gradient is), then added. (LibTorch >= 2.12 could write cuBLAS's fp32 result straight into the
+// accumulator, addmm with out_dtype; not used: the GPU machines run 2.11, where it could not be tested.)
+void accumulate_product(torch::Tensor& accumulator, bool first, const torch::Tensor& a, const torch::Tensor& b) {
+  const torch::Tensor product = torch::matmul(a.t(), b);
+  if (first) {
+    accumulator.copy_(product);
+  } else {
+    accumulator.add_(product);
+  }
+}
+
+// The loss and, when asked, its gradients, in one walk over the chunks (Liger Kernel's and PyTorch's
+// linear_cross_entropy's order: the gradients are computed in forward, so backward only scales them and the
+// logits are never recomputed).
 struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& hidden,
-                               const torch::Tensor& weight, const torch::Tensor& labels, int64_t chunk_rows) {
+                               const torch::Tensor& weight, const torch::Tensor& labels, int64_t chunk_rows,
+                               bool want_hidden, bool want_weight) {
     const auto dtype = product_dtype(hidden, weight);
     // Explicit casts below: autocast must not cast again (and its cast cache must not keep a copy of weight).
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
@@ -49,74 +69,67 @@ struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy>
     const torch::Tensor targets = labels.narrow(1, 1, time - 1).reshape({-1}).to(torch::kLong);
     const torch::Tensor weight_c = weight.to(dtype);
     const int64_t count = rows.size(0);
-    const int64_t step = rows_per_chunk(chunk_rows, count, weight.size(0));
+    const int64_t step = rows_per_chunk(chunk_rows, count, weight.size(0), hidden.is_cuda());
 
     const auto wide = torch::promote_types(dtype, torch::kFloat);
-    torch::Tensor log_sum_exp = torch::empty({count}, rows.options().dtype(wide));
     torch::Tensor total = torch::zeros({}, rows.options().dtype(wide));
+    // d total / d rows (compute dtype, as the plain path's lm_head backward gives) and d total / d weight (wide:
+    // every chunk adds to it).
+    torch::Tensor grad_rows = want_hidden ? torch::empty_like(rows) : torch::Tensor();
+    torch::Tensor grad_weight =
+        want_weight ? torch::empty(weight.sizes(), weight.options().dtype(wide)) : torch::Tensor();
     for (int64_t begin = 0; begin < count; begin += step) {
       const int64_t length = std::min(step, count - begin);
-      const torch::Tensor logits = chunk_logits(rows.narrow(0, begin, length), weight_c);
-      const torch::Tensor lse = torch::logsumexp(logits, 1);
-      log_sum_exp.narrow(0, begin, length).copy_(lse);
-      const torch::Tensor target = targets.narrow(0, begin, length);
-      const torch::Tensor counted = target.ne(kIgnoreIndex);
-      const torch::Tensor target_logit = logits.gather(1, target.clamp_min(0).unsqueeze(1)).squeeze(1);
+      const torch::Tensor rows_c = rows.narrow(0, begin, length);
+      torch::Tensor logits = chunk_logits(rows_c, weight_c);
+      const torch::Tensor lse = torch::logsumexp(logits, 1, /*keepdim=*/true);
+      const torch::Tensor target = targets.narrow(0, begin, length).unsqueeze(1);
+      const torch::Tensor counted = target.ne(kIgnoreIndex).to(wide);
+      const torch::Tensor target_logit = logits.gather(1, target.clamp_min(0));
       total.add_(((lse - target_logit) * counted).sum());
+      if (!want_hidden && !want_weight) continue;
+      // d loss / d logits = softmax - one_hot(target) on counted rows, 0 elsewhere, in place of the logits.
+      logits.sub_(lse).exp_();
+      logits.scatter_add_(1, target.clamp_min(0), torch::full({length, 1}, -1.0, logits.options()));
+      logits.mul_(counted);
+      const torch::Tensor grad_logits = logits.to(dtype);
+      if (want_hidden) {
+        torch::Tensor out = grad_rows.narrow(0, begin, length);
+        torch::mm_out(out, grad_logits, weight_c);
+      }
+      if (want_weight) accumulate_product(grad_weight, begin == 0, grad_logits, rows_c);
     }
-    ctx->save_for_backward({hidden, weight, labels, log_sum_exp});
-    ctx->saved_data["chunk_rows"] = step;
-    ctx->saved_data["dtype"] = static_cast<int64_t>(dtype);
+    ctx->save_for_backward({grad_rows, grad_weight});
+    ctx->saved_data["hidden_sizes"] = hidden.sizes().vec();
+    ctx->saved_data["hidden_dtype"] = static_cast<int64_t>(hidden.scalar_type());
+    ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
     return total;  // fp32 (fp64 for a float64 model)
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
-    const torch::Tensor& hidden = saved[0];
-    const torch::Tensor& weight = saved[1];
-    const torch::Tensor& labels = saved[2];
-    const torch::Tensor& log_sum_exp = saved[3];
-    const int64_t step = ctx->saved_data["chunk_rows"].toInt();
-    const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
-    const bool want_hidden = ctx->needs_input_grad(0), want_weight = ctx->needs_input_grad(1);
-    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    const torch::Tensor& grad_rows = saved[0];
+    const torch::Tensor& grad_weight = saved[1];
+    const auto sizes = ctx->saved_data["hidden_sizes"].toIntVector();
+    const auto hidden_dtype = static_cast<torch::ScalarType>(ctx->saved_data["hidden_dtype"].toInt());
+    const auto weight_dtype = static_cast<torch::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
     torch::NoGradGuard no_grad;
-
-    const int64_t time = hidden.size(1), width = hidden.size(2);
-    const torch::Tensor rows = hidden.narrow(1, 0, time - 1).reshape({-1, width}).to(dtype);
-    const torch::Tensor targets = labels.narrow(1, 1, time - 1).reshape({-1}).to(torch::kLong);
-    const torch::Tensor weight_c = weight.to(dtype);
-    const torch::Tensor grad_total = grad_outputs[0].to(log_sum_exp.scalar_type());
-    const int64_t count = rows.size(0);
-
-    torch::Tensor grad_rows = want_hidden ? torch::empty_like(rows) : torch::Tensor();
-    // fp32 (or wider) accumulator: every chunk adds its [V, H] product.
-    torch::Tensor grad_weight =
-        want_weight ? torch::zeros(weight.sizes(), weight.options().dtype(log_sum_exp.scalar_type())) : torch::Tensor();
-    for (int64_t begin = 0; begin < count; begin += step) {
-      const int64_t length = std::min(step, count - begin);
-      const torch::Tensor rows_c = rows.narrow(0, begin, length);
-      const torch::Tensor target = targets.narrow(0, begin, length);
-      const torch::Tensor counted = target.ne(kIgnoreIndex);
-      // d loss / d logits = softmax - one_hot(target) on counted rows, 0 elsewhere; times the incoming gradient.
-      torch::Tensor grad_logits = chunk_logits(rows_c, weight_c);
-      grad_logits.sub_(log_sum_exp.narrow(0, begin, length).unsqueeze(1)).exp_();
-      grad_logits.scatter_add_(1, target.clamp_min(0).unsqueeze(1),
-                               torch::full({length, 1}, -1.0, grad_logits.options()));
-      grad_logits.mul_((counted.to(grad_logits.scalar_type()) * grad_total).unsqueeze(1));
-      const torch::Tensor grad_logits_c = grad_logits.to(dtype);
-      if (want_hidden) grad_rows.narrow(0, begin, length).copy_(torch::matmul(grad_logits_c, weight_c));
-      if (want_weight) grad_weight.add_(torch::matmul(grad_logits_c.t(), rows_c));
-    }
-    torch::Tensor grad_hidden;
-    if (want_hidden) {
+    torch::Tensor grad_hidden, grad_w;
+    if (ctx->needs_input_grad(0) && grad_rows.defined()) {
       // The last position scores nothing: its gradient is zero.
-      grad_hidden = torch::zeros(hidden.sizes(), hidden.options());
-      grad_hidden.narrow(1, 0, time - 1).copy_(grad_rows.view({hidden.size(0), time - 1, width}));
+      const int64_t time = sizes[1];
+      grad_hidden = torch::zeros(sizes, grad_rows.options().dtype(hidden_dtype));
+      grad_hidden.narrow(1, 0, time - 1)
+          .copy_(grad_rows.view({sizes[0], time - 1, sizes[2]}))
+          .mul_(grad_outputs[0].to(hidden_dtype));
     }
-    return {grad_hidden, want_weight ? grad_weight.to(weight.scalar_type()) : torch::Tensor(), torch::Tensor(),
-            torch::Tensor()};
+    if (ctx->needs_input_grad(1) && grad_weight.defined()) {
+      // Scaled in place (no second [V, H] fp32 tensor at the peak); a second backward through this node
+      // (retain_graph) is then refused by autograd's version check of the saved tensor.
+      grad_w = grad_weight.mul_(grad_outputs[0].to(grad_weight.scalar_type())).to(weight_dtype);
+    }
+    return {grad_hidden, grad_w, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -135,7 +148,10 @@ torch::Tensor causal_lm_linear_loss_sum(const torch::Tensor& hidden, const torch
     // Nothing is scored; keep the graph connected so backward still reaches hidden (with zero gradient).
     return (hidden.sum() * 0).to(torch::kFloat);
   }
-  return LinearCrossEntropy::apply(hidden, weight, labels, chunk_rows);
+  // Gradients are computed in forward only when backward can ask for them.
+  const bool grad_mode = torch::GradMode::is_enabled();
+  return LinearCrossEntropy::apply(hidden, weight, labels, chunk_rows, grad_mode && hidden.requires_grad(),
+                                   grad_mode && weight.requires_grad());
 }
 
 }  // namespace tune::train

@@ -100,6 +100,10 @@ config::Schema sft_schema() {
                 "a malformed row stops the run before training (naming file:line or file:index N), or is skipped: "
                 "one summary per file (skipped K of N rows, the first reasons); no usable row is still an error");
 
+  schema.boolean("training.chunked_loss", false,
+                 "the loss fused with the output projection, in chunks (never the whole [tokens, vocab] logits): "
+                 "GiBs less at large vocabularies, a few % slower where memory is not short (docs/BENCHMARKS.md); "
+                 "not with distributed.strategy full_shard");
   schema.integer("eval.every", 0, "evaluate every N steps; 0 = only at the end");
   schema.integer("generation.max_new_tokens", 64, "tune infer: tokens to generate at most");
   schema.real("generation.temperature", 0.0, "tune infer: 0 = greedy");
@@ -145,6 +149,13 @@ SftSettings read_sft_settings(const config::Config& config) {
   if (lora.lora.rank > 0 && !settings.model.path) {
     config.fail("lora.rank", "LoRA adapts a pretrained model: set model.path to a Hugging Face model directory "
                              "(or a full fine-tuning checkpoint), or use lora.rank: 0 for full fine-tuning");
+  }
+
+  settings.chunked_loss = config.get_bool("training.chunked_loss");
+  if (settings.chunked_loss && config.get_string("distributed.strategy") == "full_shard") {
+    config.fail("training.chunked_loss", "is not supported with distributed.strategy full_shard (the output "
+                                         "weight stays sharded outside the model's forward); use ddp or "
+                                         "shard_grad_op, or training.chunked_loss=false");
   }
 
   auto& data_settings = settings.data;

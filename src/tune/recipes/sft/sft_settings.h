@@ -48,6 +48,7 @@ struct SftSettings {
   std::optional<std::string> tokenizer_path;  // default: <model.path>/tokenizer.model
   DataSettings data;
   GenerationSettings generation;
+  bool chunked_loss = false;  // training.chunked_loss: train::causal_lm_linear_loss_sum instead of lm_head + loss
 };
 
 config::Schema sft_schema();

@@ -20,6 +20,7 @@
 #include "tune/recipes/sft/sft_model.h"
 #include "tune/recipes/sft/sft_recipe.h"
 #include "tune/recipes/step_loop.h"
+#include "tune/train/linear_cross_entropy.h"
 #include "tune/train/loss.h"
 #include "tune/train/optimizer_step.h"
 
@@ -185,6 +186,10 @@ int train(const TrainRequest& request) {
             model->config().num_hidden_layers, model->config().hidden_size, format_count(parameter_count),
             format_count(total_bytes(param_tensors) / 4.0), model->has_lora() ? ", LoRA" : "", run.device, threads);
   log::info("gradient checkpointing: {}", checkpointing->describe());
+  if (sft.chunked_loss) {
+    log::info("loss: chunked linear cross-entropy (training.chunked_loss; the logits are never whole, so the "
+              "activation estimate's logits term is an overestimate)");
+  }
   log::info("mixed precision: {}", run.mixed_precision == precision::MixedPrecision::no
                                        ? std::string("off (fp32)")
                                        : precision::to_string(run.mixed_precision) + " autocast, fp32 master weights");
@@ -231,9 +236,14 @@ int train(const TrainRequest& request) {
       torch::Tensor loss;
       {
         precision::AutocastScope autocast(run.mixed_precision, device);
-        const auto logits = model->forward(batch.input_ids.to(device),
-                                           {batch.position_ids.to(device), batch.segment_ids.to(device)});
-        loss = train::causal_lm_loss_sum(logits, batch.labels.to(device)) / std::max<int64_t>(1, step_loss_tokens);
+        const models::AttentionInputs attention{batch.position_ids.to(device), batch.segment_ids.to(device)};
+        const torch::Tensor labels = batch.labels.to(device);
+        const torch::Tensor loss_sum =
+            sft.chunked_loss
+                ? train::causal_lm_linear_loss_sum(model->forward_hidden(batch.input_ids.to(device), attention),
+                                                   model->output_weight(), labels)
+                : train::causal_lm_loss_sum(model->forward(batch.input_ids.to(device), attention), labels);
+        loss = loss_sum / std::max<int64_t>(1, step_loss_tokens);
         if (dummy) loss = loss * 0.0;
       }
       (scaler ? scaler->scale(loss) : loss).backward();
