@@ -3,8 +3,8 @@
 //
 // With a 128k vocabulary and 2048 tokens the logits alone are 0.5 GiB in bf16 and 1 GiB in fp32, and the plain
 // path (lm_head, cast to fp32, log_softmax, nll) keeps several such tensors from forward to backward plus their
-// gradients in backward. Here forward walks the scored rows in chunks (a chunk's fp32 logits at most 256 MiB on the
-// CPU, 1 GiB on CUDA) and, when gradients will be wanted (grad mode on and an input requiring grad), turns each
+// gradients in backward. Here forward walks the scored rows in chunks (a chunk's fp32 logits at most 256 MiB; 1 GiB on
+// CUDA when the weight trains, where fewer chunks mean fewer passes over its fp32 gradient) and, when gradients will be wanted (grad mode on and an input requiring grad), turns each
 // chunk's logits straight into the gradients of hidden and weight (softmax - one-hot, two products); backward only
 // scales them by the incoming gradient. The logits are never recomputed; what stays from forward to backward is
 // d loss / d hidden (the size of hidden, in the compute dtype) and, when the weight trains, d loss / d weight in fp32
