@@ -174,6 +174,28 @@ assert rows[-1]["loss"] < rows[0]["loss"], "loss did not decrease"
 assert "eval_loss" in rows[-1]
 assert all(r["peak_mem_bytes"] > 0 for r in rows)
 PY
+  tensorboard_matches_metrics "$run"
+}
+
+# tensorboard_matches_metrics RUN: RUN/tensorboard/, read by TensorBoard's own reader, holds every scalar of
+# metrics.jsonl at each logged step exactly once (to float32 rounding).
+tensorboard_matches_metrics() {
+  "$PYTHON" - "$1" <<'PY' || fail "TensorBoard event files do not match metrics.jsonl in $1"
+import json, math, sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+run = sys.argv[1]
+rows = [json.loads(l) for l in open(f"{run}/metrics.jsonl") if l.strip()]
+events = EventAccumulator(f"{run}/tensorboard", size_guidance={"scalars": 0})
+events.Reload()
+tags = set(events.Tags()["scalars"])
+for key in ("loss", "lr", "grad_norm", "tokens_per_s", "peak_mem_bytes", "elapsed_s", "eval_loss"):
+    assert key in tags, (key, tags)
+    logged = {r["step"]: r[key] for r in rows if r.get(key) is not None}
+    read = [(e.step, e.value) for e in events.Scalars(key)]
+    assert [s for s, _ in read] == sorted(logged), (key, [s for s, _ in read], sorted(logged))
+    for step, value in read:
+        assert math.isclose(value, logged[step], rel_tol=1e-6, abs_tol=1e-30), (key, step, value, logged[step])
+PY
 }
 
 case_resume_reproduces_losses() {
@@ -189,6 +211,14 @@ case_resume_reproduces_losses() {
   [ "$full" = "$resumed" ] || fail "resumed losses differ from the uninterrupted run: $full VS $resumed"
   cmp -s "$WORK/runs/full/checkpoints/step-20/model.safetensors" "$run/checkpoints/step-20/model.safetensors" \
     || fail "resumed final weights differ from the uninterrupted run's"
+  # The copied run's event files held steps 1..20; the resume from step 10 remade them: each step once, as logged.
+  tensorboard_matches_metrics "$run"
+  [ "$(find "$run/tensorboard" -name 'events.out.tfevents.*' | wc -l)" = 1 ] || fail "old event files were kept"
+  # logging.tensorboard=false writes none.
+  rm -rf "$WORK/runs/no-tensorboard"
+  write_recipe "$WORK/no-tensorboard.yaml" "$WORK/runs/no-tensorboard"
+  expect_exit 0 "$TUNE" train "$WORK/no-tensorboard.yaml" training.max_steps=2 logging.tensorboard=false
+  [ ! -e "$WORK/runs/no-tensorboard/tensorboard" ] || fail "logging.tensorboard=false wrote event files"
 }
 
 case_interrupt_saves_checkpoint() {
@@ -923,6 +953,41 @@ PY
 
 # ---- CUDA: run where the tune binary's LibTorch sees a GPU (scripts/build_cuda.sh on the GPU machine); elsewhere
 # each case exits 77, which CTest reports as skipped (SKIP_RETURN_CODE), never as passed.
+case_validate_checks_what_train_checks() {
+  # tune validate makes every check tune train makes before it reads data or model files (issue 28: ranges,
+  # from-scratch architecture values, a negative clip norm, shard_blocks against the model's blocks); each is a
+  # config error (exit 2) naming the key, and tune train refuses the same before writing anything.
+  write_recipe "$WORK/validate.yaml" "$WORK/runs/validate"
+  local override key
+  for override in data.eval_fraction=1.5 training.clip_grad_norm=-1 model.rope_theta=-1 model.rope_theta=0 \
+                  model.rms_norm_eps=0 optimizer.fused=true:optimizer.state_dtype=bf16 \
+                  'distributed.shard_blocks=[LatteSpatialBlock]' param_dtype=bf16; do
+    key=${override%%=*}
+    # shellcheck disable=SC2086
+    expect_exit 2 "$TUNE" validate "$WORK/validate.yaml" ${override//:/ }
+    contains "$ERR" "$key"
+    rm -rf "$WORK/runs/validate"
+    # shellcheck disable=SC2086
+    expect_exit 2 "$TUNE" train "$WORK/validate.yaml" ${override//:/ }
+    contains "$ERR" "$key"
+    [ ! -e "$WORK/runs/validate" ] || fail "train with $override wrote its run directory"
+  done
+  expect_exit 0 "$TUNE" validate "$WORK/validate.yaml" training.clip_grad_norm=0 model.rope_theta=500000
+  # A data file that does not exist: named with its key and where it was set (the recipe's line, or the override).
+  expect_exit 2 "$TUNE" train "$WORK/validate.yaml" data.train="$WORK/missing.jsonl"
+  contains "$ERR" "data.train"; contains "$ERR" "missing.jsonl"; contains "$ERR" "command line"
+  sed -i "s|  train: .*|  train: $WORK/missing.jsonl|" "$WORK/validate.yaml"
+  expect_exit 2 "$TUNE" train "$WORK/validate.yaml"
+  contains "$ERR" "validate.yaml:"; contains "$ERR" "data.train"
+  [ ! -e "$WORK/runs/validate" ] || fail "train with a missing data file wrote its run directory"
+  write_recipe "$WORK/validate.yaml" "$WORK/runs/validate"
+  # Under --nproc the launcher makes the same checks before any worker starts: one error, from the launcher.
+  expect_exit 2 "$TUNE" train "$WORK/validate.yaml" --nproc 2 threads=1 distributed.strategy=full_shard \
+    'distributed.shard_blocks=[LatteSpatialBlock]'
+  contains "$ERR" "distributed.shard_blocks"
+  if grep -qE "rank [0-9]|\[rank|pair\.cc|GLHF" <<<"$ERR"; then fail "the launcher's check let workers start: $ERR"; fi
+}
+
 case_chunked_loss_matches_plain() {
   # training.chunked_loss: the same run (fp32, CPU) with the loss fused with the output projection in chunks gives
   # the plain loss's losses to fp32 rounding, and says so in the log; with full_shard it is refused by name.

@@ -131,6 +131,49 @@ PY
   done
 }
 
+# --memory-budget with the user's own micro-batch on the command line (issue 28): the plan keeps the global batch
+# the user asked for and its split replaces theirs (logged, and in config.yaml), rather than colliding with it; a key
+# the plan sets to another value than the user's is an error naming it.
+case_plan_budget_replaces_user_batch() {
+  local yaml="$WORK/plan-user-batch.yaml"
+  write_plan_recipe "$yaml" "$WORK/runs/plan-user-batch"
+  expect_exit 0 "$TUNE" plan "$yaml" --memory 100GiB --json training.batch_size=8
+  echo "$OUT" > "$WORK/plan-user-batch.json"
+  # A budget that forces a split of the 8 rows: the smallest peak among 8-row settings split into micro-batches.
+  local budget
+  budget=$("$PYTHON" - "$WORK/plan-user-batch.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+assert all(r["batch_size"] * r["gradient_accumulation_steps"] == 8 for r in rows), "the plan changed the global batch"
+whole = min(r["peak_bytes"] for r in rows if r["gradient_accumulation_steps"] == 1)
+split = [r["peak_bytes"] for r in rows if r["gradient_accumulation_steps"] > 1 and r["peak_bytes"] < whole]
+assert split, "no split setting is smaller than every whole-batch one"
+print((max(split) + whole) // 2)
+PY
+) || fail "choosing a budget"
+  rm -rf "$WORK/runs/plan-user-batch"
+  expect_exit 0 "$TUNE" train "$yaml" training.batch_size=8 --memory-budget "$budget"
+  contains "$ERR" "replaces your training.batch_size=8"
+  "$PYTHON" - "$WORK/runs/plan-user-batch/config.yaml" <<'PY' || fail "config.yaml does not hold the plan's split of 8 rows"
+import re, sys
+text = open(sys.argv[1]).read()
+batch = int(re.search(r"\n  batch_size: (\d+)", text).group(1))
+accumulation = int(re.search(r"gradient_accumulation_steps: (\d+)", text).group(1))
+assert batch * accumulation == 8 and accumulation > 1, (batch, accumulation)
+PY
+  # The user's value equal to the plan's is kept once; a conflicting non-batch key is named.
+  local planned opposite
+  planned=$(grep -oE "^gradient_checkpointing: (true|false)" "$WORK/runs/plan-user-batch/config.yaml" | cut -d' ' -f2)
+  [ "$planned" = true ] && opposite=false || opposite=true
+  rm -rf "$WORK/runs/plan-user-same"
+  expect_exit 0 "$TUNE" train "$yaml" --output-dir "$WORK/runs/plan-user-same" training.batch_size=8 \
+    --memory-budget "$budget" gradient_checkpointing=$planned
+  expect_exit 2 "$TUNE" train "$yaml" --output-dir "$WORK/runs/plan-user-conflict" training.batch_size=8 \
+    --memory-budget "$budget" gradient_checkpointing=$opposite
+  contains "$ERR" "gradient_checkpointing=$opposite"
+  [ ! -e "$WORK/runs/plan-user-conflict" ] || fail "a refused run wrote its directory"
+}
+
 # A 32k vocabulary: the logits and loss dominate the step, and the prediction still holds for the fastest and the
 # smallest setting.
 case_plan_large_vocabulary_prediction() {

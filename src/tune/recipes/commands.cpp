@@ -110,6 +110,7 @@ int run_train(const TrainArguments& arguments) {
                        "let one launcher start the processes, torchrun/srun or --nproc, not both");
     }
     (void)read_distributed_settings(loaded.config);
+    if (loaded.recipe->validate) loaded.recipe->validate(loaded.config);
     return distributed::launch_local_workers(arguments.nproc, arguments.worker_command);
   }
   join_distributed_run(loaded.config);
@@ -196,12 +197,13 @@ int run_chat(const InferArguments& arguments) {
 
 int run_validate(const std::filesystem::path& recipe, const std::vector<std::string>& overrides) {
   LoadedConfig loaded = load_recipe_config(recipe, overrides);
-  // Beyond keys and types: the settings every recipe reads (ranges, combinations), as `tune train` checks them.
-  // A recipe's own checks that need its model or data (distributed.shard_blocks against the model's block types,
-  // data files) are made when it trains.
+  // Beyond keys and types: the settings every recipe reads (ranges, combinations), and the recipe's own checks
+  // (Recipe::validate: its keys' ranges, distributed.shard_blocks against its block types), as `tune train` makes
+  // them. Only what needs the data or the model's files (rows, a config.json) is left to training.
   (void)read_run_settings(loaded.config);
   (void)read_training_settings(loaded.config);
   (void)read_distributed_settings(loaded.config);
+  if (loaded.recipe->validate) loaded.recipe->validate(loaded.config);
   std::cout << loaded.config.to_yaml();
   return 0;
 }

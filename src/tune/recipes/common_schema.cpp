@@ -1,6 +1,8 @@
 // The shared part of every recipe's schema and its translation into plain structs.
 #include "tune/recipes/common_schema.h"
 
+#include <cmath>
+
 #include <torch/cuda.h>
 
 #include "tune/compat/torch_compat.h"
@@ -57,6 +59,8 @@ config::Schema common_schema(const std::string& recipe_name) {
   schema.real("scheduler.min_lr_ratio", 0.0, "final learning rate as a fraction of the peak (cosine, linear)");
 
   schema.integer("logging.every", 10, "log (and write metrics.jsonl) every N optimizer steps");
+  schema.boolean("logging.tensorboard", true, "also write metrics.jsonl's scalars as TensorBoard event files in "
+                 "RUN/tensorboard/ (tensorboard --logdir runs/)");
   schema.integer("checkpoint.every", 0, "save every N steps; 0 = only at the end");
   schema.integer("checkpoint.keep_last", 2, "complete checkpoints kept; 0 = all");
 
@@ -147,6 +151,10 @@ TrainingSettings read_training_settings(const config::Config& config) {
   settings.max_steps = non_negative("training.max_steps");
   settings.epochs = positive("training.epochs");
   settings.clip_grad_norm = config.get_real("training.clip_grad_norm");
+  if (!(settings.clip_grad_norm >= 0) || !std::isfinite(settings.clip_grad_norm)) {
+    config.fail("training.clip_grad_norm",
+                fmt::format("must be >= 0 (0 turns clipping off), got {}", settings.clip_grad_norm));
+  }
   settings.on_nan = config.get_string("training.on_nan");
 
   settings.schedule.peak_lr = config.get_real("optimizer.lr");
@@ -175,6 +183,7 @@ TrainingSettings read_training_settings(const config::Config& config) {
     config.fail("scheduler.min_lr_ratio", "must be in [0, 1]");
   }
   settings.log_every = positive("logging.every");
+  settings.tensorboard = config.get_bool("logging.tensorboard");
   // Only recipes that evaluate declare eval.every (a key must never be accepted and then ignored).
   if (config.schema.find("eval.every") != nullptr) settings.eval_every = non_negative("eval.every");
   settings.save_every = non_negative("checkpoint.every");

@@ -39,6 +39,7 @@ struct TrainingSettings {
   train::AdamWOptions adamw;
   train::LrSchedule schedule;            // total_steps filled in by the recipe
   int64_t log_every = 10;
+  bool tensorboard = true;  // logging.tensorboard
   int64_t eval_every = 0;                // 0: only at the end
   int64_t save_every = 0;                // 0: only at the end
   int64_t keep_last = 2;                 // 0: keep all

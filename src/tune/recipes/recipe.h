@@ -64,6 +64,10 @@ struct Recipe {
   std::function<int(const ExportRequest&)> export_model;
   std::function<int(const PrepareRequest&)> prepare;  // empty: the recipe has nothing to precompute
   std::function<BudgetPlan(const PlanRequest&)> plan;  // empty: no memory planner (tune plan, --memory-budget)
+  // Every check `train` makes before it reads model files or data (ranges, combinations, distributed.shard_blocks
+  // against the model's block types); throws ConfigError naming the key. `tune validate` and the --nproc launcher
+  // (before any worker starts) run it; `train` runs it too.
+  std::function<void(const config::Config&)> validate;
 };
 
 // Every built-in recipe, registered explicitly (static registration is dropped by the linker in static libs).

@@ -14,6 +14,7 @@
 #include "tune/core/loss_plot.h"
 #include "tune/core/memory_tracker.h"
 #include "tune/core/metrics_writer.h"
+#include "tune/core/tensorboard_writer.h"
 #include "tune/core/progress.h"
 #include "tune/distributed/process_group.h"
 #include "tune/io/run_checkpoints.h"
@@ -114,6 +115,7 @@ StepLoopSettings make_step_loop_settings(const TrainingSettings& training, const
   loop.on_nan = training.on_nan;
   loop.throughput_unit = throughput_unit;
   loop.cuda = cuda;
+  loop.tensorboard = training.tensorboard;
   return loop;
 }
 
@@ -124,11 +126,16 @@ int run_step_loop(const StepLoopSettings& settings, const StepLoopHooks& hooks, 
   // rank holds the same weights and optimizer state) and prints progress; other ranks only compute.
   const bool main_rank = distributed::is_main_rank();
   std::optional<MetricsWriter> metrics;
+  std::optional<TensorBoardWriter> tensorboard;
   LossCurves curves;
   if (main_rank) {
     metrics.emplace(output_dir);
     metrics->truncate_after(start.step);
-    curves = loss_curves_from_metrics(read_metrics(metrics->path()));
+    const std::vector<nlohmann::json> history = read_metrics(metrics->path());
+    curves = loss_curves_from_metrics(history);
+    // The event files are remade from metrics.jsonl (trimmed to the resume step), so a resumed run's curves go on
+    // without a repeated step.
+    if (settings.tensorboard) tensorboard.emplace(output_dir / "tensorboard", history, start.elapsed_s);
     write_memory_report(output_dir, memory_plan);
   }
 
@@ -224,6 +231,7 @@ int run_step_loop(const StepLoopSettings& settings, const StepLoopHooks& hooks, 
       }
       if (main_rank) {
         metrics->write(record);
+        if (tensorboard) tensorboard->write(record);
         write_loss_svg(output_dir / "loss.svg", curves.train, curves.eval);
       }
       window_items = 0.0;

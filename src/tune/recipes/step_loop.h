@@ -23,6 +23,7 @@ struct StepLoopSettings {
   std::string on_nan = "stop";               // "stop" | "skip"
   std::string throughput_unit = "tokens";    // metrics key <unit>_per_s; "tokens" or "samples"
   bool cuda = false;                         // which allocator's peak to read
+  bool tensorboard = true;                   // also RUN/tensorboard/ event files (rank 0)
 };
 
 struct TrainingSettings;

@@ -68,5 +68,7 @@ struct LatteSettings {
 
 config::Schema latte_schema();
 LatteSettings read_latte_settings(const config::Config& config);
+// Recipe::validate for latte: the run, training and distributed settings, the Latte keys, and the checks across them.
+void validate_latte_config(const config::Config& config);
 
 }  // namespace tune::recipes::latte

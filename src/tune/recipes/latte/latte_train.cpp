@@ -80,8 +80,11 @@ int train(const TrainRequest& request) {
   const RunSettings run = read_run_settings(config);
   TrainingSettings training = read_training_settings(config);
   const LatteSettings latte = read_latte_settings(config);
-  if (run.frozen_weights_bf16) config.fail("param_dtype", "is 'bf16', but Latte trains every weight; use fp32");
-  validate_shard_blocks(config, {models::LatteImpl::block_type(0), models::LatteImpl::block_type(1)});
+  validate_latte_config(config);
+  // The data the recipe names exists, or the error names its key and where it was set (before anything is written).
+  for (const auto& [key, path] : {std::pair{"data.path", latte.data.path}, std::pair{"data.latents", latte.data.latents}}) {
+    if (path && !std::filesystem::exists(*path)) config.fail(key, fmt::format("names '{}', which does not exist", *path));
+  }
   const std::filesystem::path output_dir = request.output_dir;
 
   // ---- setup
@@ -305,6 +308,15 @@ int train(const TrainRequest& request) {
 
   const StepLoopSettings loop = make_step_loop_settings(training, output_dir, "samples", device.is_cuda());
   return run_step_loop(loop, hooks, {state.step, state.elapsed_s}, memory_plan);
+}
+
+void validate_latte_config(const config::Config& config) {
+  const RunSettings run = read_run_settings(config);
+  (void)read_training_settings(config);
+  (void)read_distributed_settings(config);
+  (void)read_latte_settings(config);
+  if (run.frozen_weights_bf16) config.fail("param_dtype", "is 'bf16', but Latte trains every weight; use fp32");
+  validate_shard_blocks(config, {models::LatteImpl::block_type(0), models::LatteImpl::block_type(1)});
 }
 
 }  // namespace tune::recipes::latte

@@ -30,7 +30,44 @@ BudgetPlan make_plan(const std::filesystem::path& file, const std::vector<std::s
   return recipe.plan({std::move(config), budget, std::max(1, processes)});
 }
 
+std::pair<std::string, std::string> split_override(const std::string& item) {
+  const size_t equals = item.find('=');
+  if (equals == std::string::npos) return {item, ""};
+  return {item.substr(0, equals), item.substr(equals + 1)};
+}
+
 }  // namespace
+
+std::vector<std::string> merge_plan_overrides(const std::vector<std::string>& user,
+                                              const std::vector<std::string>& planned, bool announce) {
+  // The plan keeps the global batch the user asked for (batch_size x accumulation), so its split replaces the
+  // user's micro-batch and accumulation; any other key the plan sets must agree with what the user set.
+  static const std::vector<std::string> kSplitKeys = {"training.batch_size", "training.gradient_accumulation_steps"};
+  std::vector<std::string> result;
+  for (const auto& item : user) {
+    const auto [key, value] = split_override(item);
+    const auto plan_item = std::find_if(planned.begin(), planned.end(),
+                                        [&](const std::string& p) { return split_override(p).first == key; });
+    if (plan_item == planned.end()) {
+      result.push_back(item);
+      continue;
+    }
+    const std::string plan_value = split_override(*plan_item).second;
+    if (plan_value == value) continue;  // the same setting: keep one
+    if (std::find(kSplitKeys.begin(), kSplitKeys.end(), key) != kSplitKeys.end()) {
+      if (announce) {
+        log::info("--memory-budget: {}={} replaces your {} (the global batch is kept; the run's config.yaml records "
+                  "the plan's values)", key, plan_value, item);
+      }
+      continue;
+    }
+    throw UsageError(fmt::format("--memory-budget: the plan that fits sets {}={}, but the command line sets {}; "
+                                 "remove {} (the planner then chooses it) or drop --memory-budget",
+                                 key, plan_value, item, item));
+  }
+  for (const auto& item : planned) result.push_back(item);
+  return result;
+}
 
 uint64_t parse_memory_budget(const std::string& text, const std::string& flag) {
   const auto bytes = io::parse_byte_size(text);
@@ -57,9 +94,7 @@ std::vector<std::string> overrides_for_memory_budget(const std::filesystem::path
       begin = end + 1;
     }
   }
-  std::vector<std::string> result = overrides;
-  for (const auto& item : chosen->setting.overrides()) result.push_back(item);
-  return result;
+  return merge_plan_overrides(overrides, chosen->setting.overrides(), announce);
 }
 
 std::vector<std::string> apply_memory_budget(const TrainArguments& arguments) {

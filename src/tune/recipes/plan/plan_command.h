@@ -27,4 +27,10 @@ std::vector<std::string> overrides_for_memory_budget(const std::filesystem::path
 // the same flag, choose alike), and rank 0 alone logs the choice.
 std::vector<std::string> apply_memory_budget(const TrainArguments& arguments);
 
+// The user's overrides with the plan's appended: the plan's micro-batch split replaces the user's
+// training.batch_size / training.gradient_accumulation_steps (logged when `announce`); the same value set by both is
+// kept once; any other key both set to different values is a UsageError naming it.
+std::vector<std::string> merge_plan_overrides(const std::vector<std::string>& user,
+                                              const std::vector<std::string>& planned, bool announce);
+
 }  // namespace tune::recipes

@@ -16,6 +16,7 @@ Recipe make_recipe() {
   recipe.chat = chat;
   recipe.export_model = export_model;
   recipe.plan = plan;
+  recipe.validate = validate_sft_config;
   return recipe;
 }
 

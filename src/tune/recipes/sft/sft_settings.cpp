@@ -1,6 +1,8 @@
 // The SFT schema and its translation into SftSettings; semantic checks that span keys live here.
 #include "tune/recipes/sft/sft_settings.h"
 
+#include <cmath>
+
 #include "tune/recipes/common_schema.h"
 
 namespace tune::recipes::sft {
@@ -27,8 +29,16 @@ models::LlamaConfig read_architecture(const config::Config& config) {
   arch.num_key_value_heads =
       config.has("model.num_key_value_heads") ? required("model.num_key_value_heads") : arch.num_attention_heads;
   if (config.has("model.max_position_embeddings")) arch.max_position_embeddings = required("model.max_position_embeddings");
-  if (config.has("model.rope_theta")) arch.rope_theta = config.get_real("model.rope_theta");
-  if (config.has("model.rms_norm_eps")) arch.rms_norm_eps = config.get_real("model.rms_norm_eps");
+  // The same ranges as a config.json's (models/llama_config.cpp): a from-scratch model is held to them too.
+  auto positive_real = [&](const std::string& key, double fallback) {
+    if (!config.has(key)) return fallback;
+    const double value = config.get_real(key);
+    if (!(value > 0) || !std::isfinite(value)) config.fail(key, fmt::format("must be a positive number, got {}", value));
+    return value;
+  };
+  arch.rope_theta = positive_real("model.rope_theta", arch.rope_theta);
+  arch.rms_norm_eps = positive_real("model.rms_norm_eps", arch.rms_norm_eps);
+  if (arch.vocab_size < 0) config.fail("model.vocab_size", fmt::format("must be >= 1 (0 or unset: the tokenizer's), got {}", arch.vocab_size));
   if (config.has("model.tie_word_embeddings")) arch.tie_word_embeddings = config.get_bool("model.tie_word_embeddings");
   if (arch.hidden_size % arch.num_attention_heads != 0) {
     config.fail("model.hidden_size", fmt::format("({}) must be divisible by model.num_attention_heads ({})",
@@ -37,6 +47,11 @@ models::LlamaConfig read_architecture(const config::Config& config) {
   if (arch.num_attention_heads % arch.num_key_value_heads != 0) {
     config.fail("model.num_key_value_heads", fmt::format("({}) must divide model.num_attention_heads ({})",
                                                          arch.num_key_value_heads, arch.num_attention_heads));
+  }
+  if ((arch.hidden_size / arch.num_attention_heads) % 2 != 0) {
+    config.fail("model.hidden_size", fmt::format("/ model.num_attention_heads gives an odd head dimension ({}); "
+                                                 "rotary embeddings need an even one",
+                                                 arch.hidden_size / arch.num_attention_heads));
   }
   return arch;
 }

@@ -54,5 +54,7 @@ struct SftSettings {
 config::Schema sft_schema();
 // Reads the SFT keys; cross-checks with the shared ones (param_dtype needs LoRA) use `run`.
 SftSettings read_sft_settings(const config::Config& config);
+// Recipe::validate for sft: the run, training and distributed settings, the SFT keys, and the checks across them.
+void validate_sft_config(const config::Config& config);
 
 }  // namespace tune::recipes::sft

@@ -77,15 +77,21 @@ int train(const TrainRequest& request) {
   const RunSettings run = read_run_settings(config);
   TrainingSettings training = read_training_settings(config);
   const SftSettings sft = read_sft_settings(config);
+  validate_sft_config(config);
   if (sft.data.train.empty()) {
     config.fail("data.train", "is required to train: a JSONL or JSON file of rows, or a list of files (see tune validate)");
   }
-  const std::filesystem::path output_dir = request.output_dir;
-  validate_shard_blocks(config, {models::LlamaForCausalLMImpl::block_type()});
-  if (run.frozen_weights_bf16 && sft.model.lora.lora.rank == 0) {
-    config.fail("param_dtype", "is 'bf16', which stores frozen weights in bf16, but full fine-tuning trains every "
-                               "weight (kept in fp32); use it with lora.rank > 0");
+  // Every data file the recipe names exists, or the error names its key and where it was set (before anything is
+  // written; a file that vanishes later is still reported by the reader, with its path).
+  for (const auto& file : sft.data.train) {
+    if (!std::filesystem::exists(file.path)) {
+      config.fail("data.train", fmt::format("names '{}', which does not exist", file.path));
+    }
   }
+  if (sft.data.eval_path && !std::filesystem::exists(*sft.data.eval_path)) {
+    config.fail("data.eval", fmt::format("names '{}', which does not exist", *sft.data.eval_path));
+  }
+  const std::filesystem::path output_dir = request.output_dir;
 
   // ---- setup
   const int threads = configure_threads(threads_for_this_rank(run.threads));
@@ -294,6 +300,18 @@ int train(const TrainRequest& request) {
 
   const StepLoopSettings loop = make_step_loop_settings(training, output_dir, "tokens", device.is_cuda());
   return run_step_loop(loop, hooks, {state.step, state.elapsed_s}, memory_plan);
+}
+
+void validate_sft_config(const config::Config& config) {
+  const RunSettings run = read_run_settings(config);
+  (void)read_training_settings(config);
+  (void)read_distributed_settings(config);
+  const SftSettings sft = read_sft_settings(config);
+  validate_shard_blocks(config, {models::LlamaForCausalLMImpl::block_type()});
+  if (run.frozen_weights_bf16 && sft.model.lora.lora.rank == 0) {
+    config.fail("param_dtype", "is 'bf16', which stores frozen weights in bf16, but full fine-tuning trains every "
+                               "weight (kept in fp32); use it with lora.rank > 0");
+  }
 }
 
 }  // namespace tune::recipes::sft
