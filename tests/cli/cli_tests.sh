@@ -114,7 +114,8 @@ case_data_errors_name_line() {
   echo 'not json' > "$WORK/baddata/broken.jsonl"
   sed -i "s|train: $WORK/baddata/train.jsonl|train: $WORK/baddata/broken.jsonl|" "$WORK/baddata.yaml"
   expect_exit 1 "$TUNE" train "$WORK/baddata.yaml"; contains "$ERR" "broken.jsonl:1"
-  expect_exit 1 "$TUNE" train "$WORK/baddata.yaml" data.train="$WORK/baddata/missing.jsonl"; contains "$ERR" "missing.jsonl"
+  # A missing file is a config error naming its key and where it was set (exit 2, before anything is written).
+  expect_exit 2 "$TUNE" train "$WORK/baddata.yaml" data.train="$WORK/baddata/missing.jsonl"; contains "$ERR" "missing.jsonl"; contains "$ERR" "data.train"
 }
 
 # fp16_trains_with_loss_scaler DEVICE RUN: fp16 autocast (CPU with LibTorch >= 2.4, or CUDA) with the dynamic loss

@@ -140,6 +140,19 @@ int launch_local_workers(int nproc, const std::vector<std::string>& arguments) {
   // blocked in a collective cannot see it), then SIGKILL after a grace period. A first Ctrl-C/SIGTERM is forwarded
   // (the workers save a checkpoint together and exit 130); a second one kills them at once.
   std::vector<bool> running(workers.size(), true);
+  std::vector<int> stopped_by(workers.size(), 0);  // the signal that stopped a worker (SIGSTOP, Ctrl-Z), 0 if none
+  // Ranks stopped now, for the failure report: a stopped rank is the one that stopped responding, while the rank
+  // that exits first is merely the one whose collective timed out waiting for it.
+  auto stopped_ranks = [&]() {
+    std::string names;
+    for (size_t rank = 0; rank < workers.size(); ++rank) {
+      if (running[rank] && stopped_by[rank] != 0) {
+        names += fmt::format("{}rank {} (stopped by signal {}, {})", names.empty() ? "" : ", ", rank, stopped_by[rank],
+                             strsignal(stopped_by[rank]));
+      }
+    }
+    return names;
+  };
   int remaining = nproc;
   int result = 0;
   bool stopping = false;
@@ -157,10 +170,20 @@ int launch_local_workers(int nproc, const std::vector<std::string>& arguments) {
       forwarded = signals_received;
     }
     int status = 0;
-    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    const pid_t pid = waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED);
     if (pid > 0) {
       for (size_t rank = 0; rank < workers.size(); ++rank) {
         if (workers[rank] != pid || !running[rank]) continue;
+        if (WIFSTOPPED(status)) {
+          stopped_by[rank] = WSTOPSIG(status);
+          log::warn("worker rank {} was stopped (signal {}, {}); the other workers wait for it in their next "
+                    "collective, up to distributed.timeout_s", rank, WSTOPSIG(status), strsignal(WSTOPSIG(status)));
+          continue;
+        }
+        if (WIFCONTINUED(status)) {
+          stopped_by[rank] = 0;
+          continue;
+        }
         running[rank] = false;
         --remaining;
         const int code = exit_code_of(status);
@@ -170,9 +193,16 @@ int launch_local_workers(int nproc, const std::vector<std::string>& arguments) {
         // Any other failure stops the rest, forwarded signal or not: they would wait in a collective for it.
         const bool stopped_as_asked = forwarded > 0 && (code == 130 || code == 128 + received_signal);
         if (!stopping && remaining > 0 && !stopped_as_asked) {
-          log::error("worker rank {} {}; stopping the other {} worker(s)", rank, describe_status(status), remaining);
+          const std::string stuck = stopped_ranks();
+          if (stuck.empty()) {
+            log::error("worker rank {} {}; stopping the other {} worker(s)", rank, describe_status(status), remaining);
+          } else {
+            log::error("worker {} stopped responding; worker rank {} {} (waiting for it); stopping the other {} "
+                       "worker(s)", stuck, rank, describe_status(status), remaining);
+          }
           stopping = true;
           kill_all(workers, running, SIGTERM);
+          kill_all(workers, running, SIGCONT);  // a stopped worker acts on SIGTERM only once continued
           stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
         }
       }

@@ -34,8 +34,22 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
   return c10d::ReduceOp::SUM;
 }
 
-// Strips LibTorch's C++ stack trace from c10::Error: the first line says what happened.
-std::string first_line(const std::string& message) { return message.substr(0, message.find('\n')); }
+// Strips LibTorch's C++ stack trace from c10::Error (the first line says what happened) and Gloo's source location
+// ("[/__w/pytorch/.../gloo/transport/tcp/pair.cc:553] Connection closed by peer ..."), which means nothing to a user.
+std::string first_line(const std::string& message) {
+  std::string line = message.substr(0, message.find('\n'));
+  if (!line.empty() && line.front() == '[') {
+    const size_t close = line.find("] ");
+    if (close != std::string::npos && line.rfind(':', close) != std::string::npos &&
+        line.substr(0, close).find(".cc:") != std::string::npos) {
+      line = line.substr(close + 2);
+    }
+  }
+  // Gloo's advice to PyTorch developers ("This is typically caused by a remote worker hanging ... GLHF!").
+  const size_t advice = line.find(" This is typically caused by");
+  if (advice != std::string::npos) line.erase(advice);
+  return line;
+}
 
 // Starts a c10d collective (`launch` returns its Work); a failure to start becomes tune::Error naming it.
 template <typename Launch>
@@ -85,11 +99,20 @@ bool PendingCollective::valid() const { return static_cast<bool>(work_); }
 void PendingCollective::wait() {
   if (!work_) return;
   auto work = std::move(work_);
+  const auto started = std::chrono::steady_clock::now();
   try {
     work->wait(std::chrono::duration_cast<std::chrono::milliseconds>(timeout_));
   } catch (const std::exception& error) {
-    throw Error(fmt::format("rank {}: the collective '{}' failed or did not complete within distributed.timeout_s={} "
-                            "(another rank probably failed or was killed; see its message above): {}",
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    // Well before the timeout, the collective did not time out: a peer's connection closed (it exited or was
+    // killed; the launcher, or the peer's own message, names it).
+    if (waited < 0.9 * static_cast<double>(timeout_.count())) {
+      throw Error(fmt::format("rank {}: the collective '{}' failed after {:.1f} s, before distributed.timeout_s={}: "
+                              "another rank exited or was killed (its own message, or the launcher's, names it): {}",
+                              world_rank(), what_, waited, timeout_.count(), first_line(error.what())));
+    }
+    throw Error(fmt::format("rank {}: the collective '{}' did not complete within distributed.timeout_s={} (another "
+                            "rank stopped responding, or failed; see its message above): {}",
                             world_rank(), what_, timeout_.count(), first_line(error.what())));
   }
 }
