@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake ninja-build pkg-config
+  ccache                             # compiler cache: CI's repeated builds on one machine (CMakeLists.txt)
   libgloo-dev                        # c10d Gloo backend headers (the torch wheel ships none)
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev catch2
   libsentencepiece-dev sentencepiece # tokenizer library + spm_train for the tiny tokenizer
