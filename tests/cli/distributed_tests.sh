@@ -56,6 +56,10 @@ case_ddp_latte_matches_single_process() {
   # near zero, where AdamW's g / sqrt(v) turns fp32 summation-order differences into learning-rate-sized steps
   # (measured: up to 3.5e-2 relative on those three tensors, 2e-4 on every other one), hence the wide weight bound.
   WEIGHT_TOL=5e-2 ddp_matches "$WORK/runs/ddp-latte" "$WORK/ddp-latte.yaml" 6 "model.safetensors ema.safetensors"
+  # Label dropout is drawn per global row (issue 28): at p=0.5 half the rows lose their class, and one process and
+  # two still take the same steps, at the same tolerance.
+  WEIGHT_TOL=5e-2 ddp_matches "$WORK/runs/ddp-latte-drop" "$WORK/ddp-latte.yaml" 6 "model.safetensors ema.safetensors" \
+    model.class_dropout_prob=0.5
 }
 
 # shard_grad_op (ZeRO-2) against ddp, both with two processes: the same updates (only the gradient norm is summed in

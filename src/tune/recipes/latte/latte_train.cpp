@@ -244,13 +244,22 @@ int train(const TrainRequest& request) {
       const auto t = draw.timesteps.slice(0, rows.begin, rows.end);
       const auto labels = model_config.class_conditional() ? global.labels.slice(0, rows.begin, rows.end).to(device)
                                                            : torch::Tensor();
+      // Label dropout (classifier-free guidance), drawn like the timesteps and noise: per global row from the step's
+      // generator, then this rank's rows, so which rows lose their class does not depend on the process count.
+      torch::Tensor drop_labels;
+      if (model_config.class_conditional() && model_config.class_dropout_prob > 0) {
+        drop_labels = (torch::rand({global_rows}, noise_generator, torch::kFloat) < model_config.class_dropout_prob)
+                          .to(torch::kLong)
+                          .slice(0, rows.begin, rows.end)
+                          .to(device);
+      }
       parallel.before_backward(i + 1 == training.gradient_accumulation_steps);
       parallel.before_forward();
       torch::Tensor loss;
       {
         precision::AutocastScope autocast(run.mixed_precision, device);
         const diffusion::ModelFn model_fn = [&](const torch::Tensor& x, const torch::Tensor& t) {
-          return model->forward(x, t, labels);
+          return model->forward(x, t, labels, drop_labels);
         };
         // This rank's share of the mean over the global batch (the plain mean in a single process).
         const auto per_sample = diffusion.training_losses(model_fn, x_start, t, noise).loss;
