@@ -46,6 +46,12 @@ case_ddp_sft_matches_single_process() {
   # lora_B starts at zero: as with Latte's adaLN below, AdamW magnifies summation-order differences there
   # (measured 5.5e-6 relative on the adapters; losses 1e-7).
   TENSOR_TOL= WEIGHT_TOL=1e-4 ddp_matches "$WORK/runs/ddp-lora" "$WORK/ddp-lora.yaml" 10 adapter_model.safetensors "${base[@]}" lora.rank=4
+  # LoRA's dropout masks are drawn per global row (issue 28): with dropout 0.3, and with accumulation, one process and
+  # two take the same steps at the same tolerance.
+  TENSOR_TOL= WEIGHT_TOL=1e-4 ddp_matches "$WORK/runs/ddp-lora-dropout" "$WORK/ddp-lora.yaml" 10 \
+    adapter_model.safetensors "${base[@]}" lora.rank=4 lora.dropout=0.3
+  TOL=1e-5 TENSOR_TOL= WEIGHT_TOL=1e-4 ddp_matches "$WORK/runs/ddp-lora-dropout-acc" "$WORK/ddp-lora.yaml" 10 \
+    adapter_model.safetensors "${base[@]}" lora.rank=4 lora.dropout=0.3 training.gradient_accumulation_steps=2
 }
 
 case_ddp_latte_matches_single_process() {

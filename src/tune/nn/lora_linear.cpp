@@ -4,11 +4,16 @@
 #include <torch/nn/init.h>
 #include <torch/nn/functional/dropout.h>
 
+#include "tune/nn/row_keyed_dropout.h"
+
 #include <cmath>
 
 namespace tune::nn {
 
-LoraLinearImpl::LoraLinearImpl(const LoraLinearOptions& options_) : options(options_) { reset(); }
+LoraLinearImpl::LoraLinearImpl(const LoraLinearOptions& options_)
+    : options(options_), dropout_stream_(next_dropout_stream()) {
+  reset();
+}
 
 void LoraLinearImpl::reset() {
   TORCH_CHECK(options.lora().rank >= 0, "LoRA rank must be >= 0, got ", options.lora().rank);
@@ -43,7 +48,8 @@ torch::Tensor LoraLinearImpl::forward(const torch::Tensor& input) {
   if (!has_lora()) return output;
   // Dropout on the adapter's input only (PEFT): the base path sees the undropped input.
   const double p = options.lora().dropout;
-  const torch::Tensor adapter_input = p > 0.0 ? torch::dropout(input, p, is_training()) : input;
+  // Per global row when the recipe keys the step's rows (nn/row_keyed_dropout.h), so N processes draw what one would.
+  const torch::Tensor adapter_input = row_keyed_dropout(input, p, is_training(), dropout_stream_);
   return output + lora_B(lora_A(adapter_input)) * lora_scaling();
 }
 

@@ -41,6 +41,9 @@ class LoraLinearImpl : public torch::nn::Module {
   torch::Tensor bias;
   torch::nn::Linear lora_A{nullptr};
   torch::nn::Linear lora_B{nullptr};
+
+ private:
+  uint64_t dropout_stream_;  // this layer's stream of row-keyed dropout masks
 };
 TORCH_MODULE(LoraLinear);
 

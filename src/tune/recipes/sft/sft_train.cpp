@@ -20,6 +20,7 @@
 #include "tune/recipes/sft/sft_model.h"
 #include "tune/recipes/sft/sft_recipe.h"
 #include "tune/recipes/step_loop.h"
+#include "tune/nn/row_keyed_dropout.h"
 #include "tune/train/linear_cross_entropy.h"
 #include "tune/train/loss.h"
 #include "tune/train/optimizer_step.h"
@@ -239,6 +240,9 @@ int train(const TrainRequest& request) {
           parallel.active() ? data::slice_rows(micro_batches[i], rows.begin, rows.end) : micro_batches[i];
       parallel.before_backward(i + 1 == micro_batches.size());
       parallel.before_forward();
+      // Random choices per row (LoRA's dropout) keyed by the row's place in the global batch: any process count
+      // draws what one process would (nn/row_keyed_dropout.h); held through backward, whose recompute redraws them.
+      const nn::RowKeyScope row_key({static_cast<uint64_t>(run.seed), step, static_cast<int64_t>(i), rows.begin});
       torch::Tensor loss;
       {
         precision::AutocastScope autocast(run.mixed_precision, device);
