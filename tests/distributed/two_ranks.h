@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "tune/distributed/local_launcher.h"
 #include "tune/distributed/process_group.h"
 
 inline tune::distributed::LaunchEnvironment two_rank_environment(int rank, uint16_t port) {
@@ -31,9 +32,11 @@ inline tune::distributed::GroupOptions test_group_options() {
 }
 
 // Runs `body(rank, port)` as rank 0 here and rank 1 in a forked child; both must return true.
+// The port is the kernel's free choice, as `tune train --nproc` takes it: a port computed from the pid (as before) fell
+// inside the ephemeral range, where a parallel CLI test's launcher or Python socket could hold it (CI of stop 29 failed
+// with EADDRINUSE).
 inline void run_two_ranks(const std::function<bool(int, uint16_t)>& body) {
-  static int call = 0;
-  const auto port = static_cast<uint16_t>(20000 + (getpid() * 7 + call++ * 131) % 30000);
+  const auto port = static_cast<uint16_t>(tune::distributed::free_loopback_port());
   const pid_t child = fork();
   REQUIRE(child >= 0);
   if (child == 0) {
