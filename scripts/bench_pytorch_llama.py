@@ -178,6 +178,8 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--optimizer", action="store_true",
+                        help="an AdamW update in each step (torch.optim.AdamW's default kernel), as tune-bench --optimizer")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the model (inductor; compiled during the warm-up steps)")
     args = parser.parse_args()
@@ -207,6 +209,8 @@ def main():
     input_ids = torch.randint(0, args.vocab, (args.batch, args.seq))
     labels = torch.randint(0, args.vocab, (args.batch, args.seq))
     result["parameter_bytes"] = sum(p.numel() * p.element_size() for p in model.parameters())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4) if args.optimizer else None
+    result["optimizer"] = args.optimizer
     rss_before = current_rss_bytes()
 
     def step():
@@ -219,6 +223,8 @@ def main():
         scored = logits[:, :-1].float().reshape(-1, args.vocab)
         loss = F.cross_entropy(scored, labels[:, 1:].reshape(-1), reduction="sum")
         loss.backward()
+        if optimizer is not None:
+            optimizer.step()
         return time.perf_counter() - start, loss.item()
 
     for _ in range(args.warmup):

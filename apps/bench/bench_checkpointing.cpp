@@ -29,6 +29,7 @@
 #include "tune/nn/rms_norm.h"
 #include "tune/precision/cpu_gemm.h"
 #include "tune/precision/mixed_precision.h"
+#include "tune/recipes/model_workloads.h"
 #include "tune/recipes/sft/memory_report.h"
 #include "tune/train/adamw.h"
 #include "tune/train/linear_cross_entropy.h"
@@ -203,8 +204,6 @@ int run(const BenchOptions& options) {
 
   // Before any large allocation, so every tensor of the step is counted.
   tune::memory_tracker::install();
-  tune::precision::install_cpu_gemm();
-  result["cpu_gemm"] = tune::precision::describe_cpu_gemm();
   result["threads"] = tune::configure_threads(options.threads);
   torch::manual_seed(options.seed);
 
@@ -228,6 +227,12 @@ int run(const BenchOptions& options) {
   const torch::Device device = options.device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
   model->to(device);
   model->train();
+  // As tune train does: the CPU kernels measured (or read from the cache) on this step's shapes.
+  const auto step_dtype = options.dtype == "bf16" ? torch::kBFloat16 : torch::kFloat;
+  tune::recipes::choose_cpu_kernels(
+      tune::recipes::llama_workload(config, options.batch, options.sequence, step_dtype, /*training=*/true), device);
+  result["cpu_gemm"] = tune::precision::describe_cpu_gemm();
+  result["cpu_fused_attention"] = tune::nn::uses_fused_attention(device.type(), step_dtype);
   std::unique_ptr<tune::train::AdamW> optimizer;
   if (options.optimizer) {
     std::vector<tune::train::NamedParameter> trainable;

@@ -14,6 +14,11 @@ class ScopedEnv {
     if (const char* old = std::getenv(name)) previous_ = old;
     setenv(name, value.c_str(), 1);
   }
+  // Unsets the variable for the lifetime of the object.
+  ScopedEnv(const char* name, std::nullopt_t) : name_(name) {
+    if (const char* old = std::getenv(name)) previous_ = old;
+    unsetenv(name);
+  }
   ~ScopedEnv() {
     if (previous_) {
       setenv(name_, previous_->c_str(), 1);

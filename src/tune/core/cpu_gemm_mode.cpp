@@ -1,6 +1,7 @@
 // CPU features behind LibTorch's low-precision matrix kernels (see cpu_gemm_mode.h).
 #include "tune/core/cpu_gemm_mode.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <string_view>
 
@@ -68,18 +69,55 @@ bool cpu_has_native_fp16_gemm() {
 #endif
 }
 
-}  // namespace
+// Measured choices, per low-precision dtype (0: bf16, 1: fp16): -1 none yet; read on every product, hence atomics.
+constexpr int kUnset = -1;
+std::atomic<int> measured_gemm[2] = {kUnset, kUnset};
+std::atomic<int> measured_attention[2] = {kUnset, kUnset};
 
-CpuGemmMode cpu_gemm_mode_for_bf16() {
-  CpuGemmMode mode = CpuGemmMode::native;
-  if (forced(&mode)) return mode;
-  return cpu_has_native_bf16_gemm() ? CpuGemmMode::native : CpuGemmMode::fp32_accumulate;
+int slot(c10::ScalarType dtype) {
+  if (dtype == c10::kBFloat16) return 0;
+  if (dtype == c10::kHalf) return 1;
+  return -1;
 }
 
-CpuGemmMode cpu_gemm_mode_for_fp16() {
+CpuGemmMode mode_for(int dtype_slot, bool native_guess) {
   CpuGemmMode mode = CpuGemmMode::native;
   if (forced(&mode)) return mode;
-  return cpu_has_native_fp16_gemm() ? CpuGemmMode::native : CpuGemmMode::fp32_accumulate;
+  const int measured = measured_gemm[dtype_slot].load(std::memory_order_relaxed);
+  if (measured != kUnset) return static_cast<CpuGemmMode>(measured);
+  return native_guess ? CpuGemmMode::native : CpuGemmMode::fp32_accumulate;
+}
+
+}  // namespace
+
+CpuGemmMode cpu_gemm_mode_for_bf16() { return mode_for(0, cpu_has_native_bf16_gemm()); }
+
+CpuGemmMode cpu_gemm_mode_for_fp16() { return mode_for(1, cpu_has_native_fp16_gemm()); }
+
+bool cpu_gemm_mode_forced() {
+  CpuGemmMode mode = CpuGemmMode::native;
+  return forced(&mode);
+}
+
+void set_measured_cpu_gemm_mode(c10::ScalarType dtype, CpuGemmMode mode) {
+  if (const int s = slot(dtype); s >= 0) measured_gemm[s].store(static_cast<int>(mode));
+}
+
+void set_measured_cpu_fused_attention(c10::ScalarType dtype, bool fused) {
+  if (const int s = slot(dtype); s >= 0) measured_attention[s].store(fused ? 1 : 0);
+}
+
+std::optional<bool> measured_cpu_fused_attention(c10::ScalarType dtype) {
+  const int s = slot(dtype);
+  if (s < 0) return std::nullopt;
+  const int measured = measured_attention[s].load(std::memory_order_relaxed);
+  if (measured == kUnset) return std::nullopt;
+  return measured == 1;
+}
+
+void clear_measured_cpu_kernels() {
+  for (auto& m : measured_gemm) m.store(kUnset);
+  for (auto& m : measured_attention) m.store(kUnset);
 }
 
 bool libtorch_cpu_kernels_native(c10::ScalarType dtype) {

@@ -8,6 +8,8 @@
 
 #include <c10/core/ScalarType.h>
 
+#include <optional>
+
 namespace tune {
 
 // Which kernels bf16/fp16 products use on the CPU.
@@ -16,8 +18,11 @@ enum class CpuGemmMode {
   fp32_accumulate  // convert to fp32, MKL, round back (precision/cpu_gemm.h)
 };
 
-// The mode for a low-precision dtype on this CPU: native when LibTorch has a fast kernel for it here, else
-// fp32_accumulate. The environment variable TUNE_CPU_GEMM=native|fp32 overrides (for side-by-side benchmarks).
+// The mode for a low-precision dtype on this CPU, in order: the environment variable TUNE_CPU_GEMM=native|fp32 (for
+// side-by-side benchmarks and tests that pin a mode); the mode this process measured faster on its run's shapes
+// (set_measured_cpu_gemm_mode, which every command that multiplies low-precision matrices calls at its start:
+// recipes/cpu_kernel_choice.h); else, before any measurement (a unit test, a library caller), a guess from the
+// CPU's features: native where the CPU reports the matrix instructions LibTorch's kernel was measured fast with.
 CpuGemmMode cpu_gemm_mode_for_bf16();
 CpuGemmMode cpu_gemm_mode_for_fp16();
 // bf16 and fp16 as above; every other dtype is native (LibTorch's fp32/fp64 kernels are MKL's).
@@ -27,5 +32,16 @@ CpuGemmMode cpu_gemm_mode_for(c10::ScalarType dtype);
 // AVX512-FP16, as ATen's mkldnn_bf16_device_check / mkldnn_fp16_device_check) rather than a reference loop;
 // true for every other dtype. From the CPU alone: TUNE_CPU_GEMM does not change it.
 bool libtorch_cpu_kernels_native(c10::ScalarType dtype);
+
+// Whether TUNE_CPU_GEMM forces the mode (then nothing is measured for it).
+bool cpu_gemm_mode_forced();
+// Records the mode measured faster for bf16 or fp16 in this process (other dtypes: ignored).
+void set_measured_cpu_gemm_mode(c10::ScalarType dtype, CpuGemmMode mode);
+// The measured choice between LibTorch's fused attention kernel (true) and tune's plain core (false) for bf16 or
+// fp16 on the CPU, when this process made one (nn/attention_core.h follows it).
+void set_measured_cpu_fused_attention(c10::ScalarType dtype, bool fused);
+std::optional<bool> measured_cpu_fused_attention(c10::ScalarType dtype);
+// Forgets both measured choices (tests).
+void clear_measured_cpu_kernels();
 
 }  // namespace tune

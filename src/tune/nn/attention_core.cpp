@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -270,7 +271,10 @@ bool uses_fused_attention(c10::DeviceType device, c10::ScalarType dtype, bool re
     if (choice == "plain") return false;
   }
   if (dtype == c10::kFloat) return true;
-  if (dtype == c10::kBFloat16 || dtype == c10::kHalf) return libtorch_cpu_kernels_native(dtype);
+  if (dtype == c10::kBFloat16 || dtype == c10::kHalf) {
+    if (const std::optional<bool> measured = measured_cpu_fused_attention(dtype)) return *measured;
+    return libtorch_cpu_kernels_native(dtype);
+  }
   return false;
 }
 

@@ -39,14 +39,13 @@ torch::Tensor attention_core_fused(const torch::Tensor& query, const torch::Tens
 // Whether run_attention_core takes the fused form for inputs of this dtype on this device, `recomputing` when
 // selective checkpointing asks for the attention core's recompute (what the activation estimates ask, so they count
 // the core that runs). CUDA: always. CPU: never for the recomputing core (tune's chunked recompute skips the keys a
-// packing mask hides, and was measured faster than LibTorch's CPU kernel under such masks); for the plain core when
-// LibTorch's kernel was measured faster and leaner (docs/BENCHMARKS.md, attention table): fp32 always; bf16/fp16
-// where LibTorch's CPU kernels for them are vectorised (core/cpu_gemm_mode.h: libtorch_cpu_kernels_native, not
-// tune's GEMM mode), since the kernel does its own low-precision products and is 2-3x slower than the plain core
-// where LibTorch has only a reference loop for them (on this project's AVX512-BF16 Xeon, with tune's faster fp32
-// products, the plain core's Latte-S/2 step was 3% faster but kept the probabilities: the fused one is kept); never float64, which
-// tune uses to check the maths and which keeps the textbook formula. TUNE_CPU_ATTENTION=fused|plain overrides the
-// plain core's choice on the CPU (for side-by-side benchmarks).
+// packing mask hides, and was measured faster than LibTorch's CPU kernel under such masks); for the plain core: fp32
+// always (measured faster and leaner, docs/BENCHMARKS.md, attention table); bf16/fp16 as the run measured at its
+// start (recipes/cpu_kernel_choice.h: the plain core must be 10% faster to win, since it keeps the probabilities),
+// or before any measurement where LibTorch's CPU kernels for the dtype are vectorised (core/cpu_gemm_mode.h:
+// libtorch_cpu_kernels_native; where it has only a reference loop its fused kernel was 2-3x slower than the plain
+// core); never float64, which tune uses to check the maths and which keeps the textbook formula.
+// TUNE_CPU_ATTENTION=fused|plain overrides the plain core's choice on the CPU (for side-by-side benchmarks).
 bool uses_fused_attention(c10::DeviceType device, c10::ScalarType dtype, bool recomputing = false);
 
 // What a block calls: the fused form where uses_fused_attention says so; otherwise the recomputing form when

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <limits>
+#include <mutex>
 #include <vector>
 #include <cstdlib>
 
@@ -240,8 +241,8 @@ void batched_product(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
 // beta * bias + alpha * a @ b (bias undefined: the plain product) for matrices or batches of them, accumulated in
 // fp32 and rounded once to the operands' dtype, into `out` for the out= forms (resized) or a new tensor.
 at::Tensor low_precision_product(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias, double beta,
-                                 double alpha, at::Tensor* out) {
-  ++fp32_accumulate_calls;
+                                 double alpha, at::Tensor* out, bool count = true) {
+  if (count) ++fp32_accumulate_calls;  // not the kernel choice's timing runs: the count shows the run's products
   const bool batched = a.dim() == 3;
   check_matrices(a, b, batched ? 3 : 2);
   std::vector<int64_t> sizes{a.size(-2), b.size(-1)};
@@ -306,10 +307,12 @@ class SilentWarnings final : public c10::WarningHandler {
 }  // namespace
 
 void install_cpu_gemm() {
-  static const bool installed = [] {
-    if (cpu_gemm_mode_for_bf16() == CpuGemmMode::native && cpu_gemm_mode_for_fp16() == CpuGemmMode::native) {
-      return false;
-    }
+  // Registered the first time a mode is fp32_accumulate (the measured choice may come after an earlier call found
+  // both native), and then for the process: with both modes native again the replacements hand every product to
+  // LibTorch's kernels (through_fp32).
+  if (cpu_gemm_mode_for_bf16() == CpuGemmMode::native && cpu_gemm_mode_for_fp16() == CpuGemmMode::native) return;
+  static std::once_flag installed;
+  std::call_once(installed, [] {
     SilentWarnings silent;
     c10::WarningUtils::WarningHandlerGuard guard(&silent);
     // Lives for the process: the registrations are undone when the Library object is destroyed. Held by a static
@@ -324,9 +327,13 @@ void install_cpu_gemm() {
     library->impl("addmm.out", TORCH_FN(addmm_out));
     library->impl("baddbmm", TORCH_FN(baddbmm));
     library->impl("baddbmm.out", TORCH_FN(baddbmm_out));
-    return true;
-  }();
-  (void)installed;
+  });
+}
+
+at::Tensor libtorch_mm(const at::Tensor& a, const at::Tensor& b) { return native_mm(a, b); }
+
+at::Tensor fp32_accumulate_mm(const at::Tensor& a, const at::Tensor& b) {
+  return low_precision_product(a, b, {}, 0.0, 1.0, nullptr, /*count=*/false);
 }
 
 int64_t cpu_gemm_fp32_accumulate_calls() { return fp32_accumulate_calls.load(); }
@@ -335,7 +342,7 @@ std::string describe_cpu_gemm() {
   auto name = [](CpuGemmMode mode) { return mode == CpuGemmMode::native ? "LibTorch's" : "fp32-accumulate"; };
   return fmt::format("CPU matmuls: bf16 through {} kernels, fp16 through {} kernels{}",
                      name(cpu_gemm_mode_for_bf16()), name(cpu_gemm_mode_for_fp16()),
-                     std::getenv("TUNE_CPU_GEMM") != nullptr ? " (TUNE_CPU_GEMM)" : "");
+                     cpu_gemm_mode_forced() ? " (TUNE_CPU_GEMM)" : "");
 }
 
 }  // namespace tune::precision

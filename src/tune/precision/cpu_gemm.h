@@ -17,6 +17,8 @@
 // operators, so forward and backward of every projection take the fast path.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include "tune/core/cpu_gemm_mode.h"
 
 #include <cstdint>
@@ -30,9 +32,15 @@ using tune::cpu_gemm_mode_for_bf16;
 using tune::cpu_gemm_mode_for_fp16;
 
 // Registers the replacement kernels once per process when either mode above is fp32_accumulate (idempotent; a
-// no-op otherwise). Must run before the first product whose speed matters; it changes no result beyond the
-// summation order of the fp32 accumulation.
+// no-op while both are native, so call it again after the measured choice). Must run before the first product
+// whose speed matters; it changes no result beyond the summation order of the fp32 accumulation.
 void install_cpu_gemm();
+
+// The two candidates of the measured choice (recipes/cpu_kernel_choice.h), callable whatever the mode: LibTorch's
+// own CPU kernel, and the fp32-accumulate one (whose calls here are not counted below). 2-D operands of one
+// dtype.
+at::Tensor libtorch_mm(const at::Tensor& a, const at::Tensor& b);
+at::Tensor fp32_accumulate_mm(const at::Tensor& a, const at::Tensor& b);
 
 // Number of products that took the fp32_accumulate path in this process: how tests and logs show it is in use.
 int64_t cpu_gemm_fp32_accumulate_calls();

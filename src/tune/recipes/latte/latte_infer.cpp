@@ -21,11 +21,12 @@
 #include "tune/io/run_checkpoints.h"
 #include "tune/io/safetensors.h"
 #include "tune/memory/checkpoint.h"
-#include "tune/precision/cpu_gemm.h"
+#include "tune/precision/mixed_precision.h"
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/latte/latte_checkpoint.h"
 #include "tune/recipes/latte/latte_model.h"
 #include "tune/recipes/latte/latte_recipe.h"
+#include "tune/recipes/model_workloads.h"
 
 namespace tune::recipes::latte {
 namespace {
@@ -89,7 +90,6 @@ int infer(const InferRequest& request) {
   // ---- weights: the newest checkpoint's EMA, else model.path
   configure_threads(run.threads);
   memory_tracker::install();
-  precision::install_cpu_gemm();
   const torch::Device device(run.device);
   std::optional<std::filesystem::path> checkpoint;
   if (request.run_dir) checkpoint = io::newest_complete_checkpoint(*request.run_dir);
@@ -104,6 +104,9 @@ int infer(const InferRequest& request) {
   auto& model = parts.model;
   model->to(device);
   model->eval();
+  choose_cpu_kernels(latte_workload(model->config(), 1, precision::compute_dtype(run.mixed_precision),
+                                    /*training=*/false),
+                     device);
   if (parts.vae) (*parts.vae)->to(device);
   auto checkpointing = std::make_shared<memory::CheckpointRunner>(run.checkpointing, model->num_blocks());
   model->set_block_runner(checkpointing);

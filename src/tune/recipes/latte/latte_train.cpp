@@ -15,9 +15,9 @@
 #include "tune/io/safetensors.h"
 #include "tune/memory/checkpoint.h"
 #include "tune/nn/attention_core.h"
-#include "tune/precision/cpu_gemm.h"
 #include "tune/precision/mixed_precision.h"
 #include "tune/recipes/common_schema.h"
+#include "tune/recipes/model_workloads.h"
 #include "tune/recipes/data_parallel.h"
 #include "tune/recipes/latte/latte_checkpoint.h"
 #include "tune/recipes/latte/latte_data.h"
@@ -90,7 +90,6 @@ int train(const TrainRequest& request) {
   // ---- setup
   const int threads = configure_threads(threads_for_this_rank(run.threads));
   memory_tracker::install();
-  precision::install_cpu_gemm();
   const torch::Device device(run.device);
   const TrainingData training_data = open_training_data(latte, config);
   run_on_main_rank([&] { prepare_run_directory(output_dir, config, request.resume_from); },
@@ -101,6 +100,10 @@ int train(const TrainRequest& request) {
                                  training_data.from_latents ? VaeUse::geometry_only : VaeUse::load);
   auto& model = parts.model;
   model->to(device);
+  // Before the activation estimates: they count the attention core that was chosen.
+  choose_cpu_kernels(latte_workload(model->config(), training.batch_size, precision::compute_dtype(run.mixed_precision),
+                                    /*training=*/true),
+                     device);
   if (parts.vae) (*parts.vae)->to(device);
   auto checkpointing = std::make_shared<memory::CheckpointRunner>(run.checkpointing, model->num_blocks());
   model->set_block_runner(checkpointing);
@@ -192,9 +195,6 @@ int train(const TrainRequest& request) {
   log::info("mixed precision: {}", run.mixed_precision == precision::MixedPrecision::no
                                        ? std::string("off (fp32)")
                                        : precision::to_string(run.mixed_precision) + " autocast, fp32 master weights");
-  if (run.mixed_precision != precision::MixedPrecision::no && run.device == "cpu") {
-    log::info("{}", precision::describe_cpu_gemm());
-  }
   // The attention core nn::run_attention_core will take: for plainly run blocks, and for selective's.
   const c10::ScalarType compute_dtype = precision::compute_dtype(run.mixed_precision);
   const LatteActivationShape shape{training.batch_size,

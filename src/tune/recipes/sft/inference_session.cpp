@@ -13,8 +13,9 @@
 #include "tune/data/model_chat_template.h"
 #include "tune/io/run_checkpoints.h"
 #include "tune/models/generation_config.h"
-#include "tune/precision/cpu_gemm.h"
+#include "tune/precision/mixed_precision.h"
 #include "tune/recipes/checkpoint_files.h"
+#include "tune/recipes/model_workloads.h"
 #include "tune/recipes/sft/peft_config.h"
 #include "tune/recipes/sft/sft_checkpoint.h"
 #include "tune/recipes/sft/sft_model.h"
@@ -132,7 +133,6 @@ InferenceSession open_inference_session(const InferRequest& request) {
 
   configure_threads(run.threads);
   memory_tracker::install();
-  precision::install_cpu_gemm();
   session.device = torch::Device(run.device);
   auto loaded = load_for_inference(request, sft, run);
   session.model = loaded.model;
@@ -143,6 +143,10 @@ InferenceSession open_inference_session(const InferRequest& request) {
   // param_dtype bf16: every weight in bf16 (built so from a model directory; converted here after a random init).
   if (run.frozen_weights_bf16) store_frozen_weights_in_bf16(model);
   model->to(session.device);
+  // One prompt of the recipe's length: inference (with --grad, backward's input gradients follow the same kernels).
+  choose_cpu_kernels(llama_workload(model->config(), 1, sft.data.max_length, precision::compute_dtype(run.mixed_precision),
+                                    /*training=*/false),
+                     session.device);
   for (const auto& param : model->parameters()) session.parameter_bytes += static_cast<int64_t>(param.nbytes());
   log::info("weights: {} ({}{})", loaded.weights_from, format_bytes(static_cast<double>(session.parameter_bytes)),
             run.frozen_weights_bf16 ? " in bf16, param_dtype bf16" : "");

@@ -8,8 +8,11 @@
 #include <set>
 
 #include "tune/core/progress.h"
+#include "tune/core/threads.h"
+#include "tune/precision/mixed_precision.h"
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/data_parallel.h"
+#include "tune/recipes/model_workloads.h"
 #include "tune/recipes/sft/parameter_bytes.h"
 #include "tune/recipes/sft/sft_model.h"
 #include "tune/recipes/sft/sft_settings.h"
@@ -76,7 +79,20 @@ std::string describe_model(const SftPlanInputs& inputs) {
                      training);
 }
 
+// The attention core a run of `recipe` would take on this CPU (measured per sequence length, per row, so every
+// micro-batch split shares it; usually read from the cache): the estimates count that core. Quiet: a plan probes
+// many lengths. The matrix products' choice does not change a peak, so it is not made here.
+void choose_attention_core(const RecipeShape& recipe) {
+  if (recipe.inputs.cuda || !recipe.inputs.low_precision) return;
+  CpuWorkload workload = llama_workload(recipe.inputs.model, 1, recipe.inputs.sequence,
+                                        recipe.inputs.fp16 ? torch::kHalf : torch::kBFloat16, /*training=*/true);
+  workload.projections.clear();
+  workload.announce = false;
+  choose_cpu_kernels(workload, torch::kCPU);
+}
+
 BudgetPlan plan_recipe(const RecipeShape& recipe, int processes, uint64_t budget) {
+  choose_attention_core(recipe);
   return plan_for(recipe.inputs, candidate_settings(recipe.inputs, recipe.rows_per_process, processes, recipe.recipe_k),
                   budget, recipe.param_dtype);
 }
@@ -231,6 +247,7 @@ BudgetPlan plan_for(const SftPlanInputs& inputs, const std::vector<PlanSetting>&
 
 BudgetPlan plan(const PlanRequest& request) {
   const RecipeShape recipe = read_recipe(request.config);
+  configure_threads(read_run_settings(request.config).threads);  // the measured attention choice is per thread count
   BudgetPlan result = plan_recipe(recipe, request.processes, request.budget_bytes);
   result.recipe = "sft";
   result.model = describe_model(recipe.inputs);

@@ -9,10 +9,10 @@
 #include "tune/data/sft_loader.h"
 #include "tune/io/safetensors.h"
 #include "tune/nn/attention_core.h"
-#include "tune/precision/cpu_gemm.h"
 #include "tune/precision/mixed_precision.h"
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/data_parallel.h"
+#include "tune/recipes/model_workloads.h"
 #include "tune/recipes/run_directory.h"
 #include "tune/recipes/sft/memory_report.h"
 #include "tune/recipes/sft/sft_checkpoint.h"
@@ -97,7 +97,6 @@ int train(const TrainRequest& request) {
   // ---- setup
   const int threads = configure_threads(threads_for_this_rank(run.threads));
   memory_tracker::install();
-  precision::install_cpu_gemm();
   const torch::Device device(run.device);
   run_on_main_rank([&] { prepare_run_directory(output_dir, config, request.resume_from); },
                    "prepare the run directory");
@@ -108,6 +107,10 @@ int train(const TrainRequest& request) {
     log::info("param_dtype bf16: {} frozen tensors stored in bf16", store_frozen_weights_in_bf16(model));
   }
   model->to(device);
+  // Before the activation estimates below: they count the attention core that was chosen.
+  choose_cpu_kernels(llama_workload(model->config(), training.batch_size, sft.data.max_length,
+                                    precision::compute_dtype(run.mixed_precision), /*training=*/true),
+                     device);
   auto checkpointing = std::make_shared<memory::CheckpointRunner>(run.checkpointing, model->num_blocks());
   model->set_block_runner(checkpointing);
   model->train();
@@ -200,9 +203,6 @@ int train(const TrainRequest& request) {
   log::info("mixed precision: {}", run.mixed_precision == precision::MixedPrecision::no
                                        ? std::string("off (fp32)")
                                        : precision::to_string(run.mixed_precision) + " autocast, fp32 master weights");
-  if (run.mixed_precision != precision::MixedPrecision::no && run.device == "cpu") {
-    log::info("{}", precision::describe_cpu_gemm());
-  }
   log::info("memory plan: parameters {}, gradients {}, optimizer state {}, activations {}{} (estimate for batch {} x {} "
             "tokens)", format_bytes(all_param_bytes), format_bytes(gradient_bytes),
             format_bytes(optimizer.state_bytes()), "~",

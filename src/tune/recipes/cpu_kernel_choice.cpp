@@ -1,0 +1,234 @@
+// Measured choice of the CPU kernels for a run's low-precision work (see cpu_kernel_choice.h).
+#include "tune/recipes/cpu_kernel_choice.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include "tune/core/cpu_gemm_mode.h"
+#include "tune/core/log.h"
+#include "tune/nn/attention_core.h"
+#include "tune/nn/attention_mask.h"
+#include "tune/precision/cpu_gemm.h"
+
+namespace tune::recipes {
+namespace {
+
+constexpr int64_t kMaxDimension = 2048;
+constexpr double kMaxProductFlops = double(int64_t{1} << 30);
+constexpr int64_t kMinRows = 128;  // tune's kernels convert the weight once from 64 rows up: keep that path
+constexpr double kPlainAttentionMargin = 0.10;
+
+constexpr const char* kNative = "libtorch";
+constexpr const char* kFp32Accumulate = "fp32-accumulate";
+constexpr const char* kFused = "fused";
+constexpr const char* kPlain = "plain";
+
+const char* dtype_name(c10::ScalarType dtype) { return dtype == c10::kHalf ? "fp16" : "bf16"; }
+
+std::string shapes_text(const std::vector<ProjectionShape>& shapes) {
+  std::string text;
+  for (const ProjectionShape& s : shapes) {
+    text += fmt::format("{}{}x{}x{}", text.empty() ? "" : " ", s.rows, s.inner, s.columns);
+  }
+  return text;
+}
+
+double product_flops(const ProjectionShape& s) { return 2.0 * double(s.rows) * double(s.inner) * double(s.columns); }
+
+// The operands of one projection: input x [rows, inner], weight w [columns, inner], output gradient g [rows,
+// columns], laid out as linear's forward and backward hand them to mm.
+struct ProjectionOperands {
+  torch::Tensor x, w, g;
+};
+
+// Every product of the workload's projections with one kernel: forward x w^T, and for training the input gradient
+// g w and the weight gradient g^T x.
+TimedCandidate projection_candidate(const std::string& name, std::vector<ProjectionOperands> operands, bool training,
+                                    torch::Tensor (*mm)(const at::Tensor&, const at::Tensor&)) {
+  return {name, [operands = std::move(operands), training, mm] {
+            for (const ProjectionOperands& o : operands) {
+              mm(o.x, o.w.t());
+              if (!training) continue;
+              mm(o.g, o.w);
+              mm(o.g.t(), o.x);
+            }
+          }};
+}
+
+double total_flops(const std::vector<ProjectionShape>& shapes, bool training) {
+  double flops = 0.0;
+  for (const ProjectionShape& s : shapes) flops += product_flops(s) * (training ? 3.0 : 1.0);
+  return flops;
+}
+
+std::string seconds_of(const MeasuredChoice& choice, const std::string& name, double flops) {
+  for (const CandidateTiming& t : choice.timings) {
+    if (t.name != name) continue;
+    if (flops > 0.0) return fmt::format("{:.0f} GFLOP/s", flops / t.seconds / 1e9);
+    return fmt::format("{:.2f} ms", t.seconds * 1e3);
+  }
+  return "?";
+}
+
+std::string origin(const MeasuredChoice& choice, const ChoiceCache& cache) {
+  if (choice.from_cache) return fmt::format("measured by an earlier run: {}", cache.file().string());
+  if (cache.file().empty()) return "measured now";
+  return fmt::format("measured now, saved in {}", cache.file().string());
+}
+
+void choose_products(const CpuWorkload& workload, const ChoiceCache& cache, const SecondsClock& clock) {
+  const std::vector<ProjectionShape> shapes = measured_projections(workload.projections);
+  if (shapes.empty()) return;
+  const std::string key = fmt::format("{} | matmul {} {} | {}", cpu_kernel_context(), dtype_name(workload.dtype),
+                                      workload.training ? "forward+backward" : "forward", shapes_text(shapes));
+  torch::NoGradGuard no_grad;
+  const auto options = torch::TensorOptions().dtype(workload.dtype);
+  std::vector<ProjectionOperands> operands;
+  for (const ProjectionShape& s : shapes) {
+    operands.push_back({torch::randn({s.rows, s.inner}, options), torch::randn({s.columns, s.inner}, options) * 0.05,
+                        torch::randn({s.rows, s.columns}, options)});
+  }
+  const std::vector<TimedCandidate> candidates = {
+      projection_candidate(kNative, operands, workload.training, precision::libtorch_mm),
+      projection_candidate(kFp32Accumulate, operands, workload.training, precision::fp32_accumulate_mm)};
+  const MeasuredChoice choice = choose_fastest(key, candidates, cache, clock);
+  const bool native = choice.chosen == kNative;
+  set_measured_cpu_gemm_mode(workload.dtype, native ? CpuGemmMode::native : CpuGemmMode::fp32_accumulate);
+  precision::install_cpu_gemm();
+  const double flops = total_flops(shapes, workload.training);
+  const log::Level level = workload.announce ? log::Level::info : log::Level::debug;
+  const std::string chosen = native ? "LibTorch's" : "tune's fp32-accumulate";
+  const std::string other = native ? "fp32-accumulate" : "LibTorch";
+  log::write(level, fmt::format("CPU kernels: {} matmuls through {} kernels, {} against {}'s {} ({})",
+                                dtype_name(workload.dtype), chosen, seconds_of(choice, choice.chosen, flops), other,
+                                seconds_of(choice, native ? kFp32Accumulate : kNative, flops), origin(choice, cache)));
+  log::debug("CPU kernels: matmul shapes timed [rows x inner x columns]{}: {}",
+             workload.training ? " (forward, input and weight gradients)" : "", shapes_text(shapes));
+}
+
+// Inputs of one attention core; the candidate runs forward (and backward when training) on fresh leaves each time.
+struct AttentionInputs {
+  AttentionShape shape;
+  torch::Tensor q, k, v, mask;
+};
+
+TimedCandidate attention_candidate(const std::string& name, std::vector<AttentionInputs> inputs, bool training,
+                                   bool fused) {
+  return {name, [inputs = std::move(inputs), training, fused] {
+            torch::AutoGradMode grad(training);
+            for (const AttentionInputs& in : inputs) {
+              const torch::Tensor q = training ? in.q.detach().requires_grad_() : in.q;
+              const torch::Tensor k = training ? in.k.detach().requires_grad_() : in.k;
+              const torch::Tensor v = training ? in.v.detach().requires_grad_() : in.v;
+              const double scale = 1.0 / std::sqrt(double(in.shape.head_dim));
+              const torch::Tensor out = fused ? nn::attention_core_fused(q, k, v, in.mask, scale, in.shape.causal)
+                                              : nn::attention_core(q, k, v, in.mask, scale);
+              if (training) out.backward(torch::ones_like(out));
+            }
+          }};
+}
+
+std::string attention_text(const std::vector<AttentionShape>& shapes) {
+  std::string text;
+  for (const AttentionShape& s : shapes) {
+    text += fmt::format("{}{}x{}x{}x{}{}", text.empty() ? "" : " ", s.batch_heads, s.queries, s.keys, s.head_dim,
+                        s.causal ? " causal" : "");
+  }
+  return text;
+}
+
+void choose_attention(const CpuWorkload& workload, const ChoiceCache& cache, const SecondsClock& clock) {
+  std::vector<AttentionShape> shapes;
+  std::vector<AttentionInputs> inputs;
+  const auto options = torch::TensorOptions().dtype(workload.dtype);
+  for (const AttentionShape& requested : workload.attentions) {
+    const AttentionShape s = measured_attention(requested);
+    shapes.push_back(s);
+    inputs.push_back({s, torch::randn({1, s.batch_heads, s.queries, s.head_dim}, options),
+                      torch::randn({1, s.batch_heads, s.keys, s.head_dim}, options),
+                      torch::randn({1, s.batch_heads, s.keys, s.head_dim}, options),
+                      s.causal ? nn::make_causal_mask(s.queries, 0, {}, torch::kCPU) : torch::Tensor()});
+  }
+  // The plain core's products take the product choice just made, so it is part of the key.
+  const bool native_products = cpu_gemm_mode_for(workload.dtype) == CpuGemmMode::native;
+  const std::string key = fmt::format("{} | attention {} {} | {} | matmul {}", cpu_kernel_context(),
+                                      dtype_name(workload.dtype), workload.training ? "forward+backward" : "forward",
+                                      attention_text(shapes), native_products ? kNative : kFp32Accumulate);
+  MeasureOptions options_for_attention;
+  options_for_attention.keep_default_within = kPlainAttentionMargin;
+  const std::vector<TimedCandidate> candidates = {attention_candidate(kFused, inputs, workload.training, true),
+                                                  attention_candidate(kPlain, inputs, workload.training, false)};
+  const MeasuredChoice choice = choose_fastest(key, candidates, cache, clock, options_for_attention);
+  const bool fused = choice.chosen == kFused;
+  set_measured_cpu_fused_attention(workload.dtype, fused);
+  const log::Level level = workload.announce ? log::Level::info : log::Level::debug;
+  log::write(level, fmt::format("CPU kernels: {} attention core {}, {} against {} ({}; the plain core keeps the "
+                                "probabilities, so it must be 10% faster to be chosen)",
+                                dtype_name(workload.dtype), fused ? "LibTorch's fused kernel" : "tune's plain core",
+                                seconds_of(choice, choice.chosen, 0.0), seconds_of(choice, fused ? kPlain : kFused, 0.0),
+                                origin(choice, cache)));
+  log::debug("CPU kernels: attention shapes timed [batch x heads, queries, keys, head dim]: {}",
+             attention_text(shapes));
+}
+
+}  // namespace
+
+std::vector<ProjectionShape> measured_projections(const std::vector<ProjectionShape>& shapes) {
+  std::vector<ProjectionShape> measured;
+  for (ProjectionShape s : shapes) {
+    if (s.rows <= 0 || s.inner <= 0 || s.columns <= 0) continue;
+    s.inner = std::min(s.inner, kMaxDimension);
+    s.columns = std::min(s.columns, kMaxDimension);
+    const auto affordable = static_cast<int64_t>(kMaxProductFlops / (2.0 * double(s.inner) * double(s.columns)));
+    s.rows = std::min({s.rows, kMaxDimension, std::max(kMinRows, affordable)});
+    const bool seen = std::any_of(measured.begin(), measured.end(), [&](const ProjectionShape& m) {
+      return m.rows == s.rows && m.inner == s.inner && m.columns == s.columns;
+    });
+    if (!seen) measured.push_back(s);
+  }
+  return measured;
+}
+
+AttentionShape measured_attention(const AttentionShape& shape) {
+  AttentionShape s = shape;
+  s.queries = std::clamp<int64_t>(s.queries, 1, kMaxDimension);
+  s.keys = std::clamp<int64_t>(s.keys, 1, kMaxDimension);
+  if (s.causal) s.keys = s.queries;
+  const double per_head = 4.0 * double(s.queries) * double(s.keys) * double(std::max<int64_t>(s.head_dim, 1));
+  s.batch_heads = std::clamp<int64_t>(static_cast<int64_t>(kMaxProductFlops / per_head), 1,
+                                      std::max<int64_t>(s.batch_heads, 1));
+  return s;
+}
+
+void choose_cpu_kernels(const CpuWorkload& workload, c10::Device device, const ChoiceCache& cache,
+                        const SecondsClock& clock) {
+  // Nothing to choose: the replacement kernels as before any measurement (core/cpu_gemm_mode.h's guess), for the
+  // odd low-precision product of an fp32 run (a bf16 frozen base).
+  if (device.type() != c10::DeviceType::CPU || (workload.dtype != c10::kBFloat16 && workload.dtype != c10::kHalf)) {
+    precision::install_cpu_gemm();
+    return;
+  }
+  if (cpu_gemm_mode_forced()) {
+    precision::install_cpu_gemm();
+    log::info("CPU kernels: {} matrix products as TUNE_CPU_GEMM says ({})", dtype_name(workload.dtype),
+              cpu_gemm_mode_for(workload.dtype) == CpuGemmMode::native ? "LibTorch's" : "fp32-accumulate");
+  } else {
+    choose_products(workload, cache, clock);
+  }
+  if (workload.attentions.empty()) return;
+  if (std::getenv("TUNE_CPU_ATTENTION") != nullptr) {
+    log::info("CPU kernels: attention core as TUNE_CPU_ATTENTION says");
+    return;
+  }
+  choose_attention(workload, cache, clock);
+}
+
+void choose_cpu_kernels(const CpuWorkload& workload, c10::Device device) {
+  choose_cpu_kernels(workload, device, ChoiceCache(default_kernel_cache_file()), steady_seconds);
+}
+
+}  // namespace tune::recipes

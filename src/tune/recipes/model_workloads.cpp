@@ -1,0 +1,41 @@
+// Step shapes of the Llama and Latte families (see model_workloads.h).
+#include "tune/recipes/model_workloads.h"
+
+namespace tune::recipes {
+
+CpuWorkload llama_workload(const models::LlamaConfig& config, int64_t batch, int64_t sequence, c10::ScalarType dtype,
+                           bool training) {
+  const int64_t tokens = batch * sequence, hidden = config.hidden_size;
+  const int64_t head_dim = config.resolved_head_dim();
+  const int64_t q = config.num_attention_heads * head_dim, kv = config.num_key_value_heads * head_dim;
+  CpuWorkload workload;
+  workload.dtype = dtype;
+  workload.training = training;
+  workload.projections = {{tokens, hidden, q},
+                          {tokens, hidden, kv},
+                          {tokens, q, hidden},
+                          {tokens, hidden, config.intermediate_size},
+                          {tokens, config.intermediate_size, hidden},
+                          {tokens, hidden, config.vocab_size}};
+  // One row's heads: the choice must not depend on the micro-batch split (cpu_kernel_choice.h).
+  workload.attentions = {{config.num_attention_heads, sequence, sequence, head_dim, /*causal=*/true}};
+  return workload;
+}
+
+CpuWorkload latte_workload(const models::LatteConfig& config, int64_t batch, c10::ScalarType dtype, bool training) {
+  const int64_t frames = config.num_frames, patches = config.num_patches(), hidden = config.hidden_size;
+  const int64_t tokens = batch * frames * patches, head_dim = hidden / config.num_heads;
+  CpuWorkload workload;
+  workload.dtype = dtype;
+  workload.training = training;
+  workload.projections = {{tokens, hidden, 3 * hidden},
+                          {tokens, hidden, hidden},
+                          {tokens, hidden, config.mlp_hidden_size()},
+                          {tokens, config.mlp_hidden_size(), hidden}};
+  // One clip's heads: the choice must not depend on the micro-batch split (cpu_kernel_choice.h).
+  workload.attentions = {{frames * config.num_heads, patches, patches, head_dim, false},
+                         {patches * config.num_heads, frames, frames, head_dim, false}};
+  return workload;
+}
+
+}  // namespace tune::recipes

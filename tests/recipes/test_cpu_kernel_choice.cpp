@@ -1,0 +1,126 @@
+// The run-start kernel choice (recipes/cpu_kernel_choice.h) on a tiny Llama step: the real candidates run, a fake
+// clock decides which one "was faster", and the process's modes, which every product and the activation estimates
+// read, follow; a second run takes the cached answer without timing anything.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "common/scoped_env.h"
+#include "tune/core/cpu_gemm_mode.h"
+#include "tune/nn/attention_core.h"
+#include "tune/recipes/cpu_kernel_choice.h"
+#include "tune/recipes/model_workloads.h"
+
+namespace {
+
+using tune::CpuGemmMode;
+
+// measure_fastest reads the clock before and after each timed run, candidates in turn: calls 4n+1 end the first
+// candidate's run, 4n+3 the second's.
+tune::SecondsClock fake_clock(double first_seconds, double second_seconds) {
+  auto calls = std::make_shared<int64_t>(0);
+  auto now = std::make_shared<double>(0.0);
+  return [=] {
+    const int64_t call = (*calls)++;
+    if (call % 4 == 1) *now += first_seconds;
+    if (call % 4 == 3) *now += second_seconds;
+    return *now;
+  };
+}
+
+tune::recipes::CpuWorkload tiny_llama_step() {
+  tune::models::LlamaConfig config;
+  config.vocab_size = 96;
+  config.hidden_size = 64;
+  config.intermediate_size = 160;
+  config.num_hidden_layers = 2;
+  config.num_attention_heads = 4;
+  config.num_key_value_heads = 2;
+  return tune::recipes::llama_workload(config, 2, 24, c10::kBFloat16, /*training=*/true);
+}
+
+std::filesystem::path fresh_cache(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("tune_cpu_kernel_choice_" + std::to_string(getpid())) / name;
+  std::filesystem::remove_all(dir);
+  return dir / "cpu_kernels.json";
+}
+
+// The recipes tests pin both choices through the environment (CMakeLists.txt, test_environment.cpp): lifted here.
+struct Unpinned {
+  tune::testing::ScopedEnv gemm{"TUNE_CPU_GEMM", std::nullopt};
+  tune::testing::ScopedEnv attention{"TUNE_CPU_ATTENTION", std::nullopt};
+  Unpinned() { tune::clear_measured_cpu_kernels(); }
+  ~Unpinned() { tune::clear_measured_cpu_kernels(); }
+};
+
+}  // namespace
+
+TEST_CASE("cpu kernel choice: the candidate the clock finds faster is the one every product takes", "[kernel_choice]") {
+  const Unpinned unpinned;
+  const tune::recipes::CpuWorkload step = tiny_llama_step();
+  // First candidates (LibTorch's products, the fused attention kernel) faster.
+  tune::recipes::choose_cpu_kernels(step, torch::kCPU, tune::ChoiceCache(fresh_cache("first")), fake_clock(1.0, 2.0));
+  CHECK(tune::cpu_gemm_mode_for(c10::kBFloat16) == CpuGemmMode::native);
+  CHECK(tune::nn::uses_fused_attention(c10::DeviceType::CPU, c10::kBFloat16));
+  // Second candidates faster (the plain core by more than its 10% margin).
+  tune::recipes::choose_cpu_kernels(step, torch::kCPU, tune::ChoiceCache(fresh_cache("second")), fake_clock(2.0, 1.0));
+  CHECK(tune::cpu_gemm_mode_for(c10::kBFloat16) == CpuGemmMode::fp32_accumulate);
+  CHECK_FALSE(tune::nn::uses_fused_attention(c10::DeviceType::CPU, c10::kBFloat16));
+  // The plain core only 5% faster: the fused kernel, which keeps no probabilities, stays.
+  tune::recipes::choose_cpu_kernels(step, torch::kCPU, tune::ChoiceCache(fresh_cache("close")), fake_clock(1.0, 0.95));
+  CHECK(tune::nn::uses_fused_attention(c10::DeviceType::CPU, c10::kBFloat16));
+  // fp16 is a separate choice.
+  CHECK(tune::cpu_gemm_mode_for(c10::kHalf) == tune::cpu_gemm_mode_for_fp16());
+}
+
+TEST_CASE("cpu kernel choice: a later run reads the cache and times nothing", "[kernel_choice]") {
+  const Unpinned unpinned;
+  const tune::ChoiceCache cache(fresh_cache("reuse"));
+  const tune::recipes::CpuWorkload step = tiny_llama_step();
+  tune::recipes::choose_cpu_kernels(step, torch::kCPU, cache, fake_clock(2.0, 1.0));
+  REQUIRE(std::filesystem::exists(cache.file()));
+  tune::clear_measured_cpu_kernels();
+  int64_t clock_reads = 0;
+  tune::recipes::choose_cpu_kernels(step, torch::kCPU, cache, [&clock_reads] { return double(++clock_reads); });
+  CHECK(clock_reads == 0);
+  CHECK(tune::cpu_gemm_mode_for(c10::kBFloat16) == CpuGemmMode::fp32_accumulate);
+  CHECK_FALSE(tune::nn::uses_fused_attention(c10::DeviceType::CPU, c10::kBFloat16));
+}
+
+TEST_CASE("cpu kernel choice: TUNE_CPU_GEMM and TUNE_CPU_ATTENTION still decide, and fp32 runs measure nothing",
+          "[kernel_choice]") {
+  const Unpinned unpinned;
+  int64_t clock_reads = 0;
+  const tune::SecondsClock counting = [&clock_reads] { return double(++clock_reads); };
+  {
+    const tune::testing::ScopedEnv gemm("TUNE_CPU_GEMM", "fp32");
+    const tune::testing::ScopedEnv attention("TUNE_CPU_ATTENTION", "fused");
+    tune::recipes::choose_cpu_kernels(tiny_llama_step(), torch::kCPU, tune::ChoiceCache(fresh_cache("forced")), counting);
+    CHECK(tune::cpu_gemm_mode_for(c10::kBFloat16) == CpuGemmMode::fp32_accumulate);
+    CHECK(tune::nn::uses_fused_attention(c10::DeviceType::CPU, c10::kBFloat16));
+  }
+  tune::recipes::CpuWorkload fp32 = tiny_llama_step();
+  fp32.dtype = c10::kFloat;
+  tune::recipes::choose_cpu_kernels(fp32, torch::kCPU, tune::ChoiceCache(fresh_cache("fp32")), counting);
+  CHECK(clock_reads == 0);
+  CHECK_FALSE(tune::measured_cpu_fused_attention(c10::kBFloat16).has_value());
+}
+
+TEST_CASE("cpu kernel choice: large shapes are measured at about a GFLOP per product", "[kernel_choice]") {
+  const auto measured = tune::recipes::measured_projections(
+      {{8192, 4096, 14336}, {8192, 4096, 4096}, {8192, 4096, 4096}, {512, 256, 672}, {0, 5, 5}});
+  REQUIRE(measured.size() == 2);  // the repeated shape once, the empty one dropped
+  CHECK(measured[0].inner == 2048);
+  CHECK(measured[0].columns == 2048);
+  CHECK(measured[0].rows == 128);  // 2^30 / (2 * 2048 * 2048) = 128 rows
+  CHECK(measured[1].rows == 512);  // small shapes as they are
+  CHECK(measured[1].inner == 256);
+  CHECK(measured[1].columns == 672);
+  const auto attention = tune::recipes::measured_attention({32 * 4, 4096, 4096, 128, true});
+  CHECK(attention.queries == 2048);
+  CHECK(attention.keys == 2048);
+  CHECK(attention.batch_heads == 1);
+}
