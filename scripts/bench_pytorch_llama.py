@@ -119,6 +119,7 @@ class Llama(nn.Module):
         self.register_buffer("inv_freq", 1.0 / (10000.0 ** (torch.arange(0, head_dim, 2).float() / head_dim)),
                              persistent=False)
         self.checkpointed = [False] * args.layers
+        self.segment_size = 0  # > 0: policy sqrt, segments of this many blocks, one checkpoint each
 
     def forward(self, input_ids):
         b, t = input_ids.shape
@@ -128,6 +129,18 @@ class Llama(nn.Module):
         cos, sin = angles.cos().unsqueeze(1), angles.sin().unsqueeze(1)
         mask = torch.full((t, t), torch.finfo(torch.float32).min).triu(1)[None, None]
         x = self.embed_tokens(input_ids)
+        if self.segment_size > 0 and torch.is_grad_enabled():
+            # tune's sqrt: each segment of blocks is one checkpoint keeping only its input (torch.utils.checkpoint's
+            # checkpoint_sequential does the same, except that it runs its last segment without a checkpoint).
+            for first in range(0, len(self.layers), self.segment_size):
+                segment = self.layers[first:first + self.segment_size]
+
+                def run_segment(h, cos, sin, mask, segment=segment):
+                    for layer in segment:
+                        h = layer(h, cos, sin, mask)
+                    return h
+                x = torch.utils.checkpoint.checkpoint(run_segment, x, cos, sin, mask, **_CHECKPOINT_KWARGS)
+            return self.lm_head(self.norm(x)).float()
         for layer, checkpointed in zip(self.layers, self.checkpointed):
             if checkpointed and torch.is_grad_enabled():
                 x = checkpoint_block(layer, x, cos, sin, mask)
@@ -152,12 +165,8 @@ def checkpoint_layout(policy, layers, k):
         return [True] * layers
     if policy == "every_k":
         return [i % k == 0 for i in range(layers)]
-    if policy == "sqrt":  # same layout as tune's sqrt: ceil(sqrt(L)) single blocks spaced L/n apart
-        layout = [False] * layers
-        count = math.ceil(math.sqrt(layers)) if layers else 0
-        for j in range(count):
-            layout[j * layers // count] = True
-        return layout
+    if policy == "sqrt":  # tune's sqrt: segments of ceil(sqrt(L)) blocks, see Llama.segment_size
+        return [True] * layers
     raise ValueError(f"policy '{policy}' has no PyTorch equivalent here; choose off, full, every_k or sqrt")
 
 
@@ -201,6 +210,8 @@ def main():
     torch.manual_seed(args.seed)
     model = Llama(args)
     model.checkpointed = layout
+    if args.policy == "sqrt":
+        model.segment_size = math.ceil(math.sqrt(args.layers)) if args.layers else 0
     model.train()
     result["compiled"] = args.compile
     if args.compile:

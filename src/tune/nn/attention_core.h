@@ -41,7 +41,7 @@ torch::Tensor attention_core_fused(const torch::Tensor& query, const torch::Tens
 // the core that runs). CUDA: always. CPU: never for the recomputing core (tune's chunked recompute skips the keys a
 // packing mask hides, and was measured faster than LibTorch's CPU kernel under such masks); for the plain core: fp32
 // always (measured faster and leaner, docs/BENCHMARKS.md, attention table); bf16/fp16 as the run measured at its
-// start (recipes/cpu_kernel_choice.h: the plain core must be 10% faster to win, since it keeps the probabilities),
+// start (recipes/cpu_kernel_choice.h: the plain core must be 25% faster to win, since it keeps the probabilities),
 // or before any measurement where LibTorch's CPU kernels for the dtype are vectorised (core/cpu_gemm_mode.h:
 // libtorch_cpu_kernels_native; where it has only a reference loop its fused kernel was 2-3x slower than the plain
 // core); never float64, which tune uses to check the maths and which keeps the textbook formula.

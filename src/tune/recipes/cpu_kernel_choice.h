@@ -4,7 +4,7 @@
 //     timed on every projection's forward product and, when training, its two backward products;
 //   - the attention core: LibTorch's fused scaled_dot_product_attention, or tune's plain core (nn/attention_core.h),
 //     forward and (training) backward, timed after the product choice is in force (the plain core's products take
-//     it). The fused kernel keeps no [T, S] probabilities, so the plain core must be faster by more than 10% to win.
+//     it). The fused kernel keeps no [T, S] probabilities, so the plain core must be faster by more than 25% to win.
 // The choices are recorded for the process (core/cpu_gemm_mode.h), so the activation estimates made afterwards
 // follow them, and logged with the figures that decided them. Nothing is measured on CUDA, for fp32/fp64 compute,
 // or for a kind that TUNE_CPU_GEMM / TUNE_CPU_ATTENTION forces.
