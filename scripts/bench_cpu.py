@@ -2,16 +2,18 @@
 """tune against PyTorch eager on this CPU, side by side in one run: the LLM step and the Latte step.
 
     .venv/bin/python scripts/bench_cpu.py [--threads 1,0] [--repeat 2] [--steps 3] [--policies off,full,every_k,sqrt]
-        [--no-latte] [--latte-policies off,full] [--cache-dir DIR] [--out FILE.json]
+        [--compile] [--no-latte] [--latte-policies off,full] [--official LATTE_CLONE] [--cache-dir DIR]
+        [--out FILE.json]
 
 LLM (issue 22's configuration): a random Llama, 8 layers x hidden 256, 4 heads, MLP 672, vocabulary 2000, batch
 4 x 512 tokens, bf16 autocast over fp32 weights, one AdamW update per step; tune-bench (apps/bench) against
 scripts/bench_pytorch_llama.py (the same model in PyTorch eager, torch.utils.checkpoint per checkpointed block).
 Each (threads, policy, tool) runs in a fresh process, the tools alternating within a repeat so they share the
 machine's noise; the ratio uses each tool's median over repeats of its best step (step_s_min). Memory: peak RSS of
-each process.
-Latte: scripts/bench_latte_official.py (tune train against diffusers' LatteTransformer3DModel, Latte-S/2 sizes) at
-each thread count, its own interleaving.
+each process. --compile adds the PyTorch model under torch.compile (Inductor, compiled in the warm-up step).
+Latte: scripts/bench_latte_official.py (tune train against diffusers' LatteTransformer3DModel, Latte-S/2 sizes, and
+with --official a clone of github.com/Vchitect/Latte, the official model code; needs einops) at each thread count,
+its own interleaving.
 
 tune's default settings throughout: its CPU kernels are chosen by measurement (recipes/cpu_kernel_choice.h) and
 cached in --cache-dir (default: a fresh temporary directory, so the first tune process of each thread count
@@ -65,7 +67,9 @@ def main():
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--policies", default="off,full,every_k,sqrt")
+    parser.add_argument("--compile", action="store_true", help="also PyTorch under torch.compile")
     parser.add_argument("--no-latte", action="store_true")
+    parser.add_argument("--official", help="a clone of github.com/Vchitect/Latte (Latte's official-math reference)")
     parser.add_argument("--latte-policies", default="off,full")
     parser.add_argument("--tune-bench", default=os.path.join(ROOT, "build/apps/bench/tune-bench"))
     parser.add_argument("--cache-dir", help="tune's kernel choice cache (TUNE_CACHE_DIR); default: a fresh one")
@@ -88,14 +92,18 @@ def main():
     for threads in thread_counts:
         for repeat in range(args.repeat):
             for policy in args.policies.split(","):
-                order = ["tune", "pytorch"] if repeat % 2 == 0 else ["pytorch", "tune"]
+                order = ["tune", "pytorch"] + (["pytorch+compile"] if args.compile else [])
+                if repeat % 2 == 1:
+                    order.reverse()
                 for tool in order:
                     common = LLM + ["--policy", policy, "--threads", str(threads), "--steps", str(args.steps)]
                     if tool == "tune":
                         result, stderr = run_json([args.tune_bench] + common, env)
                         choices.setdefault(threads, kernel_lines(stderr))
                     else:
-                        result, _ = run_json([PYTHON, os.path.join(ROOT, "scripts/bench_pytorch_llama.py")] + common, env)
+                        extra = ["--compile"] if tool == "pytorch+compile" else []
+                        result, _ = run_json([PYTHON, os.path.join(ROOT, "scripts/bench_pytorch_llama.py")] + common
+                                             + extra, env)
                     result.update({"tool": tool, "threads_requested": threads, "repeat": repeat})
                     results.append(result)
                     print(f"[{threads} threads, {repeat + 1}/{args.repeat}] {policy} {tool}: "
@@ -108,7 +116,11 @@ def main():
             with tempfile.NamedTemporaryFile(suffix=".json") as out:
                 command = [PYTHON, os.path.join(ROOT, "scripts/bench_latte_official.py"), "--threads", str(threads),
                            "--repeat", str(args.repeat), "--steps", str(args.steps), "--policies", args.latte_policies,
-                           "--gemm", "auto", "--reference", "diffusers", "--out", out.name]
+                           "--gemm", "auto", "--out", out.name]
+                if args.official:
+                    command += ["--reference", "official-math,diffusers", "--official", args.official]
+                else:
+                    command += ["--reference", "diffusers"]
                 completed = subprocess.run(command, capture_output=True, text=True, env=env)
                 if completed.returncode != 0:
                     raise RuntimeError(f"bench_latte_official.py failed:\n{completed.stderr[-3000:]}")
@@ -120,20 +132,29 @@ def main():
     for threads in thread_counts:
         print(f"tune's kernel choice at {threads} thread(s): " + "; ".join(choices.get(threads, [])) + "\n")
     print("LLM step (8 layers x hidden 256, MLP 672, vocab 2000, 4 x 512 tokens, bf16 autocast, AdamW):\n")
-    print("| threads | policy | tune step | PyTorch step | tune / PyTorch | tune RSS | PyTorch RSS | RSS ratio |")
-    print("|---|---|---|---|---|---|---|---|")
+    peers = ["pytorch"] + (["pytorch+compile"] if args.compile else [])
+    print("| threads | policy | tune step | PyTorch | tune / PyTorch | tune RSS | PyTorch RSS | RSS ratio |"
+          + (" PyTorch compiled | tune / compiled | RSS ratio |" if args.compile else ""))
+    print("|---|---|---|---|---|---|---|---|" + ("---|---|---|" if args.compile else ""))
     for threads in thread_counts:
         for policy in args.policies.split(","):
             def pick(tool):
                 return [r for r in results if r["tool"] == tool and r["threads_requested"] == threads
                         and r["policy"] == policy]
-            tune, torch_runs = pick("tune"), pick("pytorch")
-            t_step = statistics.median(r["step_s_min"] for r in tune)
-            p_step = statistics.median(r["step_s_min"] for r in torch_runs)
-            t_rss = statistics.median(r["rss_peak_bytes"] for r in tune)
-            p_rss = statistics.median(r["rss_peak_bytes"] for r in torch_runs)
-            print(f"| {threads} | {policy} | {t_step:.3f} s | {p_step:.3f} s | {t_step / p_step:.2f}x | "
-                  f"{t_rss / 2**20:.0f} MiB | {p_rss / 2**20:.0f} MiB | {t_rss / p_rss:.2f}x |")
+
+            def step(tool):
+                return statistics.median(r["step_s_min"] for r in pick(tool))
+
+            def rss(tool):
+                return statistics.median(r["rss_peak_bytes"] for r in pick(tool))
+            row = f"| {threads} | {policy} | {step('tune'):.3f} s |"
+            for peer in peers:
+                if peer == "pytorch":
+                    row += (f" {step(peer):.3f} s | {step('tune') / step(peer):.2f}x | {rss('tune') / 2**20:.0f} MiB | "
+                            f"{rss(peer) / 2**20:.0f} MiB | {rss('tune') / rss(peer):.2f}x |")
+                else:
+                    row += f" {step(peer):.3f} s | {step('tune') / step(peer):.2f}x | {rss('tune') / rss(peer):.2f}x |"
+            print(row)
     for threads, entry in latte.items():
         print(f"\nLatte step at {threads} thread(s) (scripts/bench_latte_official.py):\n\n{entry['table']}")
     if args.out:

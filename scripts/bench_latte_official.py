@@ -31,9 +31,9 @@ full, i.e. every block; PyTorch: diffusers' enable_gradient_checkpointing, torch
       bytes (metrics.jsonl peak_mem_bytes) and peak RSS of the process (ru_maxrss through wait4).
 
 For each repeat every (implementation, policy, gemm) runs once in a fresh process, alternating, so they share
-the machine's noise; medians over repeats are reported. --gemm lists tune's CPU GEMM modes: auto = tune's own choice (fp32-accumulate
-kernels unless the CPU has AMX), native = LibTorch's own bf16 GEMM, fp32 = tune's fp32-accumulate kernels
-(TUNE_CPU_GEMM).
+the machine's noise; medians over repeats are reported. --gemm lists tune's CPU GEMM modes: auto = tune's own choice (measured at the run's
+start and cached: recipes/cpu_kernel_choice.h), native = LibTorch's own bf16 GEMM, fp32 = tune's fp32-accumulate
+kernels (TUNE_CPU_GEMM).
 
 --profile DIR: additionally one profiled PyTorch step per policy (torch.profiler, CPU, written as Chrome traces
 DIR/pytorch-<policy>.json) and a per-op summary table of both (self CPU time per op). tune's side is profiled by
