@@ -4,6 +4,11 @@
 #include <torch/nn/init.h>
 #include <torch/nn/functional/dropout.h>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "tune/core/error.h"
+#include "tune/nn/nf4_linear.h"
 #include "tune/nn/row_keyed_dropout.h"
 
 #include <cmath>
@@ -17,7 +22,18 @@ LoraLinearImpl::LoraLinearImpl(const LoraLinearOptions& options_)
 
 void LoraLinearImpl::reset() {
   TORCH_CHECK(options.lora().rank >= 0, "LoRA rank must be >= 0, got ", options.lora().rank);
-  weight = register_parameter("weight", torch::empty({options.out_features(), options.in_features()}));
+  if (options.nf4_base()) {
+    // Empty until set_nf4_weight: the model is built whole before its weights load, and placeholders of the packed
+    // size would add the NF4 model's size again to the loading peak.
+    const auto empty = [](torch::ScalarType dtype) { return torch::empty({0}, torch::TensorOptions().dtype(dtype)); };
+    nf4_packed_ = register_buffer("nf4_packed", empty(torch::kUInt8));
+    nf4_absmax_ = register_buffer("nf4_absmax", empty(torch::kFloat32));
+    nf4_quant_map_ = register_buffer("nf4_quant_map", empty(torch::kFloat32));
+    nf4_nested_absmax_ = register_buffer("nf4_nested_absmax", empty(torch::kFloat32));
+    nf4_nested_quant_map_ = register_buffer("nf4_nested_quant_map", empty(torch::kFloat32));
+  } else {
+    weight = register_parameter("weight", torch::empty({options.out_features(), options.in_features()}));
+  }
   if (options.bias()) {
     bias = register_parameter("bias", torch::empty({options.out_features()}));
   } else {
@@ -26,7 +42,7 @@ void LoraLinearImpl::reset() {
   {
     // Same initialisation as torch.nn.Linear, so a model built without a checkpoint behaves like PyTorch's.
     torch::NoGradGuard no_grad;
-    torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
+    if (weight.defined()) torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
     if (bias.defined()) {
       const double bound = 1.0 / std::sqrt(static_cast<double>(options.in_features()));
       bias.uniform_(-bound, bound);
@@ -44,7 +60,14 @@ void LoraLinearImpl::reset() {
 }
 
 torch::Tensor LoraLinearImpl::forward(const torch::Tensor& input) {
-  torch::Tensor output = torch::linear(input, weight, bias);
+  torch::Tensor output;
+  if (nf4_base()) {
+    output = nf4_linear(input, nf4_weight());
+    // The bias in the product's dtype, as torch::linear under autocast would cast it.
+    if (bias.defined()) output = output + bias.to(output.scalar_type());
+  } else {
+    output = torch::linear(input, weight, bias);
+  }
   if (!has_lora()) return output;
   // Dropout on the adapter's input only (PEFT): the base path sees the undropped input.
   const double p = options.lora().dropout;
@@ -55,11 +78,62 @@ torch::Tensor LoraLinearImpl::forward(const torch::Tensor& input) {
 
 torch::Tensor LoraLinearImpl::merged_weight() const {
   torch::NoGradGuard no_grad;
-  if (!has_lora()) return weight.detach().clone();
+  if (!has_lora()) return base_weight().clone();
   // Computed in fp32 (or wider) whatever the storage dtype, so merging does not add a rounding step of its own.
-  const auto compute_dtype = torch::promote_types(weight.scalar_type(), torch::kFloat32);
+  const auto stored_dtype = nf4_base() ? nf4_dtype_ : weight.scalar_type();
+  const auto compute_dtype = torch::promote_types(stored_dtype, torch::kFloat32);
+  const torch::Tensor base =
+      nf4_base() ? precision::dequantize_nf4_on_device(nf4_weight(), compute_dtype) : weight.to(compute_dtype);
   const torch::Tensor delta = torch::matmul(lora_B->weight.to(compute_dtype), lora_A->weight.to(compute_dtype));
-  return (weight.to(compute_dtype) + delta * lora_scaling()).to(weight.scalar_type());
+  return (base + delta * lora_scaling()).to(stored_dtype);
+}
+
+torch::Tensor LoraLinearImpl::base_weight() const {
+  torch::NoGradGuard no_grad;
+  if (!nf4_base()) return weight.detach();
+  return precision::dequantize_nf4_on_device(nf4_weight(), nf4_dtype_);
+}
+
+void LoraLinearImpl::set_nf4_weight(const precision::Nf4Tensor& nf4) {
+  const std::vector<int64_t> expected = {options.out_features(), options.in_features()};
+  if (!nf4_base()) throw Error("set_nf4_weight: this Linear layer was built without nf4_base");
+  if (nf4.shape != expected) {
+    throw Error(fmt::format("set_nf4_weight: the NF4 weight has shape [{}], the layer expects [{}]",
+                            fmt::join(nf4.shape, ", "), fmt::join(expected, ", ")));
+  }
+  const torch::Device device = nf4_packed_.device();
+  nf4_packed_.set_data(nf4.packed.reshape(-1).to(device));
+  nf4_absmax_.set_data(nf4.absmax.to(device));
+  nf4_quant_map_.set_data(nf4.code.to(device));
+  const auto none = torch::empty({0}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+  nf4_nested_absmax_.set_data(nf4.double_quantized() ? nf4.nested_absmax.to(device) : none);
+  nf4_nested_quant_map_.set_data(nf4.double_quantized() ? nf4.nested_code.to(device) : none.clone());
+  nf4_blocksize_ = nf4.blocksize;
+  nf4_nested_blocksize_ = nf4.nested_blocksize;
+  nf4_offset_ = nf4.offset;
+  nf4_dtype_ = nf4.dtype;
+  nf4_loaded_ = true;
+}
+
+precision::Nf4Tensor LoraLinearImpl::nf4_weight() const {
+  if (!nf4_loaded_) {
+    throw Error(fmt::format("an NF4 Linear layer [{} -> {}] was used before its weight was loaded or quantised",
+                            options.in_features(), options.out_features()));
+  }
+  precision::Nf4Tensor nf4;
+  nf4.packed = nf4_packed_;
+  nf4.blocksize = nf4_blocksize_;
+  nf4.absmax = nf4_absmax_;
+  nf4.code = nf4_quant_map_;
+  if (nf4_nested_absmax_.numel() > 0) {
+    nf4.nested_absmax = nf4_nested_absmax_;
+    nf4.nested_code = nf4_nested_quant_map_;
+  }
+  nf4.nested_blocksize = nf4_nested_blocksize_;
+  nf4.offset = nf4_offset_;
+  nf4.shape = {options.out_features(), options.in_features()};
+  nf4.dtype = nf4_dtype_;
+  return nf4;
 }
 
 }  // namespace tune::nn

@@ -45,6 +45,9 @@ struct Nf4Tensor {
   int64_t storage_bytes() const;
 };
 
+// Nf4Tensor::storage_bytes of a weight of `numel` elements, without quantising one (the memory planner's count).
+int64_t nf4_storage_bytes(int64_t numel, int64_t blocksize = 64, bool double_quant = true);
+
 // bitsandbytes' get_4bit_type("nf4"): quantiles of N(0, 1) scaled to [-1, 1], ascending; index 7 is 0.
 const std::array<float, 16>& nf4_code();
 // bitsandbytes' create_dynamic_map(signed=True, max_exponent_bits=7, total_bits=8): the 256 ascending float32 values
@@ -64,6 +67,11 @@ torch::Tensor nf4_block_absmax(const Nf4Tensor& tensor);
 // the values of bitsandbytes' dequantize_4bit. Throws tune::Error for another dtype or a tensor check_nf4 refuses.
 torch::Tensor dequantize_nf4(const Nf4Tensor& tensor, torch::ScalarType out_dtype);
 inline torch::Tensor dequantize_nf4(const Nf4Tensor& tensor) { return dequantize_nf4(tensor, tensor.dtype); }
+
+// The same values as dequantize_nf4, computed with ATen operators only, so the fields may live on any device (a
+// QLoRA base on CUDA dequantises there). No checks: the tensor was checked (check_nf4) when it was made or read.
+// Transients besides the result: 2 bytes per element for the byte indices and 4 (float32) for the values.
+torch::Tensor dequantize_nf4_on_device(const Nf4Tensor& tensor, torch::ScalarType out_dtype);
 
 // Throws tune::Error naming `what` (e.g. the checkpoint tensor) and the field when the sizes, dtypes or devices of the
 // fields disagree with each other or with bitsandbytes' format (wrong code book, block size, nested block count, ...).

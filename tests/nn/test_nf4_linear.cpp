@@ -1,0 +1,141 @@
+// The NF4 base of QLoRA (nn/nf4_linear, LoraLinear with nf4_base): forward and the input and LoRA gradients against
+// dequantise-then-linear in float64 (the weight dequantised by the CPU codec, precision::dequantize_nf4, which is
+// checked bit for bit against bitsandbytes in tests/precision/test_nf4.cpp); no weight gradient; the device path of
+// dequantisation equal to the codec's; bf16 autocast dequantising to bf16.
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include <set>
+#include <string>
+
+#include "tune/compat/torch_compat.h"
+#include "tune/nn/lora_linear.h"
+#include "tune/nn/nf4_linear.h"
+#include "tune/precision/nf4.h"
+
+using namespace tune;
+
+namespace {
+
+double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+// A layer of odd sizes (the last block partial, an odd element count padded) with an NF4 base and a LoRA adapter
+// whose B is not zero, so both paths carry gradient.
+nn::LoraLinear make_layer(bool bias, const precision::Nf4Tensor& weight) {
+  nn::LoraOptions lora;
+  lora.rank = 3;
+  lora.alpha = 6.0;
+  nn::LoraLinear layer(nn::LoraLinearOptions(weight.shape[1], weight.shape[0]).bias(bias).lora(lora).nf4_base(true));
+  layer->set_nf4_weight(weight);
+  torch::NoGradGuard no_grad;
+  layer->lora_B->weight.normal_(0.0, 0.5);
+  return layer;
+}
+
+}  // namespace
+
+TEST_CASE("dequantize_nf4_on_device equals the CPU codec bit for bit", "[nn][nf4]") {
+  torch::manual_seed(1);
+  for (const bool double_quant : {false, true}) {
+    for (const auto& shape : {std::vector<int64_t>{37, 70}, std::vector<int64_t>{5, 3}, std::vector<int64_t>{64, 512}}) {
+      const auto weight = precision::quantize_nf4(torch::randn(shape) * 0.1, 64, double_quant);
+      for (const auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kHalf}) {
+        INFO("double_quant " << double_quant << ", shape " << shape[0] << "x" << shape[1] << ", " << dtype);
+        CHECK(torch::equal(precision::dequantize_nf4_on_device(weight, dtype), precision::dequantize_nf4(weight, dtype)));
+      }
+    }
+  }
+}
+
+TEST_CASE("an NF4 LoRA layer's output and gradients equal dequantise-then-linear in float64", "[nn][nf4]") {
+  torch::manual_seed(2);
+  for (const bool double_quant : {false, true}) {
+    for (const bool bias : {false, true}) {
+      INFO("double_quant " << double_quant << ", bias " << bias);
+      const auto weight = precision::quantize_nf4(torch::randn({37, 70}) * 0.05, 64, double_quant);
+      auto layer = make_layer(bias, weight);
+      if (bias) {
+        torch::NoGradGuard no_grad;
+        layer->bias.normal_();
+        layer->bias.set_requires_grad(false);  // frozen, as under LoRA
+      }
+      const auto x = torch::randn({2, 3, 70}).requires_grad_(true);
+      const auto upstream = torch::randn({2, 3, 37});
+      const auto y = layer(x);
+      (y * upstream).sum().backward();
+
+      // The reference: the codec's dequantised weight, every product in float64, gradients by autograd in float64.
+      const auto w64 = precision::dequantize_nf4(weight, torch::kFloat32).to(torch::kDouble);
+      const auto x64 = x.detach().to(torch::kDouble).requires_grad_(true);
+      const auto a64 = layer->lora_A->weight.detach().to(torch::kDouble).requires_grad_(true);
+      const auto b64 = layer->lora_B->weight.detach().to(torch::kDouble).requires_grad_(true);
+      auto y64 = x64.matmul(w64.t()) + x64.matmul(a64.t()).matmul(b64.t()) * layer->lora_scaling();
+      if (bias) y64 = y64 + layer->bias.detach().to(torch::kDouble);
+      (y64 * upstream.to(torch::kDouble)).sum().backward();
+
+      CHECK(max_diff(y, y64) < 1e-5);
+      CHECK(max_diff(x.grad(), x64.grad()) < 1e-5);
+      CHECK(max_diff(layer->lora_A->weight.grad(), a64.grad()) < 1e-5);
+      CHECK(max_diff(layer->lora_B->weight.grad(), b64.grad()) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("an NF4 base has no weight parameter and gets no gradient", "[nn][nf4]") {
+  torch::manual_seed(3);
+  const auto weight = precision::quantize_nf4(torch::randn({8, 16}), 64, true);
+  auto layer = make_layer(false, weight);
+  std::set<std::string> parameters, buffers;
+  for (const auto& item : layer->named_parameters()) parameters.insert(item.key());
+  for (const auto& item : layer->named_buffers()) buffers.insert(item.key());
+  CHECK(parameters == std::set<std::string>{"lora_A.weight", "lora_B.weight"});
+  CHECK(buffers == std::set<std::string>{"nf4_packed", "nf4_absmax", "nf4_quant_map", "nf4_nested_absmax",
+                                         "nf4_nested_quant_map"});
+  const auto x = torch::randn({4, 16}).requires_grad_(true);
+  layer(x).sum().backward();
+  for (const auto& item : layer->named_buffers()) {
+    INFO(item.key());
+    CHECK_FALSE(item.value().requires_grad());
+    CHECK_FALSE(item.value().grad().defined());
+  }
+  // The stored fields are the quantised ones, unchanged by use.
+  CHECK(torch::equal(layer->nf4_weight().packed, weight.packed));
+  CHECK(torch::equal(layer->base_weight(), precision::dequantize_nf4(weight)));
+  // The input gradient alone (the LoRA path off): grad W, from the dequantised weight.
+  nn::LoraLinear frozen(nn::LoraLinearOptions(16, 8).nf4_base(true));
+  frozen->set_nf4_weight(weight);
+  const auto z = torch::randn({4, 16}, torch::kDouble).to(torch::kFloat32).requires_grad_(true);
+  const auto g = torch::randn({4, 8});
+  const auto grad = torch::autograd::grad({frozen(z)}, {z}, {g})[0];
+  const auto expected = g.to(torch::kDouble).matmul(precision::dequantize_nf4(weight, torch::kFloat32).to(torch::kDouble));
+  CHECK(max_diff(grad, expected) < 1e-5);
+}
+
+TEST_CASE("under bf16 autocast the NF4 weight is dequantised to bf16 and the input gradient keeps its dtype",
+          "[nn][nf4]") {
+  torch::manual_seed(4);
+  const auto weight = precision::quantize_nf4(torch::randn({24, 40}) * 0.1, 64, true);
+  const auto x = torch::randn({5, 40}).requires_grad_(true);
+  torch::Tensor y;
+  {
+    const bool was_enabled = compat::autocast_cpu_enabled();
+    const auto was_dtype = compat::autocast_cpu_dtype();
+    compat::set_autocast_cpu_enabled(true);
+    compat::set_autocast_cpu_dtype(torch::kBFloat16);
+    y = nn::nf4_linear(x, weight);
+    compat::set_autocast_cpu_enabled(was_enabled);
+    compat::set_autocast_cpu_dtype(was_dtype);
+  }
+  CHECK(y.scalar_type() == torch::kBFloat16);
+  // The product of bf16 operands: the bf16 input times the bf16-rounded dequantised weight.
+  const auto expected = x.detach().to(torch::kBFloat16).to(torch::kDouble).matmul(
+      precision::dequantize_nf4(weight, torch::kBFloat16).to(torch::kDouble).t());
+  CHECK(max_diff(y, expected) < 2e-2 * expected.abs().max().item<double>());
+  y.sum().backward();
+  CHECK(x.grad().scalar_type() == torch::kFloat32);
+  const auto grad_expected = torch::ones({5, 24}, torch::kDouble).matmul(
+      precision::dequantize_nf4(weight, torch::kBFloat16).to(torch::kDouble));
+  CHECK(max_diff(x.grad(), grad_expected) < 2e-2 * grad_expected.abs().max().item<double>());
+}
