@@ -145,6 +145,9 @@ int main(int argc, char** argv) {
   auto* export_command = app.add_subcommand("export", "write a checkpoint as a Hugging Face model directory");
   export_command->add_option("checkpoint", export_arguments.checkpoint, "run directory or checkpoint directory")->required();
   export_command->add_flag("--merge-lora", export_arguments.merge_lora, "merge LoRA adapters into the base weights");
+  export_command->add_option("--base", export_arguments.base,
+                             "with --merge-lora: the original-precision model directory to merge into (QLoRA: the "
+                             "model the run quantised from; without it, the dequantised NF4 weights)");
   export_command->add_option("--out", export_arguments.out, "output directory (must not exist)")->required();
   export_command->add_option("--max-shard-size", export_arguments.max_shard_size,
                              "split the weights into shards of at most this size, with an index (default 5GB, as "

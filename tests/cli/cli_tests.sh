@@ -636,6 +636,96 @@ assert off["peak_bytes"] > (1.5 if on["peak_source"].startswith("CPU") else 1.15
 PY
 }
 
+# QLoRA (lora.quantize_base: nf4) on the full run's exported model: every projection of the base stored NF4 as it
+# loads, the adapter trained over it; resume gives the uninterrupted run's losses and adapter; export writes the PEFT
+# adapter, --merge-lora merges into the dequantised NF4 weights and --merge-lora --base into the original model;
+# tune infer answers from the run and from the merged export alike.
+case_qlora_train_resume_export_answers() {
+  local base="$WORK/runs/qlora-base" run="$WORK/runs/qlora"
+  rm -rf "$base" "$run" "$WORK/runs/qlora-resume" "$WORK/runs/qlora-"{adapter,merged,merged-base}
+  expect_exit 0 "$TUNE" export "$WORK/runs/full" --out "$base"
+  write_recipe "$WORK/qlora.yaml" "$run" "lora:" "  rank: 4" "  target_modules: [q_proj, v_proj, gate_proj]" \
+    "  quantize_base: nf4"
+  "$PYTHON" - "$WORK/qlora.yaml" "$base" <<'PY'
+import sys
+lines = open(sys.argv[1]).read().split("\n")
+out, skip = [], False
+for line in lines:
+    if line.startswith("model:"):
+        out += ["model:", f"  path: {sys.argv[2]}"]; skip = True; continue
+    if line.startswith("tokenizer:"):
+        continue
+    if skip and line.startswith("  "):
+        continue
+    skip = False
+    out.append(line)
+open(sys.argv[1], "w").write("\n".join(out))
+PY
+  # Config errors name the key: NF4 needs LoRA; double_quant means nothing without NF4.
+  expect_exit 2 "$TUNE" train "$WORK/qlora.yaml" lora.rank=0; contains "$ERR" "lora.quantize_base"
+  expect_exit 2 "$TUNE" validate "$WORK/qlora.yaml" lora.quantize_base=none lora.double_quant=false
+  contains "$ERR" "lora.double_quant"
+  expect_exit 2 "$TUNE" validate "$WORK/qlora.yaml" lora.quantize_base=nf8; contains "$ERR" "lora.quantize_base"
+
+  expect_exit 0 "$TUNE" train "$WORK/qlora.yaml" training.max_steps=6 checkpoint.every=3 optimizer.lr=0.05
+  contains "$ERR" "quantised 14 projection weights to NF4"; contains "$ERR" "QLoRA"
+  local adapter="$run/checkpoints/step-6"
+  [ -s "$adapter/adapter_model.safetensors" ] && [ -s "$adapter/adapter_config.json" ] || fail "no PEFT adapter files"
+  [ ! -e "$adapter/model.safetensors" ] || fail "a QLoRA checkpoint must hold the adapter only"
+  grep -q "quantize_base: nf4" "$run/config.yaml" || fail "config.yaml lacks lora.quantize_base"
+  # The NF4 base is counted at its packed size in memory.json: below a quarter of the fp32 projections.
+  "$PYTHON" - "$run/memory.json" "$WORK/runs/full/memory.json" <<'PY' || fail "QLoRA parameter bytes"
+import json, sys
+qlora, full = (json.load(open(p))["parameters_bytes"] for p in sys.argv[1:3])
+assert qlora < full, (qlora, full)
+PY
+
+  # Resume from step 3: the same losses and the same final adapter as the uninterrupted run (fp32, CPU); the base is
+  # quantised again from model.path, deterministically.
+  local resumed="$WORK/runs/qlora-resume"
+  cp -r "$run" "$resumed"; rm -rf "$resumed/checkpoints/step-6"
+  sed -i "s|output_dir: .*|output_dir: $resumed|" "$resumed/config.yaml"
+  expect_exit 0 "$TUNE" train "$resumed/config.yaml" --resume
+  contains "$ERR" "resumed from"
+  local full_losses resumed_losses
+  full_losses=$(losses "$run/metrics.jsonl"); resumed_losses=$(losses "$resumed/metrics.jsonl")
+  [ "$full_losses" = "$resumed_losses" ] || fail "resumed QLoRA losses differ: $full_losses VS $resumed_losses"
+  cmp -s "$adapter/adapter_model.safetensors" "$resumed/checkpoints/step-6/adapter_model.safetensors" \
+    || fail "resumed QLoRA adapter differs from the uninterrupted run's"
+
+  # Export: the PEFT adapter; merged into the dequantised NF4 weights; merged into the original model (--base).
+  expect_exit 0 "$TUNE" export "$run" --out "$WORK/runs/qlora-adapter"
+  [ -s "$WORK/runs/qlora-adapter/adapter_model.safetensors" ] || fail "export wrote no adapter"
+  expect_exit 2 "$TUNE" export "$run" --out "$WORK/runs/qlora-x" --base "$base"; contains "$ERR" "--merge-lora"
+  expect_exit 0 "$TUNE" export "$run" --out "$WORK/runs/qlora-merged" --merge-lora
+  contains "$ERR" "dequantised NF4"
+  expect_exit 0 "$TUNE" export "$run" --out "$WORK/runs/qlora-merged-base" --merge-lora --base "$base"
+  "$PYTHON" - "$base" "$WORK/runs/qlora-merged" "$WORK/runs/qlora-merged-base" <<'PY' || fail "merged exports"
+import sys
+from safetensors.numpy import load_file
+base, nf4, orig = (load_file(d + "/model.safetensors") for d in sys.argv[1:4])
+name = "model.layers.0.self_attn.k_proj.weight"  # not adapted: the base's own weight in both modes
+assert (orig[name] == base[name]).all(), "--base must keep an unadapted weight exactly"
+error = abs(nf4[name] - base[name]).max()
+assert 0 < error <= 0.25 * abs(base[name]).max(), error  # NF4's rounding: nonzero, within half a code step
+adapted = "model.layers.1.self_attn.q_proj.weight"
+assert not (orig[adapted] == base[adapted]).all(), "--base merge left the adapted weight unchanged"
+assert set(nf4) == set(orig) == set(base), (sorted(set(nf4) ^ set(base)))
+PY
+
+  # tune infer answers from the run (NF4 base + adapter) and from the export merged into the dequantised base.
+  expect_exit 0 "$TUNE" infer "$run" --prompt "Reverse: a b c" --json --no-grad
+  contains "$ERR" "projection weights in NF4"
+  local run_out=$OUT
+  expect_exit 0 "$TUNE" infer "$WORK/runs/qlora-merged" --prompt "Reverse: a b c" --json --no-grad
+  "$PYTHON" - "$run_out" "$OUT" <<'PY' || fail "the NF4-merged export answers differently from the QLoRA run"
+import json, sys
+a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+assert a["prompt_ids"] == b["prompt_ids"], (a["prompt_ids"], b["prompt_ids"])
+assert len(a["output_ids"]) > 0 and a["output_ids"] == b["output_ids"], (a["output_ids"], b["output_ids"])
+PY
+}
+
 # ---- Latte (video diffusion)
 SHAPES="$WORK/shapes"
 

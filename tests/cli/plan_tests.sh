@@ -218,6 +218,7 @@ case_plan_too_small_budget() {
   contains "$ERR" "no setting fits in"; contains "$ERR" "the smallest predicted peak is"; contains "$ERR" "over the budget"
   contains "$ERR" "what would fit"; contains "$ERR" "data.max_length 256 ->"
   contains "$ERR" "LoRA rank 8"; contains "$ERR" "needs model.path"
+  contains "$ERR" "QLoRA: the frozen projections in NF4"; contains "$ERR" "lora.quantize_base=nf4"
   expect_exit 1 "$TUNE" plan "$yaml" --memory "$budget" --json
   local length
   length=$("$PYTHON" - "$OUT" "$budget" <<'PY'

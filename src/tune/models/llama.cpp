@@ -26,6 +26,9 @@ void check_lora_options(const LlamaLoraOptions& lora) {
     throw UsageError(fmt::format("the frozen base weights' dtype must be fp32, bf16 or fp16, got {}",
                                  c10::toString(lora.base_dtype)));
   }
+  if (!lora.nf4_modules.empty() && lora.lora.rank == 0 && !lora.all_frozen) {
+    throw UsageError("NF4 base weights need LoRA (rank > 0) or an inference-only model: NF4 weights cannot train");
+  }
   if (lora.lora.rank == 0) {
     if (lora.base_dtype != torch::kFloat32 && !lora.all_frozen) {
       throw UsageError("a base weight dtype other than fp32 needs LoRA (rank > 0): without it every weight trains");
@@ -202,18 +205,19 @@ void LlamaForCausalLMImpl::freeze_base_weights() {
 std::vector<std::pair<std::string, torch::Tensor>> LlamaForCausalLMImpl::merged_state() const {
   torch::NoGradGuard no_grad;
   // Merged weights of every adapted projection, keyed by the HF name of its base weight.
-  std::map<std::string, torch::Tensor> merged;
-  for (const auto& item : named_modules()) {
-    if (const auto* linear = dynamic_cast<const nn::LoraLinearImpl*>(item.value().get()); linear && linear->has_lora()) {
-      merged[item.key() + ".weight"] = linear->merged_weight();
-    }
-  }
+  // Module by module in registration order (HF's); an NF4 projection has no weight parameter, so its (dequantised,
+  // merged) weight is emitted where the parameter would stand, before its bias.
   std::vector<std::pair<std::string, torch::Tensor>> state;
-  for (const auto& item : named_parameters()) {
-    const std::string& name = item.key();
-    if (name.find("lora_") != std::string::npos) continue;
-    const auto found = merged.find(name);
-    state.emplace_back(name, found != merged.end() ? found->second : item.value().detach().clone());
+  for (const auto& item : named_modules()) {
+    const std::string prefix = item.key().empty() ? "" : item.key() + ".";
+    if (prefix.find("lora_") != std::string::npos) continue;
+    const auto* linear = dynamic_cast<const nn::LoraLinearImpl*>(item.value().get());
+    for (const auto& param : item.value()->named_parameters(/*recurse=*/false)) {
+      if (linear != nullptr && param.key() == "weight") continue;
+      if (linear != nullptr && param.key() == "bias") state.emplace_back(prefix + "weight", linear->merged_weight());
+      state.emplace_back(prefix + param.key(), param.value().detach().clone());
+    }
+    if (linear != nullptr && !linear->bias.defined()) state.emplace_back(prefix + "weight", linear->merged_weight());
   }
   return state;
 }

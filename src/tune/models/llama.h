@@ -32,6 +32,10 @@ struct LlamaLoraOptions {
   torch::ScalarType base_dtype = torch::kFloat32;
   // An inference-only model: every parameter is frozen, so base_dtype applies to all of them, LoRA or not.
   bool all_frozen = false;
+  // Projections (of every decoder layer) whose base weight is NF4 (QLoRA, lora.quantize_base: nf4, or a
+  // pre-quantised checkpoint): no weight parameter, the weight quantised or read as the model loads. Empty: none.
+  std::vector<std::string> nf4_modules;
+  bool double_quant = true;  // lora.double_quant: how weights quantised by tune store their absmaxes
 };
 
 // Key/value cache for incremental decoding: per layer, [batch, kv_heads, cached_len, head_dim]. A layer with a
@@ -78,7 +82,8 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   void freeze_base_weights();
   bool has_lora() const { return lora_.lora.rank > 0; }
   const LlamaLoraOptions& lora_options() const { return lora_; }
-  // HF-named tensors of the full model with LoRA merged into the base weights (export --merge-lora).
+  // HF-named tensors of the full model with LoRA merged into the base weights (export --merge-lora); NF4 base
+  // weights dequantised (to the dtype they were quantised from) before the merge.
   std::vector<std::pair<std::string, torch::Tensor>> merged_state() const;
 
   const LlamaConfig& config() const { return config_; }

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "tune/core/error.h"
+#include "tune/io/bnb_4bit.h"
 #include "tune/io/json_fields.h"
 #include "tune/io/json_file.h"
 
@@ -119,7 +120,8 @@ void read_rope(const io::JsonFields& reader, const json& config_json, const std:
 }
 
 // Settings of the four classes that change the maths and that tune does not implement: refused, never ignored.
-void check_unimplemented(const io::JsonFields& reader, const json& config_json, LlamaConfig& config) {
+void check_unimplemented(const io::JsonFields& reader, const json& config_json, const std::string& source,
+                         LlamaConfig& config) {
   config.hidden_act = reader.string("hidden_act", config.hidden_act);
   if (std::find(kSupportedHiddenActs.begin(), kSupportedHiddenActs.end(), config.hidden_act) == kSupportedHiddenActs.end()) {
     reader.fail("hidden_act", fmt::format("is '{}', an activation tune's MLP does not implement (supported: {})",
@@ -133,15 +135,10 @@ void check_unimplemented(const io::JsonFields& reader, const json& config_json, 
                                                  "HINT: set it to 0.0 in config.json to train without it",
                                                  attention_dropout));
   }
-  // A quantised checkpoint's tensors are not the plain weights tune loads.
+  // A bitsandbytes 4-bit NF4 checkpoint loads as published (its weights are read as NF4, recipes/sft/sft_model.cpp);
+  // any other quantisation (8-bit, FP4, GPTQ, AWQ, ...) is refused by name, here, before a tensor is read.
   if (reader.has("quantization_config")) {
-    const json& quantization = config_json.at("quantization_config");
-    const std::string method = quantization.is_object() && quantization.contains("quant_method") &&
-                                       quantization.at("quant_method").is_string()
-                                   ? quantization.at("quant_method").get<std::string>()
-                                   : quantization.dump();
-    reader.fail("quantization_config", fmt::format("is set (quant_method {}); tune loads only unquantised weights; "
-                                                   "HINT: use the unquantised checkpoint", method));
+    io::parse_bnb_quantization_config(config_json.at("quantization_config"), source);
   }
   // pretraining_tp (Llama): transformers < 4.47 split the projections into that many slices and summed the partial
   // products, mathematically the same matmul (only rounding differs); transformers 5 ignores it, and so does tune.
@@ -267,7 +264,7 @@ LlamaConfig LlamaConfig::from_json(const json& config_json, const std::string& s
     config.attention_bias = reader.boolean("attention_bias", config.attention_bias);
   }
   if (model_type == "llama") config.mlp_bias = reader.boolean("mlp_bias", config.mlp_bias);
-  check_unimplemented(reader, config_json, config);
+  check_unimplemented(reader, config_json, source, config);
   // Sliding windows: LlamaForCausalLM has none (it ignores any such field, so tune does too).
   if (model_type == "mistral") {
     read_mistral_window(reader, config_json, config);

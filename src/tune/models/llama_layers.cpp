@@ -30,6 +30,8 @@ nn::LoraLinear make_projection(int64_t in_features, int64_t out_features, bool b
   if (lora.lora.rank > 0 && std::find(targets.begin(), targets.end(), name) != targets.end()) {
     options.lora(lora.lora);
   }
+  const auto& nf4 = lora.nf4_modules;
+  options.nf4_base(std::find(nf4.begin(), nf4.end(), name) != nf4.end());
   return nn::LoraLinear(options);
 }
 

@@ -54,6 +54,12 @@ precision::Nf4Tensor restore_weight(AutogradContext* ctx) {
   return weight;
 }
 
+// The weight as bitsandbytes' matmul_4bit sees it: dequantised to the dtype it was quantised from (a bf16 model's
+// weight is a bf16 value), then cast to the compute dtype; so an fp32 compute of a bf16 model matches transformers'.
+torch::Tensor dequantise_for(const precision::Nf4Tensor& weight, torch::ScalarType compute) {
+  return precision::dequantize_nf4_on_device(weight, weight.dtype).to(compute);
+}
+
 class Nf4LinearFunction : public torch::autograd::Function<Nf4LinearFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& input, const precision::Nf4Tensor& weight) {
@@ -61,15 +67,14 @@ class Nf4LinearFunction : public torch::autograd::Function<Nf4LinearFunction> {
     save_weight(ctx, weight);
     ctx->saved_data["input_dtype"] = static_cast<int64_t>(input.scalar_type());
     // The temporary dies with this scope; only the product is returned.
-    const torch::Tensor dequantised = precision::dequantize_nf4_on_device(weight, compute);
+    const torch::Tensor dequantised = dequantise_for(weight, compute);
     return torch::linear(input.to(compute), dequantised);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const torch::Tensor& grad_output = grad_outputs[0];
     const auto input_dtype = static_cast<torch::ScalarType>(ctx->saved_data["input_dtype"].toInt());
-    const torch::Tensor dequantised =
-        precision::dequantize_nf4_on_device(restore_weight(ctx), grad_output.scalar_type());
+    const torch::Tensor dequantised = dequantise_for(restore_weight(ctx), grad_output.scalar_type());
     // d(x W^T)/dx = grad W; the weight's own gradient is not computed (frozen), so neither is the input saved.
     return {torch::matmul(grad_output, dequantised).to(input_dtype), torch::Tensor()};
   }

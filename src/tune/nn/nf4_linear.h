@@ -10,7 +10,7 @@ namespace tune::nn {
 
 // input [..., in] times the dequantised weight [out, in] transposed: [..., out]. The product runs in the compute dtype:
 // the autocast dtype inside an autocast scope of the input's device, else the input's own dtype; the weight is
-// dequantised straight to it (bitsandbytes' values, rounded once). Differentiable with respect to `input` only (the
+// dequantised to the dtype it was quantised from (bitsandbytes' values) and cast to it, as bitsandbytes' matmul_4bit. Differentiable with respect to `input` only (the
 // weight is frozen and gets no gradient); backward dequantises again rather than keeping the weight, and saves
 // nothing but the weight's (shared, packed) fields. Under activation checkpointing the recompute dequantises again.
 torch::Tensor nf4_linear(const torch::Tensor& input, const precision::Nf4Tensor& weight);

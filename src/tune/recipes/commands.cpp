@@ -250,7 +250,12 @@ int run_export(const ExportArguments& arguments) {
     throw UsageError(fmt::format("--max-shard-size '{}': expected a size such as 5GB, 500MB or 2GiB",
                                  arguments.max_shard_size));
   }
-  return loaded.recipe->export_model({checkpoint, loaded.config, arguments.merge_lora, arguments.out, *max_shard_bytes});
+  ExportRequest request{checkpoint, loaded.config};
+  request.merge_lora = arguments.merge_lora;
+  request.base = arguments.base;
+  request.out = arguments.out;
+  request.max_shard_bytes = *max_shard_bytes;
+  return loaded.recipe->export_model(request);
 }
 
 int run_prepare(const PrepareArguments& arguments) {

@@ -41,6 +41,7 @@ struct InferArguments {
 struct ExportArguments {
   std::filesystem::path checkpoint;  // run directory or checkpoint directory
   bool merge_lora = false;
+  std::optional<std::filesystem::path> base;  // --base: the original-precision model to merge into
   std::filesystem::path out;
   std::string max_shard_size = "5GB";
 };

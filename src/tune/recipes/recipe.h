@@ -44,6 +44,9 @@ struct ExportRequest {
   std::filesystem::path checkpoint;       // a complete checkpoint directory
   config::Config config;                  // the run's config.yaml
   bool merge_lora = false;
+  // --base DIR (with --merge-lora): the original-precision model to merge into, e.g. the one a QLoRA run quantised
+  // from; unset: the base the run loaded (for QLoRA its NF4 weights, dequantised).
+  std::optional<std::filesystem::path> base;
   std::filesystem::path out;
   uint64_t max_shard_bytes = 5'000'000'000ULL;  // weights above this are sharded with an index, as transformers does
 };

@@ -82,7 +82,12 @@ models::LlamaLoraOptions adapter_as_trained(const models::LlamaLoraOptions& requ
         fmt::format("[{}]", fmt::join(requested.target_modules, ", ")),
         fmt::format("[{}]", fmt::join(trained.target_modules, ", ")));
   // lora.dropout does not act at inference; the adapter's own value is kept so a re-export writes it back.
-  return trained;
+  // How the base is stored is not the adapter's business (PEFT's config does not say): the run's config decides,
+  // so a QLoRA run answers with the NF4 base it trained on.
+  models::LlamaLoraOptions loaded = trained;
+  loaded.nf4_modules = requested.nf4_modules;
+  loaded.double_quant = requested.double_quant;
+  return loaded;
 }
 
 // Picks the weights: a bare model directory, the newest checkpoint of a run, or the recipe's base model.
@@ -148,8 +153,11 @@ InferenceSession open_inference_session(const InferRequest& request) {
                                     /*training=*/false),
                      session.device);
   for (const auto& param : model->parameters()) session.parameter_bytes += static_cast<int64_t>(param.nbytes());
-  log::info("weights: {} ({}{})", loaded.weights_from, format_bytes(static_cast<double>(session.parameter_bytes)),
-            run.frozen_weights_bf16 ? " in bf16, param_dtype bf16" : "");
+  const Nf4Footprint nf4 = nf4_footprint(model);
+  session.parameter_bytes += nf4.bytes;
+  log::info("weights: {} ({}{}{})", loaded.weights_from, format_bytes(static_cast<double>(session.parameter_bytes)),
+            run.frozen_weights_bf16 ? " in bf16, param_dtype bf16" : "",
+            nf4.tensors > 0 ? fmt::format(", {} projection weights in NF4", nf4.tensors) : "");
 
   auto& chat_template = session.chat_template;
   if (!request.raw) {

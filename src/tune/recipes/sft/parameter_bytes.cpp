@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <string>
 
+#include "tune/precision/nf4.h"
+
 namespace tune::recipes::sft {
 namespace {
 
@@ -16,6 +18,10 @@ struct Projection {
 bool targeted(const models::LlamaLoraOptions& lora, const std::string& name) {
   return lora.lora.rank > 0 &&
          std::find(lora.target_modules.begin(), lora.target_modules.end(), name) != lora.target_modules.end();
+}
+
+bool quantized(const models::LlamaLoraOptions& lora, const std::string& name) {
+  return std::find(lora.nf4_modules.begin(), lora.nf4_modules.end(), name) != lora.nf4_modules.end();
 }
 
 }  // namespace
@@ -32,10 +38,16 @@ ParameterCounts count_parameters(const models::LlamaConfig& config, const models
                                     {"down_proj", inner, hidden, config.mlp_bias}};
   int64_t base_layer = 2 * hidden;  // input_layernorm, post_attention_layernorm
   if (config.has_qk_norm()) base_layer += 2 * head_dim;
-  int64_t adapters_layer = 0, largest_base = 0, largest_adapter = 0;
+  int64_t adapters_layer = 0, largest_base = 0, largest_adapter = 0, nf4_layer = 0, nf4_bytes_layer = 0,
+          largest_nf4 = 0;
   for (const Projection& p : projections) {
     base_layer += p.in * p.out + (p.bias ? p.out : 0);
     largest_base = std::max(largest_base, p.in * p.out);
+    if (quantized(lora, p.name)) {
+      nf4_layer += p.in * p.out;
+      nf4_bytes_layer += precision::nf4_storage_bytes(p.in * p.out, 64, lora.double_quant);
+      largest_nf4 = std::max(largest_nf4, p.in * p.out);
+    }
     if (targeted(lora, p.name)) {
       adapters_layer += rank * p.in + p.out * rank;  // lora_A [r, in], lora_B [out, r]
       largest_adapter = std::max({largest_adapter, rank * p.in, rank * p.out});
@@ -45,6 +57,9 @@ ParameterCounts count_parameters(const models::LlamaConfig& config, const models
   const int64_t outside = vocab * hidden + hidden + (config.tie_word_embeddings ? 0 : vocab * hidden);
   ParameterCounts counts;
   counts.total = layers * (base_layer + adapters_layer) + outside;
+  counts.nf4 = layers * nf4_layer;
+  counts.nf4_bytes = layers * nf4_bytes_layer;
+  counts.largest_nf4 = largest_nf4;
   if (rank > 0) {
     counts.trainable = layers * adapters_layer;
     counts.largest_trainable = largest_adapter;
@@ -59,9 +74,9 @@ ParameterCounts count_parameters(const models::LlamaConfig& config, const models
 }
 
 ResidentBytes resident_bytes(const ParameterCounts& counts, bool frozen_weights_bf16, bool optimizer_state_bf16) {
-  const int64_t frozen = counts.total - counts.trainable;
+  const int64_t frozen = counts.total - counts.trainable - counts.nf4;
   ResidentBytes bytes;
-  bytes.parameters = counts.trainable * 4 + frozen * (frozen_weights_bf16 ? 2 : 4);
+  bytes.parameters = counts.trainable * 4 + frozen * (frozen_weights_bf16 ? 2 : 4) + counts.nf4_bytes;
   bytes.gradients = counts.trainable * 4;
   bytes.optimizer_state = counts.trainable * (optimizer_state_bf16 ? 4 : 8);
   return bytes;

@@ -18,11 +18,17 @@ struct ParameterCounts {
   // Trainable elements whose gradients backward produces before the layers': the output head and final norm (full
   // fine-tuning; with tied embeddings the head is the embedding). An untied input embedding's comes after them.
   int64_t trainable_head = 0;
+  // QLoRA (lora.nf4_modules): elements of the projection weights stored NF4 (within `total`), and their bytes
+  // (packed nibbles plus block statistics: about 0.53 bytes per element with double quantisation).
+  int64_t nf4 = 0;
+  int64_t nf4_bytes = 0;
+  int64_t largest_nf4 = 0;  // elements of the largest NF4 weight (what one dequantisation materialises)
 };
 
 ParameterCounts count_parameters(const models::LlamaConfig& config, const models::LlamaLoraOptions& lora);
 
-// Bytes of the steady state: parameters (trainable in fp32; frozen ones in bf16 under param_dtype bf16, else fp32),
+// Bytes of the steady state: parameters (trainable in fp32; NF4 ones at their packed size; other frozen ones in bf16
+// under param_dtype bf16, else fp32),
 // their fp32 gradients, and AdamW's two moments (fp32, or bf16 under optimizer.state_dtype bf16).
 struct ResidentBytes {
   int64_t parameters = 0;

@@ -90,6 +90,9 @@ PeakBreakdown predict_peak(const SftPlanInputs& inputs, const PlanSetting& setti
     peak.other = row_bytes * setting.batch_size * setting.processes * setting.accumulation;
     if (setting.processes > 1) peak.other += row_bytes * setting.batch_size;
   }
+  // QLoRA: one NF4 weight dequantised at a time (forward, and again in backward): the int32 byte indices (2 bytes
+  // per element), the float32 code values and their scaled copy (4 + 4) and the result in the compute dtype.
+  if (counts.nf4 > 0) peak.other += counts.largest_nf4 * (2 + 4 + 4 + (inputs.low_precision ? 2 : 4));
   const int64_t batch_tensors = peak.other;
   // ddp, shard_grad_op: the reducer flattens each bucket's gradients into a copy in the reduce dtype, at most two
   // buckets in flight (distributed/gradient_reducer.cpp); a bf16 bucket is cast from an fp32 concatenation.

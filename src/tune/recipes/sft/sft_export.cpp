@@ -86,6 +86,15 @@ int export_model(const ExportRequest& request) {
                                  request.out.string()));
   }
   const bool lora = is_lora_checkpoint(checkpoint);
+  if (request.base && !(lora && request.merge_lora)) {
+    throw UsageError(fmt::format("--base {} names the model to merge a LoRA adapter into, so it needs --merge-lora and "
+                                 "a LoRA checkpoint; {} {}", request.base->string(), checkpoint.string(),
+                                 lora ? "was given without --merge-lora" : "is a full fine-tuning checkpoint"));
+  }
+  if (request.base && !fs::exists(*request.base / "config.json")) {
+    throw UsageError(fmt::format("--base {}: no config.json there; --base takes a Hugging Face model directory (the "
+                                 "original-precision model the run quantised from)", request.base->string()));
+  }
   require_checkpoint_files(checkpoint, checkpoint_weight_files(checkpoint));
   SftSettings sft = read_sft_settings(request.config);
   sft.tokenizer_path = checkpoint.string();
@@ -110,7 +119,20 @@ int export_model(const ExportRequest& request) {
   } else if (!request.merge_lora) {
     copy_into(checkpoint, temporary, {"adapter_config.json", "adapter_model.safetensors"});
   } else {
+    const auto nf4_modules = sft.model.lora.nf4_modules;
+    const bool double_quant = sft.model.lora.double_quant;
     sft.model.lora = lora_from_peft_config(checkpoint / "adapter_config.json");
+    if (request.base) {
+      // The original-precision weights: the adapter's update lands on the values it was meant for, no NF4 error.
+      sft.model.path = request.base->string();
+    } else if (!nf4_modules.empty()) {
+      // QLoRA without --base: the base the run trained on, dequantised. Its quantisation error is then part of the
+      // exported weights, which is what the adapter saw in training but not what the original model holds.
+      sft.model.lora.nf4_modules = nf4_modules;
+      sft.model.lora.double_quant = double_quant;
+      log::warn("merging into the dequantised NF4 base of {} (its quantisation error is baked into the exported "
+                "weights); --base DIR merges into the original-precision model instead", checkpoint.string());
+    }
     auto model = build_model(sft, tokenizer, 0);
     load_checkpoint_weights(checkpoint, model);
     std::map<std::string, torch::Tensor> merged;
@@ -128,7 +150,11 @@ int export_model(const ExportRequest& request) {
   fs::remove_all(request.out);
   fs::rename(temporary, request.out);
   log::info("exported {} to {} ({}, chat template {})", checkpoint.string(), request.out.string(),
-            !lora ? "Hugging Face model" : request.merge_lora ? "Hugging Face model, LoRA merged" : "PEFT adapter",
+            !lora ? "Hugging Face model"
+            : request.merge_lora
+                ? (request.base ? fmt::format("Hugging Face model, LoRA merged into {}", request.base->string())
+                                : std::string("Hugging Face model, LoRA merged"))
+                : "PEFT adapter",
             chat.name() == "auto" ? "the model's own" : chat.name());
   return 0;
 }

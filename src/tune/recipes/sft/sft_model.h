@@ -30,8 +30,18 @@ models::LlamaForCausalLM build_model(const SftSettings& settings, const data::To
 // Returns the number of frozen tensors now stored in bf16 (converted here or built so by build_model).
 int64_t store_frozen_weights_in_bf16(models::LlamaForCausalLM& model);
 
-// Loads a HF model directory's weights into `model` (names must match exactly; see io::load_into_module).
+// Loads a HF model directory's weights into `model` (names must match exactly; see io::load_into_module). NF4
+// projections (lora.quantize_base nf4) take their weight quantised as it loads, one tensor at a time, so the dense
+// model never exists whole; a weight the directory holds pre-quantised by bitsandbytes is read as stored.
 void load_model_weights(models::LlamaForCausalLM& model, const std::filesystem::path& model_dir);
+
+// What the NF4 base weights hold: elements and bytes (packed weights and statistics).
+struct Nf4Footprint {
+  int64_t tensors = 0;
+  int64_t elements = 0;
+  int64_t bytes = 0;
+};
+Nf4Footprint nf4_footprint(const models::LlamaForCausalLM& model);
 
 // Tensors of `model` to save under HF names: all parameters for full fine-tuning, LoRA tensors only (under PEFT's
 // "base_model.model." prefix) when the model has LoRA.

@@ -86,6 +86,13 @@ config::Schema sft_schema() {
   schema.real("lora.dropout", 0.0, "dropout on the LoRA input");
   schema.string_list("lora.target_modules", {"q_proj", "v_proj"},
                      "projections that get adapters: q_proj k_proj v_proj o_proj gate_proj up_proj down_proj, or [all-linear]");
+  schema.choice("lora.quantize_base", {"none", "nf4"}, "none",
+                "QLoRA: nf4 stores every projection weight of the decoder layers (adapted or not) in bitsandbytes' "
+                "4-bit NormalFloat as the model loads (about 0.53 bytes per parameter); embeddings, norms and "
+                "lm_head stay in param_dtype. Needs lora.rank > 0");
+  schema.boolean("lora.double_quant", true,
+                 "with lora.quantize_base nf4: quantise the block absmaxes again (bitsandbytes' "
+                 "bnb_4bit_use_double_quant; 0.127 instead of 0.5 bits per parameter of statistics)");
 
   // Required by `tune train` (sft_train.cpp) but not by tune infer, chat or export, which need no training data.
   schema.add({"data.train", config::ValueType::weighted_paths, std::nullopt, false, {},
@@ -161,6 +168,19 @@ SftSettings read_sft_settings(const config::Config& config) {
     }
   }
   if (lora.lora.rank > 0 && lora.target_modules.empty()) config.fail("lora.target_modules", "must not be empty");
+  // A key that would be ignored is refused (the default is accepted: a run's config.yaml writes every key).
+  const bool quantize_base = config.get_string("lora.quantize_base") == "nf4";
+  lora.double_quant = config.get_bool("lora.double_quant");
+  if (quantize_base && lora.lora.rank == 0) {
+    config.fail("lora.quantize_base", "is nf4, which quantises the frozen base of a LoRA run, but lora.rank is 0 "
+                                      "(full fine-tuning trains every weight, and NF4 weights cannot train); set "
+                                      "lora.rank > 0, or lora.quantize_base: none");
+  }
+  if (!quantize_base && !lora.double_quant) {
+    config.fail("lora.double_quant", "is false, but it only acts with lora.quantize_base: nf4; remove it or set "
+                                     "lora.quantize_base: nf4");
+  }
+  if (quantize_base) lora.nf4_modules = kTargets;
   if (lora.lora.rank > 0 && !settings.model.path) {
     config.fail("lora.rank", "LoRA adapts a pretrained model: set model.path to a Hugging Face model directory "
                              "(or a full fine-tuning checkpoint), or use lora.rank: 0 for full fine-tuning");

@@ -169,6 +169,10 @@ int train(const TrainRequest& request) {
     all_param_bytes += item.numel() * static_cast<int64_t>(item.element_size());
     parameter_count += static_cast<double>(item.numel());
   }
+  // QLoRA: the NF4 base weights are buffers, not parameters, and count at their packed size.
+  const Nf4Footprint nf4 = nf4_footprint(model);
+  all_param_bytes += nf4.bytes;
+  parameter_count += static_cast<double>(nf4.elements);
   // Per process: under full_shard its flat shards.
   all_param_bytes = parallel.bytes_per_process(all_param_bytes, false);
   const int64_t gradient_bytes = parallel.bytes_per_process(total_bytes(param_tensors), true);
@@ -194,7 +198,8 @@ int train(const TrainRequest& request) {
       {"mixed_precision", precision::to_string(run.mixed_precision)}};
   log::info("model: {} layers, hidden {}, {} parameters ({} trainable{}), device {}, {} threads",
             model->config().num_hidden_layers, model->config().hidden_size, format_count(parameter_count),
-            format_count(total_bytes(param_tensors) / 4.0), model->has_lora() ? ", LoRA" : "", run.device, threads);
+            format_count(total_bytes(param_tensors) / 4.0),
+            model->has_lora() ? (nf4.tensors > 0 ? ", QLoRA: NF4 base" : ", LoRA") : "", run.device, threads);
   log::info("gradient checkpointing: {}", checkpointing->describe());
   if (sft.chunked_loss) {
     log::info("loss: chunked linear cross-entropy (training.chunked_loss; the logits are never whole, so the "
