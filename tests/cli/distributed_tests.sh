@@ -570,6 +570,9 @@ case_launcher_names_stopped_rank() {
   contains "$err" "worker rank 1 was stopped"
   contains "$err" "worker rank 1 (stopped by signal"
   contains "$err" "stopped responding"
+  # The worker whose collective timed out names the stopped rank itself (as it must under torchrun, with no launcher
+  # of tune's to do it).
+  contains "$err" "rank 1 (pid $rank1 on this host) is stopped"
   sleep 0.5
   kill -0 "$rank0" 2>/dev/null && fail "rank 0 outlived the launcher"
   kill -0 "$rank1" 2>/dev/null && fail "rank 1 outlived the launcher"

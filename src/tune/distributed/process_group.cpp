@@ -19,6 +19,7 @@
 #include <cstdlib>
 
 #include "tune/core/error.h"
+#include "tune/distributed/peer_status.h"
 
 namespace tune::distributed {
 namespace {
@@ -38,11 +39,17 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
 // ("[/__w/pytorch/.../gloo/transport/tcp/pair.cc:553] Connection closed by peer ..."), which means nothing to a user.
 std::string first_line(const std::string& message) {
   std::string line = message.substr(0, message.find('\n'));
-  if (!line.empty() && line.front() == '[') {
-    const size_t close = line.find("] ");
-    if (close != std::string::npos && line.rfind(':', close) != std::string::npos &&
-        line.substr(0, close).find(".cc:") != std::string::npos) {
-      line = line.substr(close + 2);
+  // "[<path>.cc:<line>] " anywhere in the line ("Gloo connectFullMesh failed with [/__w/.../pair.cc:553] ...").
+  size_t open = line.find('[');
+  while (open != std::string::npos) {
+    const size_t close = line.find("] ", open);
+    if (close == std::string::npos) break;
+    const std::string inside = line.substr(open, close - open);
+    if (inside.find(".cc:") != std::string::npos && inside.find(' ') == std::string::npos) {
+      line.erase(open, close + 2 - open);
+      open = line.find('[', open);
+    } else {
+      open = line.find('[', open + 1);
     }
   }
   // Gloo's advice to PyTorch developers ("This is typically caused by a remote worker hanging ... GLHF!").
@@ -53,11 +60,13 @@ std::string first_line(const std::string& message) {
 
 // Starts a c10d collective (`launch` returns its Work); a failure to start becomes tune::Error naming it.
 template <typename Launch>
-PendingCollective start(int rank, const std::string& what, std::chrono::seconds timeout, Launch&& launch) {
+PendingCollective start(const ProcessGroup* group, const std::string& what, std::chrono::seconds timeout,
+                        Launch&& launch) {
   try {
-    return PendingCollective(launch(), what, timeout);
+    return PendingCollective(launch(), what, timeout, group);
   } catch (const std::exception& error) {
-    throw Error(fmt::format("rank {}: the collective '{}' could not start: {}", rank, what, first_line(error.what())));
+    throw Error(fmt::format("rank {}: the collective '{}' could not start: {}", group->rank(), what,
+                            first_line(error.what())));
   }
 }
 
@@ -88,8 +97,8 @@ std::vector<std::shared_ptr<::gloo::transport::Device>> gloo_devices(const Launc
 }  // namespace
 
 PendingCollective::PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string what,
-                                     std::chrono::seconds timeout)
-    : work_(std::move(work)), what_(std::move(what)), timeout_(timeout) {}
+                                     std::chrono::seconds timeout, const ProcessGroup* group)
+    : work_(std::move(work)), what_(std::move(what)), timeout_(timeout), group_(group) {}
 PendingCollective::~PendingCollective() = default;
 PendingCollective::PendingCollective(PendingCollective&&) noexcept = default;
 PendingCollective& PendingCollective::operator=(PendingCollective&&) noexcept = default;
@@ -104,16 +113,22 @@ void PendingCollective::wait() {
     work->wait(std::chrono::duration_cast<std::chrono::milliseconds>(timeout_));
   } catch (const std::exception& error) {
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    // Well before the timeout, the collective did not time out: a peer's connection closed (it exited or was
-    // killed; the launcher, or the peer's own message, names it).
+    // Which peer: found from here where it ran on this host (peer_status.h); else its own message or the launcher's.
+    const std::string lost = group_ != nullptr ? group_->describe_lost_peers() : std::string();
+    // Well before the timeout, the collective did not time out: a peer's connection closed (it exited or was killed).
     if (waited < 0.9 * static_cast<double>(timeout_.count())) {
-      throw Error(fmt::format("rank {}: the collective '{}' failed after {:.1f} s, before distributed.timeout_s={}: "
-                              "another rank exited or was killed (its own message, or the launcher's, names it): {}",
-                              world_rank(), what_, waited, timeout_.count(), first_line(error.what())));
+      throw Error(fmt::format("rank {}: the collective '{}' failed after {:.1f} s, before distributed.timeout_s={}: {}: "
+                              "{}",
+                              world_rank(), what_, waited, timeout_.count(),
+                              lost.empty() ? "another rank exited or was killed (its own message, or the launcher's, "
+                                             "names it)"
+                                           : lost,
+                              first_line(error.what())));
     }
-    throw Error(fmt::format("rank {}: the collective '{}' did not complete within distributed.timeout_s={} (another "
-                            "rank stopped responding, or failed; see its message above): {}",
-                            world_rank(), what_, timeout_.count(), first_line(error.what())));
+    throw Error(fmt::format("rank {}: the collective '{}' did not complete within distributed.timeout_s={}: {}: {}",
+                            world_rank(), what_, timeout_.count(),
+                            lost.empty() ? "another rank stopped responding, or failed (see its message above)" : lost,
+                            first_line(error.what())));
   }
 }
 
@@ -155,6 +170,8 @@ ProcessGroup::ProcessGroup(const LaunchEnvironment& env, const GroupOptions& opt
     store_options.waitWorkers = true;
     store_options.timeout = timeout;
     auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+    record_process(*store, env.rank);
+    store_ = store;
 #if defined(TUNE_WITH_NCCL)
     if (options.backend == "nccl") {
       // One GPU per local rank (torchrun's convention); NCCL's communicators are created on the current device.
@@ -179,12 +196,16 @@ ProcessGroup::ProcessGroup(const LaunchEnvironment& env, const GroupOptions& opt
 
 ProcessGroup::~ProcessGroup() = default;
 
+std::string ProcessGroup::describe_lost_peers() const {
+  return store_ ? distributed::describe_lost_peers(*store_, env_.rank, env_.world_size) : std::string();
+}
+
 PendingCollective ProcessGroup::all_reduce_async(torch::Tensor& tensor, ReduceOp op, const std::string& what) {
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions reduce_options;
   reduce_options.reduceOp = to_c10d(op);
   reduce_options.timeout = in_ms(options_.timeout);
-  return start(env_.rank, what, options_.timeout, [&] { return backend_->allreduce(tensors, reduce_options); });
+  return start(this, what, options_.timeout, [&] { return backend_->allreduce(tensors, reduce_options); });
 }
 
 void ProcessGroup::all_reduce(torch::Tensor& tensor, ReduceOp op, const std::string& what) {
@@ -202,7 +223,7 @@ void ProcessGroup::broadcast(torch::Tensor& tensor, int root, const std::string&
   c10d::BroadcastOptions broadcast_options;
   broadcast_options.rootRank = root;
   broadcast_options.timeout = in_ms(options_.timeout);
-  start(env_.rank, what, options_.timeout, [&] { return backend_->broadcast(tensors, broadcast_options); }).wait();
+  start(this, what, options_.timeout, [&] { return backend_->broadcast(tensors, broadcast_options); }).wait();
 }
 
 PendingCollective ProcessGroup::all_gather_async(torch::Tensor& output, const torch::Tensor& input,
@@ -210,7 +231,7 @@ PendingCollective ProcessGroup::all_gather_async(torch::Tensor& output, const to
   c10d::AllgatherOptions gather_options;
   gather_options.timeout = in_ms(options_.timeout);
   at::Tensor source = input;
-  return start(env_.rank, what, options_.timeout,
+  return start(this, what, options_.timeout,
                [&] { return backend_->_allgather_base(output, source, gather_options); });
 }
 
@@ -224,7 +245,7 @@ PendingCollective ProcessGroup::reduce_async(torch::Tensor& tensor, int root, co
   reduce_options.reduceOp = c10d::ReduceOp::SUM;
   reduce_options.rootRank = root;
   reduce_options.timeout = in_ms(options_.timeout);
-  return start(env_.rank, what, options_.timeout, [&] { return backend_->reduce(tensors, reduce_options); });
+  return start(this, what, options_.timeout, [&] { return backend_->reduce(tensors, reduce_options); });
 }
 
 PendingCollective ProcessGroup::reduce_scatter_async(torch::Tensor& output, torch::Tensor& input,
@@ -232,7 +253,7 @@ PendingCollective ProcessGroup::reduce_scatter_async(torch::Tensor& output, torc
   c10d::ReduceScatterOptions scatter_options;
   scatter_options.reduceOp = c10d::ReduceOp::SUM;
   scatter_options.timeout = in_ms(options_.timeout);
-  return start(env_.rank, what, options_.timeout,
+  return start(this, what, options_.timeout,
                [&] { return backend_->_reduce_scatter_base(output, input, scatter_options); });
 }
 

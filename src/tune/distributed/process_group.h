@@ -18,6 +18,7 @@
 
 namespace c10d {
 class Backend;
+class Store;
 }  // namespace c10d
 
 namespace tune::distributed {
@@ -29,11 +30,14 @@ struct GroupOptions {
   std::chrono::seconds timeout{300};           // every collective and the rendezvous
 };
 
+class ProcessGroup;
+
 // A collective in flight. wait() rethrows a failure (timeout, peer gone) as tune::Error naming the operation.
 class PendingCollective {
  public:
   PendingCollective() = default;
-  PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string what, std::chrono::seconds timeout);
+  PendingCollective(c10::intrusive_ptr<c10d::Work> work, std::string what, std::chrono::seconds timeout,
+                    const ProcessGroup* group = nullptr);
   ~PendingCollective();
   PendingCollective(PendingCollective&&) noexcept;
   PendingCollective& operator=(PendingCollective&&) noexcept;
@@ -44,6 +48,7 @@ class PendingCollective {
   c10::intrusive_ptr<c10d::Work> work_;
   std::string what_;
   std::chrono::seconds timeout_{0};
+  const ProcessGroup* group_ = nullptr;  // its group, asked which peer was lost when it fails
 };
 
 class ProcessGroup {
@@ -76,11 +81,15 @@ class ProcessGroup {
   PendingCollective reduce_scatter_async(torch::Tensor& output, torch::Tensor& input, const std::string& what);
   void barrier(const std::string& what);
 
+  // After a failed collective: the peers found exited or stopped (distributed/peer_status.h), or "".
+  std::string describe_lost_peers() const;
+
  private:
   LaunchEnvironment env_;
   GroupOptions options_;
   torch::Device device_{torch::kCPU};
   c10::intrusive_ptr<c10d::Backend> backend_;
+  c10::intrusive_ptr<c10d::Store> store_;
 };
 
 // Whether this tune was built with c10d's NCCL backend (against a CUDA LibTorch whose NCCL headers were found).
