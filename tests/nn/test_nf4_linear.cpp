@@ -139,3 +139,33 @@ TEST_CASE("under bf16 autocast the NF4 weight is dequantised to bf16 and the inp
       precision::dequantize_nf4(weight, torch::kBFloat16).to(torch::kDouble));
   CHECK(max_diff(x.grad(), grad_expected) < 2e-2 * grad_expected.abs().max().item<double>());
 }
+
+TEST_CASE("on CUDA, the NF4 layer dequantises on the GPU to the codec's values and matches float64", "[nn][nf4][cuda]") {
+  if (!torch::cuda::is_available()) {
+    WARN("no CUDA device: the CUDA case is not exercised");
+    return;
+  }
+  torch::manual_seed(3);
+  const torch::Device cuda(torch::kCUDA, 0);
+  const auto weight = precision::quantize_nf4(torch::randn({96, 200}) * 0.05, 64, /*double_quant=*/true);
+  auto layer = make_layer(/*bias=*/false, weight);
+  layer->to(cuda);
+  // The buffers moved with the module, and the GPU's dequantisation is the codec's, bit for bit.
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    const auto on_gpu = precision::dequantize_nf4_on_device(layer->nf4_weight(), dtype);
+    CHECK(on_gpu.device().is_cuda());
+    CHECK(torch::equal(on_gpu.cpu(), precision::dequantize_nf4(weight, dtype)));
+  }
+  const auto x = torch::randn({4, 200}, torch::TensorOptions().device(cuda)).requires_grad_(true);
+  const auto upstream = torch::randn({4, 96}, torch::TensorOptions().device(cuda));
+  (layer(x) * upstream).sum().backward();
+  const auto w64 = precision::dequantize_nf4(weight, torch::kFloat32).to(torch::kDouble);
+  const auto x64 = x.detach().cpu().to(torch::kDouble).requires_grad_(true);
+  const auto a64 = layer->lora_A->weight.detach().cpu().to(torch::kDouble).requires_grad_(true);
+  const auto b64 = layer->lora_B->weight.detach().cpu().to(torch::kDouble).requires_grad_(true);
+  const auto y64 = x64.matmul(w64.t()) + x64.matmul(a64.t()).matmul(b64.t()) * layer->lora_scaling();
+  (y64 * upstream.cpu().to(torch::kDouble)).sum().backward();
+  // TF32 may be on for CUDA matmuls: a looser bound than the CPU case's.
+  CHECK(max_diff(x.grad().cpu(), x64.grad()) < 5e-3);
+  CHECK(max_diff(layer->lora_B->weight.grad().cpu(), b64.grad()) < 5e-3);
+}
