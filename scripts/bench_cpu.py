@@ -68,9 +68,12 @@ def main():
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--policies", default="off,full,every_k,sqrt")
     parser.add_argument("--compile", action="store_true", help="also PyTorch under torch.compile")
+    parser.add_argument("--compile-policies", default="off,full",
+                        help="the policies --compile runs (each compiles for about a minute on 2 cores)")
     parser.add_argument("--no-latte", action="store_true")
     parser.add_argument("--official", help="a clone of github.com/Vchitect/Latte (Latte's official-math reference)")
     parser.add_argument("--latte-policies", default="off,full")
+    parser.add_argument("--latte-repeat", type=int, default=1, help="Latte's repeats (a step takes seconds)")
     parser.add_argument("--tune-bench", default=os.path.join(ROOT, "build/apps/bench/tune-bench"))
     parser.add_argument("--cache-dir", help="tune's kernel choice cache (TUNE_CACHE_DIR); default: a fresh one")
     parser.add_argument("--out", help="write every result as JSON here")
@@ -92,7 +95,8 @@ def main():
     for threads in thread_counts:
         for repeat in range(args.repeat):
             for policy in args.policies.split(","):
-                order = ["tune", "pytorch"] + (["pytorch+compile"] if args.compile else [])
+                compiled = args.compile and policy in args.compile_policies.split(",")
+                order = ["tune", "pytorch"] + (["pytorch+compile"] if compiled else [])
                 if repeat % 2 == 1:
                     order.reverse()
                 for tool in order:
@@ -115,7 +119,8 @@ def main():
         for threads in thread_counts:
             with tempfile.NamedTemporaryFile(suffix=".json") as out:
                 command = [PYTHON, os.path.join(ROOT, "scripts/bench_latte_official.py"), "--threads", str(threads),
-                           "--repeat", str(args.repeat), "--steps", str(args.steps), "--policies", args.latte_policies,
+                           "--repeat", str(args.latte_repeat), "--steps", str(args.steps), "--policies",
+                           args.latte_policies,
                            "--gemm", "auto", "--out", out.name]
                 if args.official:
                     command += ["--reference", "official-math,diffusers", "--official", args.official]
@@ -149,6 +154,9 @@ def main():
                 return statistics.median(r["rss_peak_bytes"] for r in pick(tool))
             row = f"| {threads} | {policy} | {step('tune'):.3f} s |"
             for peer in peers:
+                if not pick(peer):
+                    row += " | | |"
+                    continue
                 if peer == "pytorch":
                     row += (f" {step(peer):.3f} s | {step('tune') / step(peer):.2f}x | {rss('tune') / 2**20:.0f} MiB | "
                             f"{rss(peer) / 2**20:.0f} MiB | {rss('tune') / rss(peer):.2f}x |")

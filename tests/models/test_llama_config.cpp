@@ -353,7 +353,7 @@ TEST_CASE("LlamaConfig refuses settings whose maths tune does not implement, nam
 
   config = tiny_llama();
   config["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}};
-  refused(config, {"'quantization_config'", "gptq"});
+  refused(config, {"'quantization_config.quant_method'", "gptq", "bitsandbytes 4-bit"});
 
   // Sliding windows.
   config = tiny_llama();
