@@ -55,6 +55,25 @@ YAML
   for line in "$@"; do echo "$line" >> "$file"; done
 }
 
+# Points a recipe at a base model directory: LoRA takes the architecture and tokenizer from it, so the recipe's
+# model: block becomes model.path alone and its tokenizer: line goes.
+use_base_model() {
+  "$PYTHON" - "$1" "$2" <<'PY' || fail "rewriting $1 for the base model $2"
+import sys
+lines = open(sys.argv[1]).read().split("\n")
+out, skip = [], False
+for line in lines:
+    if line.startswith("model:"):
+        out += ["model:", f"  path: {sys.argv[2]}"]; skip = True; continue
+    if line.startswith("tokenizer:"):
+        continue
+    if skip and line.startswith("  "):
+        continue
+    skip = False
+    out.append(line)
+open(sys.argv[1], "w").write("\n".join(out))
+PY
+}
 losses() { "$PYTHON" -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1]) if l.strip()))" "$1"; }
 
 case_setup_data() {
@@ -378,22 +397,7 @@ case_lora_train_export_merge_matches() {
   rm -rf "$base"; expect_exit 0 "$TUNE" export "$WORK/runs/full" --out "$base"
   for f in config.json model.safetensors tokenizer.model; do [ -s "$base/$f" ] || fail "export missing $f"; done
   write_recipe "$WORK/lora.yaml" "$WORK/runs/lora" "lora:" "  rank: 4" "  target_modules: [q_proj, v_proj, gate_proj]"
-  # LoRA takes its architecture and tokenizer from the base model directory.
-  "$PYTHON" - "$WORK/lora.yaml" "$base" <<'PY'
-import sys
-lines = open(sys.argv[1]).read().split("\n")
-out, skip = [], False
-for line in lines:
-    if line.startswith("model:"):
-        out += ["model:", f"  path: {sys.argv[2]}"]; skip = True; continue
-    if line.startswith("tokenizer:"):
-        continue
-    if skip and line.startswith("  "):
-        continue
-    skip = False
-    out.append(line)
-open(sys.argv[1], "w").write("\n".join(out))
-PY
+  use_base_model "$WORK/lora.yaml" "$base"
   rm -rf "$WORK/runs/lora" "$WORK/runs/lora-merged"
   expect_exit 0 "$TUNE" train "$WORK/lora.yaml" training.max_steps=6 optimizer.lr=0.05
   local adapter="$WORK/runs/lora/checkpoints/step-6"
@@ -646,21 +650,7 @@ case_qlora_train_resume_export_answers() {
   expect_exit 0 "$TUNE" export "$WORK/runs/full" --out "$base"
   write_recipe "$WORK/qlora.yaml" "$run" "lora:" "  rank: 4" "  target_modules: [q_proj, v_proj, gate_proj]" \
     "  quantize_base: nf4"
-  "$PYTHON" - "$WORK/qlora.yaml" "$base" <<'PY'
-import sys
-lines = open(sys.argv[1]).read().split("\n")
-out, skip = [], False
-for line in lines:
-    if line.startswith("model:"):
-        out += ["model:", f"  path: {sys.argv[2]}"]; skip = True; continue
-    if line.startswith("tokenizer:"):
-        continue
-    if skip and line.startswith("  "):
-        continue
-    skip = False
-    out.append(line)
-open(sys.argv[1], "w").write("\n".join(out))
-PY
+  use_base_model "$WORK/qlora.yaml" "$base"
   # Config errors name the key: NF4 needs LoRA; double_quant means nothing without NF4.
   expect_exit 2 "$TUNE" train "$WORK/qlora.yaml" lora.rank=0; contains "$ERR" "lora.quantize_base"
   expect_exit 2 "$TUNE" validate "$WORK/qlora.yaml" lora.quantize_base=none lora.double_quant=false

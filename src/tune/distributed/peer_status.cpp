@@ -3,7 +3,6 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include <c10/util/Logging.h>
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
@@ -13,6 +12,8 @@
 #include <fstream>
 #include <sstream>
 #include <vector>
+
+#include "tune/distributed/quiet_c10_logs.h"
 
 namespace tune::distributed {
 namespace {
@@ -35,17 +36,6 @@ char process_state(long pid) {
   return line[close + 2];
 }
 
-// c10d logs a failed store operation with a C++ stack trace at ERROR level: not for the user.
-class QuietStoreLogs {
- public:
-  QuietStoreLogs() : saved_(FLAGS_caffe2_log_level) { FLAGS_caffe2_log_level = 3; }
-  ~QuietStoreLogs() { FLAGS_caffe2_log_level = saved_; }
-  QuietStoreLogs(const QuietStoreLogs&) = delete;
-  QuietStoreLogs& operator=(const QuietStoreLogs&) = delete;
-
- private:
-  int saved_;
-};
 
 }  // namespace
 
@@ -54,7 +44,7 @@ void record_process(c10d::Store& store, int rank) {
 }
 
 std::string describe_lost_peers(c10d::Store& store, int rank, int world_size) {
-  const QuietStoreLogs quiet;
+  const QuietC10Logs quiet;  // a store that no longer answers is expected here
   const std::string host = this_host();
   std::vector<std::string> lost;
   try {

@@ -13,13 +13,13 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
-#include <c10/util/Logging.h>
 #include <fmt/format.h>
 
 #include <cstdlib>
 
 #include "tune/core/error.h"
 #include "tune/distributed/peer_status.h"
+#include "tune/distributed/quiet_c10_logs.h"
 
 namespace tune::distributed {
 namespace {
@@ -140,21 +140,6 @@ bool nccl_built() {
 #endif
 }
 
-// c10d logs every failed connection attempt of a rendezvous at ERROR level, each with a C++ stack trace; tune
-// reports the failure once, with its first line, when the rendezvous gives up. c10's log level is raised to FATAL
-// while the group forms and restored after.
-namespace {
-class QuietC10Logs {
- public:
-  QuietC10Logs() : saved_(FLAGS_caffe2_log_level) { FLAGS_caffe2_log_level = 3; }
-  ~QuietC10Logs() { FLAGS_caffe2_log_level = saved_; }
-  QuietC10Logs(const QuietC10Logs&) = delete;
-  QuietC10Logs& operator=(const QuietC10Logs&) = delete;
-
- private:
-  int saved_;
-};
-}  // namespace
 
 ProcessGroup::ProcessGroup(const LaunchEnvironment& env, const GroupOptions& options) : env_(env), options_(options) {
   if (options.backend != "gloo" && !(options.backend == "nccl" && nccl_built())) {
