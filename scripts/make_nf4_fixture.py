@@ -27,6 +27,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import safetensors_io  # noqa: E402
 
+import bitsandbytes as bnb  # noqa: E402
 import bitsandbytes.functional as bnb_functional  # noqa: E402
 from bitsandbytes.backends.default.ops import _dequantize_4bit_compute  # noqa: E402
 
@@ -155,6 +156,50 @@ def quantised_model_fixture(directory, layers, **bnb_options):
         state = bnb_functional.QuantState.from_dict(parts, device=torch.device("cpu"))
         expected[weight] = bnb_functional.dequantize_4bit(saved[weight], state)
     safetensors_io.save(os.path.join(target, "expected.safetensors"), expected)
+    safetensors_io.save(os.path.join(target, "logits.safetensors"), transformers_logits(target))
+
+
+def transformers_logits(directory):
+    """transformers + bitsandbytes' forward of the pre-quantised directory with fp32 compute, for fixed token ids:
+    what tune's forward of the same directory must give (tests/recipes/test_qlora.cpp). The dense tensors load as
+    fp32 (exact from bf16), every Linear4bit computes in fp32 (bitsandbytes dequantises to the weight's own dtype,
+    then casts). In train mode: in eval mode bitsandbytes 0.50.2 repacks the weights on AVX512-BF16 CPUs for a
+    bf16 kernel (quant_state.packing_format_for_cpu) whose products differ from dequantise-then-linear by ~2e-3;
+    in train mode it multiplies the dequantised weight exactly (checked: 0 difference). Llama has no dropout, so
+    train mode changes nothing else."""
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM.from_pretrained(directory, device_map="cpu", dtype=torch.float32)
+    # A pre-quantised checkpoint keeps its dense tensors in the saved dtype (bf16) whatever `dtype` asks: made fp32
+    # here (exactly), as tune holds them.
+    for parameter in model.parameters():
+        if not isinstance(parameter, bnb.nn.Params4bit) and parameter.is_floating_point():
+            parameter.data = parameter.data.float()
+    for module in model.modules():
+        if isinstance(module, bnb.nn.Linear4bit):
+            module.compute_dtype = torch.float32
+    model.train()
+    ids = torch.tensor([[1, 5, 9, 20, 33, 47, 60, 2, 11, 95]])
+    with torch.no_grad():
+        logits = model(ids).logits.float()
+
+    # The same forward in transformers with every weight dense: the NF4 ones as bitsandbytes dequantises the saved
+    # tensors (expected.safetensors), fp32 throughout. bitsandbytes' own 4-bit forward above differs from this by
+    # ~8e-4 on these models (its runtime dequantisation to the bf16 quant dtype, not found yet: in fp32-origin
+    # models the two agree exactly), so tune is held to this one at 1e-4 and to that one more loosely.
+    from transformers import LlamaConfig
+    config = LlamaConfig.from_pretrained(directory)
+    config.quantization_config = None
+    dense = LlamaForCausalLM(config).float()
+    saved = safetensors_io.load(os.path.join(directory, "model.safetensors"))
+    expected = safetensors_io.load(os.path.join(directory, "expected.safetensors"))
+    state = dense.state_dict()
+    for key in state:
+        state[key] = (expected[key] if key in expected else saved[key]).float()
+    dense.load_state_dict(state)
+    with torch.no_grad():
+        dense_logits = dense(ids).logits.float()
+    return {"input_ids": ids, "logits": logits.contiguous(), "dense_logits": dense_logits.contiguous()}
 
 
 def main():

@@ -77,6 +77,38 @@ TEST_CASE("a bitsandbytes 4-bit directory loads as published: its NF4 weights eq
   }
 }
 
+TEST_CASE("a bitsandbytes 4-bit directory gives transformers' fp32 logits", "[recipes][qlora]") {
+  // logits.safetensors (scripts/make_nf4_fixture.py): `dense_logits`, transformers' fp32 forward with every NF4
+  // weight as bitsandbytes dequantises the saved tensors; `logits`, transformers + bitsandbytes' own 4-bit forward
+  // (fp32 compute, train mode so bitsandbytes multiplies dequantised weights rather than repacking them for its bf16
+  // CPU kernel), which differs from the dense one by ~8e-4 on these bf16-origin models for a reason not found yet.
+  const std::map<std::string, std::vector<std::string>> cases = {
+      {"model_double_quant", kAllProjections},
+      {"model_bf16_storage", {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj"}}};
+  for (const auto& [name, nf4_modules] : cases) {
+    INFO(name);
+    const auto directory = fixture(name);
+    models::LlamaLoraOptions lora;
+    lora.all_frozen = true;
+    lora.nf4_modules = nf4_modules;
+    models::LlamaForCausalLM model(models::LlamaConfig::from_file((directory / "config.json").string()), lora);
+    recipes::sft::load_model_weights(model, directory);
+    model->eval();
+    const auto reference = io::WeightSource::open_file(directory / "logits.safetensors");
+    torch::NoGradGuard no_grad;
+    const torch::Tensor logits = model->forward(reference.load("input_ids")).to(torch::kDouble);
+    auto difference = [&](const std::string& key) {
+      const torch::Tensor expected = reference.load(key).to(torch::kDouble);
+      REQUIRE(logits.sizes() == expected.sizes());
+      return (logits - expected).abs().max().item<double>();
+    };
+    const double from_dense = difference("dense_logits"), from_4bit = difference("logits");
+    INFO("max |tune - transformers dense| = " << from_dense << ", max |tune - transformers 4-bit| = " << from_4bit);
+    CHECK(from_dense < 1e-4);
+    CHECK(from_4bit < 2e-3);
+  }
+}
+
 TEST_CASE("a dense directory is quantised as it loads: each weight equals quantize_nf4 of the file's tensor",
           "[recipes][qlora]") {
   torch::manual_seed(5);
