@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A real-size Hugging Face model directory with random weights, for measuring tune at the size users train.
 
-    .venv/bin/python scripts/make_real_size_model.py OUT [--shape llama-3.2-1b] [--max-shard-size 1GB] [--seed 0]
+    .venv/bin/python scripts/make_real_size_model.py OUT [--shape llama-3.2-1b|llama-3.1-8b] [--max-shard-size 1GB]
+                                                       [--seed 0]
                                                        [--num-layers N] [--tokenizer-dir DIR]
                                                        [--chat-data FILE.jsonl [--chat-rows 32]]
 
@@ -77,6 +78,12 @@ SHAPES = {
         "vocab_size": 128256,
     },
 }
+# meta-llama/Llama-3.1-8B's config.json: 32 layers, hidden 4096, intermediate 14336, 32 query / 8 key-value heads of
+# 128, untied embeddings, llama3 rope scaling factor 8.
+SHAPES["llama-3.1-8b"] = dict(
+    SHAPES["llama-3.2-1b"], head_dim=128, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+    tie_word_embeddings=False,
+    rope_scaling=dict(SHAPES["llama-3.2-1b"]["rope_scaling"], factor=8.0))
 GENERATION_CONFIG = {"bos_token_id": 128000, "do_sample": True, "eos_token_id": 128001, "temperature": 0.6,
                      "top_p": 0.9, "transformers_version": "4.45.0"}
 
