@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""tune against Hugging Face transformers + peft on one GPU: a Llama-3.2-1B-shaped model (random weights), full
-fine-tune and LoRA, gradient checkpointing off and on, batch 1 and 4 x 2048 tokens, side by side in one run, and
-tune's speed levers each alone and together.
+"""tune against Hugging Face transformers + peft (+ bitsandbytes for QLoRA) on one GPU: a Llama-3.2-1B-shaped model
+(random weights), full fine-tune, LoRA and QLoRA, gradient checkpointing off and on, batch 1 to 4 x 2048 tokens, side
+by side in one run, and tune's speed levers each alone and together.
 
     python3 scripts/bench_gpu.py --tune-bench build-cuda/apps/bench/tune-bench [--seq 2048] [--steps 5] [--out F]
-        [--rows full-off-b1,...] [--profile-dir DIR]
+        [--rows full-off-b1,...] [--profile-dir DIR] [--profiles lora-on-b1-plain,...]
 
 Same shapes, data sizes and optimizer on both sides:
   - model: hidden 2048, 16 layers, 32 query / 8 key-value heads, MLP 8192, vocab 128256, tied embeddings, RoPE base
@@ -14,11 +14,15 @@ Same shapes, data sizes and optimizer on both sides:
   - one step = forward, loss, backward, AdamW update, gradients set to none after the update; random tokens;
   - HF: LlamaForCausalLM with attn_implementation="sdpa"; torch.optim.AdamW(fused=True), HF Trainer's default
     optimizer (adamw_torch_fused); checkpointing by gradient_checkpointing_enable(use_reentrant=False); LoRA by peft
-    (rank 16, alpha 32, every projection, no dropout). All HF rows run in one process, one after the other (each
+    (rank 16, alpha 32, every projection, no dropout). QLoRA: the random bf16 model saved once, then loaded with
+    BitsAndBytesConfig(load_in_4bit, nf4, double quantisation, bf16 compute) as users load a checkpoint, then peft
+    as for LoRA (without prepare_model_for_kbit_training, which would cast the norms and embeddings to fp32 and
+    so only raise HF's memory). All HF rows run in one process, one after the other (each
     frees everything before the next; the peak is reset before each row's measured steps).
   - tune: apps/bench/tune-bench, policy full or off, one fresh process per variant (VARIANTS: the fused AdamW
     kernel --fused-adamw, LibTorch's fused RMSNorm TUNE_FUSED_RMS_NORM, the chunked linear cross-entropy --loss
-    fused).
+    fused), tune's NF4 dequantisation kernel (TUNE_NF4_KERNEL=aten: the ATen operator chain instead); QLoRA rows:
+    --quantize-base nf4 (every projection, double quantisation) on a bf16 base.
 Reported per configuration: median step time over --steps steps after 2 warm-up steps, tokens/s, peak memory
 (torch.cuda.max_memory_allocated for HF, the caching allocator's same counter in tune) during a step, and MFU:
 model FLOPs per step (6 x matmul parameters x tokens + 12 x layers x hidden x seq x tokens; for LoRA 4x instead of
@@ -53,6 +57,24 @@ def matmul_peak_tflops():
     return 2 * 8192 ** 3 / statistics.median(times) / 1e12
 
 
+def hf_quantized_model(torch, config, seq):
+    """The random bf16 model saved once (per process) and loaded back quantised to NF4 by bitsandbytes."""
+    import tempfile
+    from transformers import BitsAndBytesConfig, LlamaForCausalLM
+    if not hasattr(hf_quantized_model, "directory"):
+        hf_quantized_model.directory = tempfile.mkdtemp(prefix="bench-gpu-hf-")
+        with torch.device("cuda"):
+            model = LlamaForCausalLM(config).to(torch.bfloat16)
+        model.save_pretrained(hf_quantized_model.directory)
+        del model
+        torch.cuda.empty_cache()
+    quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                                      bnb_4bit_compute_dtype=torch.bfloat16)
+    return LlamaForCausalLM.from_pretrained(hf_quantized_model.directory, quantization_config=quantization,
+                                            torch_dtype=torch.bfloat16, device_map={"": 0},
+                                            attn_implementation="sdpa")
+
+
 def hf_run(torch, config_row, steps):
     """One HF configuration; returns its result dict. Everything it allocates is freed before it returns."""
     import gc
@@ -64,11 +86,14 @@ def hf_run(torch, config_row, steps):
                          intermediate_size=MODEL["intermediate"], rope_theta=MODEL["rope_theta"],
                          max_position_embeddings=max(seq, 2048), tie_word_embeddings=True, rms_norm_eps=1e-5,
                          attn_implementation="sdpa")
-    with torch.device("cuda"):  # initialised on the GPU: seconds, not the CPU's minute
-        model = LlamaForCausalLM(config)
+    if config_row.get("quant") == "nf4":
+        model = hf_quantized_model(torch, config, seq)
+    else:
+        with torch.device("cuda"):  # initialised on the GPU: seconds, not the CPU's minute
+            model = LlamaForCausalLM(config)
     if config_row["lora"]:
         from peft import LoraConfig, get_peft_model
-        if config_row["base_dtype"] == "bf16":
+        if config_row["base_dtype"] == "bf16" and config_row.get("quant") != "nf4":
             model = model.to(torch.bfloat16)  # as from_pretrained(torch_dtype=bfloat16); peft keeps adapters fp32
         model = get_peft_model(model, LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK, lora_dropout=0.0,
                                                  target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
@@ -148,13 +173,14 @@ def model_flops(seq, batch, lora):
 
 # The rows: (name, full|lora, checkpointing, batch, LoRA base dtype) and tune's variants, each a dict of tune-bench
 # settings. 'levers' toggles each lever alone and together on the full fine-tune; the rest run every lever kept.
-ALL_ON = {"fused_adamw": "auto", "fused_rms_norm": True, "loss": "plain"}
+ALL_ON = {"fused_adamw": "auto", "fused_rms_norm": True, "loss": "plain", "nf4_kernel": True}
 VARIANTS = {
-    "none": {"fused_adamw": "off", "fused_rms_norm": False, "loss": "plain"},
-    "adamw": {"fused_adamw": "auto", "fused_rms_norm": False, "loss": "plain"},
-    "rmsnorm": {"fused_adamw": "off", "fused_rms_norm": True, "loss": "plain"},
+    "none": {"fused_adamw": "off", "fused_rms_norm": False, "loss": "plain", "nf4_kernel": False},
+    "adamw": {"fused_adamw": "auto", "fused_rms_norm": False, "loss": "plain", "nf4_kernel": False},
+    "rmsnorm": {"fused_adamw": "off", "fused_rms_norm": True, "loss": "plain", "nf4_kernel": False},
     "all": ALL_ON,
     "all+chunked_loss": {**ALL_ON, "loss": "fused"},
+    "all-nf4_kernel": {**ALL_ON, "nf4_kernel": False},
 }
 ROWS = [
     ("full-off-b1", "full", False, 1, "fp32", ["none", "adamw", "rmsnorm", "all", "all+chunked_loss"]),
@@ -165,10 +191,23 @@ ROWS = [
     ("lora-on-b1", "lora", True, 1, "bf16", ["all", "all+chunked_loss"]),
     ("lora-on-b2", "lora", True, 2, "bf16", ["all", "all+chunked_loss"]),
     ("lora-on-b4", "lora", True, 4, "bf16", ["all", "all+chunked_loss"]),
+    ("qlora-off-b1", "qlora", False, 1, "bf16", ["all", "all+chunked_loss", "all-nf4_kernel"]),
+    ("qlora-on-b1", "qlora", True, 1, "bf16", ["all", "all+chunked_loss", "all-nf4_kernel"]),
+    ("qlora-on-b2", "qlora", True, 2, "bf16", ["all", "all+chunked_loss"]),
+    ("qlora-on-b4", "qlora", True, 4, "bf16", ["all", "all+chunked_loss", "all-nf4_kernel"]),
 ]
+# Kineto traces of one step (--profile-dir): name -> (mode, checkpointing, batch, variant).
+PROFILES = {
+    "lora-on-b1-plain": ("lora", True, 1, "all"),
+    "lora-on-b1-chunked": ("lora", True, 1, "all+chunked_loss"),
+    "full-off-b4-all": ("full", False, 4, "all"),
+    "qlora-on-b1-all": ("qlora", True, 1, "all"),
+    "qlora-on-b1-aten": ("qlora", True, 1, "all-nf4_kernel"),
+}
 
 
-def tune_command(args, lora, checkpointing, batch, base_dtype, variant):
+def tune_command(args, mode, checkpointing, batch, base_dtype, variant):
+    lora = mode != "full"
     command = [args.tune_bench, "--device", "cuda", "--optimizer", "--tie-embeddings", "--dtype", "bf16",
                "--seq", str(args.seq), "--batch", str(batch), "--steps", str(args.steps), "--warmup", "2",
                "--policy", "full" if checkpointing else "off", "--rope-theta", str(MODEL["rope_theta"]),
@@ -176,7 +215,10 @@ def tune_command(args, lora, checkpointing, batch, base_dtype, variant):
                "--kv-heads", str(MODEL["kv_heads"]), "--intermediate", str(MODEL["intermediate"]),
                "--vocab", str(MODEL["vocab"]), "--lora-rank", str(LORA_RANK if lora else 0),
                "--base-dtype", base_dtype, "--fused-adamw", variant["fused_adamw"], "--loss", variant["loss"]]
-    env = {**os.environ, "TUNE_FUSED_RMS_NORM": "1" if variant["fused_rms_norm"] else "0"}
+    if mode == "qlora":
+        command += ["--quantize-base", "nf4"]
+    env = {**os.environ, "TUNE_FUSED_RMS_NORM": "1" if variant["fused_rms_norm"] else "0",
+           "TUNE_NF4_KERNEL": "auto" if variant["nf4_kernel"] else "aten"}
     return command, env
 
 
@@ -186,10 +228,12 @@ def main():
     parser.add_argument("--seq", type=int, default=2048)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--out", default="")
-    parser.add_argument("--rows", default=",".join(r[0] for r in ROWS), help="which rows of ROWS to run")
+    parser.add_argument("--rows", default=",".join(r[0] for r in ROWS if r[1] != "qlora"),
+                        help="which rows of ROWS to run (default: all but QLoRA's, which need bitsandbytes)")
     parser.add_argument("--profile-dir", default="",
-                        help="also write Kineto traces (CPU + GPU kernels) of one step of lora-on-b1 with either "
-                             "loss and of full-off-b4 with every lever, here")
+                        help="also write Kineto traces (CPU + GPU kernels) of one step of each of --profiles here")
+    parser.add_argument("--profiles", default="lora-on-b1-plain,lora-on-b1-chunked,full-off-b4-all",
+                        help="which of PROFILES to trace: " + ",".join(PROFILES))
     parser.add_argument("--hf-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--hf-configs", default="[]", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -217,26 +261,27 @@ def main():
               f"peak {peak_bytes / 2 ** 30:.2f} GiB, MFU {row[label]['mfu']:.1%}", flush=True)
 
     # HF: every row in one process (one import), first, so the tune runs that follow have the GPU to themselves.
-    hf_configs = [{"name": name, "lora": mode == "lora", "checkpointing": ckpt, "batch": batch, "seq": args.seq,
-                   "base_dtype": base} for name, mode, ckpt, batch, base, _ in selected]
+    hf_configs = [{"name": name, "lora": mode != "full", "quant": "nf4" if mode == "qlora" else "none",
+                   "checkpointing": ckpt, "batch": batch, "seq": args.seq, "base_dtype": base}
+                  for name, mode, ckpt, batch, base, _ in selected]
     hf_results = {r.get("config"): r for r in run_json_lines(
         [sys.executable, __file__, "--hf-worker", "--steps", str(args.steps), "--hf-configs", json.dumps(hf_configs)])}
     for name, mode, ckpt, batch, base, variants in selected:
-        lora = mode == "lora"
+        lora = mode != "full"
         tokens, flops = args.seq * batch, model_flops(args.seq, batch, lora)
-        row = {"config": name, "lora": lora, "checkpointing": ckpt, "batch": batch, "base_dtype": base,
+        row = {"config": name, "mode": mode, "lora": lora, "checkpointing": ckpt, "batch": batch, "base_dtype": base,
                "flops_per_step": flops}
         summarise(row, "hf", hf_results.get(name) or hf_results.get(None) or {"error": "no result"}, tokens, flops)
         for variant in variants:
-            command, env = tune_command(args, lora, ckpt, batch, base, VARIANTS[variant])
+            command, env = tune_command(args, mode, ckpt, batch, base, VARIANTS[variant])
             summarise(row, "tune:" + variant, run_json_lines(command, env)[-1], tokens, flops)
         results["rows"].append(row)
     if args.profile_dir:
         os.makedirs(args.profile_dir, exist_ok=True)
-        for name, lora, ckpt, batch, base, variant in (("lora-on-b1-plain", True, True, 1, "bf16", "all"),
-                                                       ("lora-on-b1-chunked", True, True, 1, "bf16", "all+chunked_loss"),
-                                                       ("full-off-b4-all", False, False, 4, "fp32", "all")):
-            command, env = tune_command(args, lora, ckpt, batch, base, VARIANTS[variant])
+        for name in args.profiles.split(","):
+            mode, ckpt, batch, variant = PROFILES[name]
+            base = "fp32" if mode == "full" else "bf16"
+            command, env = tune_command(args, mode, ckpt, batch, base, VARIANTS[variant])
             command[command.index("--steps") + 1] = "1"
             r = run_json_lines(command + ["--profile", os.path.join(args.profile_dir, name + ".json")], env)[-1]
             print(f"profile {name}: {'written' if 'error' not in r else r['error'][-300:]}", flush=True)

@@ -26,9 +26,11 @@
 #include "tune/memory/checkpoint.h"
 #include "tune/models/llama.h"
 #include "tune/nn/attention_core.h"
+#include "tune/nn/lora_linear.h"
 #include "tune/nn/rms_norm.h"
 #include "tune/precision/cpu_gemm.h"
 #include "tune/precision/mixed_precision.h"
+#include "tune/precision/nf4.h"
 #include "tune/recipes/model_workloads.h"
 #include "tune/recipes/sft/memory_report.h"
 #include "tune/train/adamw.h"
@@ -62,7 +64,23 @@ struct BenchOptions {
   double rope_theta = 10000.0;
   std::string fused_adamw = "auto";  // auto | on | off: AdamWOptions::kernel (optimizer.fused auto | true | false)
   std::string base_dtype = "fp32";   // LoRA: the frozen base's storage dtype (param_dtype)
+  std::string quantize_base = "none";  // LoRA: nf4 stores every projection's base weight in NF4 (QLoRA)
+  bool double_quant = true;            // with nf4: lora.double_quant
 };
+
+// QLoRA's base: each NF4 projection gets random weights (the init scale of the dense layers, std 0.02), drawn in
+// the base dtype on the layer's device and quantised as tune train quantises a checkpoint's as it loads.
+void quantize_random_bases(torch::nn::Module& model, const std::string& base_dtype, bool double_quant) {
+  const auto dtype = base_dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32;
+  for (const auto& item : model.named_modules()) {
+    auto* linear = dynamic_cast<tune::nn::LoraLinearImpl*>(item.value().get());
+    if (linear == nullptr || !linear->nf4_base()) continue;
+    const auto on = torch::TensorOptions().dtype(dtype).device(linear->lora_A->weight.device());
+    const torch::Tensor dense =
+        torch::randn({linear->options.out_features(), linear->options.in_features()}, on) * 0.02;
+    linear->set_nf4_weight(tune::precision::quantize_nf4(dense, 64, double_quant));
+  }
+}
 
 // Resident set size now, from /proc (ru_maxrss only gives the peak).
 int64_t current_rss_bytes() {
@@ -173,6 +191,7 @@ int run(const BenchOptions& options) {
   result["loss"] = options.loss;
   result["fused_adamw"] = options.fused_adamw;
   result["base_dtype"] = options.base_dtype;
+  result["quantize_base"] = options.quantize_base;
   result["fused_rms_norm"] = options.device == "cuda" && tune::nn::fused_rms_norm_enabled();
 
   tune::memory::Policy policy;
@@ -195,6 +214,12 @@ int run(const BenchOptions& options) {
     }
     if (options.base_dtype != "fp32" && options.base_dtype != "bf16") {
       throw tune::UsageError("--base-dtype: expected fp32 or bf16, got '" + options.base_dtype + "'");
+    }
+    if (options.quantize_base != "none" && options.quantize_base != "nf4") {
+      throw tune::UsageError("--quantize-base: expected none or nf4, got '" + options.quantize_base + "'");
+    }
+    if (options.quantize_base == "nf4" && options.lora_rank <= 0) {
+      throw tune::UsageError("--quantize-base nf4 needs --lora-rank > 0 (QLoRA trains adapters on a frozen base)");
     }
   } catch (const tune::Error& error) {
     result["error"] = error.what();
@@ -222,10 +247,15 @@ int run(const BenchOptions& options) {
   lora.lora.alpha = 2.0 * static_cast<double>(options.lora_rank);
   lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   if (options.lora_rank > 0 && options.base_dtype == "bf16") lora.base_dtype = torch::kBFloat16;
+  if (options.quantize_base == "nf4") {
+    lora.nf4_modules = lora.target_modules;
+    lora.double_quant = options.double_quant;
+  }
   tune::models::LlamaForCausalLM model(config, lora);
   if (options.lora_rank > 0) model->freeze_base_weights();
   const torch::Device device = options.device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
   model->to(device);
+  if (options.quantize_base == "nf4") quantize_random_bases(*model, options.base_dtype, options.double_quant);
   model->train();
   // As tune train does: the CPU kernels measured (or read from the cache) on this step's shapes.
   const auto step_dtype = options.dtype == "bf16" ? torch::kBFloat16 : torch::kFloat;
@@ -403,6 +433,10 @@ int main(int argc, char** argv) {
   app.add_flag("--tie-embeddings", options.tie_embeddings, "lm_head shares the embedding matrix");
   app.add_option("--fused-adamw", options.fused_adamw, "auto | on | off (optimizer.fused)")->capture_default_str();
   app.add_option("--base-dtype", options.base_dtype, "LoRA base storage: fp32 | bf16 (param_dtype)")
+      ->capture_default_str();
+  app.add_option("--quantize-base", options.quantize_base, "LoRA base: none | nf4 (QLoRA, every projection)")
+      ->capture_default_str();
+  app.add_option("--double-quant", options.double_quant, "with nf4: double quantisation (true | false)")
       ->capture_default_str();
   app.add_option("--rope-theta", options.rope_theta, "RoPE base")->capture_default_str();
   CLI11_PARSE(app, argc, argv);

@@ -21,3 +21,9 @@ packages=(
 )
 (cd .deps/debs && apt-get download "${packages[@]}" >/dev/null)
 echo "pack_deps: $(ls .deps/debs | wc -l) packages, $(du -sh .deps | cut -f1) in .deps/debs"
+# bitsandbytes (the QLoRA comparison's reference; its CUDA 13 library is inside the wheel), for the GPU image's
+# Python 3.12: into .whl (git-ignored); scripts/gpu/run_all.sh installs it there under /tmp/site. ~43 MB: carry
+# .whl only in the calls that run the qlora phase (a call carries at most 64 MiB).
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_24_x86_64 -d .whl bitsandbytes==0.50.2
+echo "pack_deps: $(ls .whl)"

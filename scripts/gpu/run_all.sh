@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything the GPU issues (9, 27) measure, in one go, on the GPU machine (carry .deps from scripts/gpu/pack_deps.sh):
-#   bash scripts/gpu/run_all.sh [build] [test] [cudatest] [llm] [latte]   (no argument: build test llm latte)
+#   bash scripts/gpu/run_all.sh [build] [test] [cudatest] [llm] [qlora] [latte]   (no argument: build test llm latte)
 # build:    scripts/build_cuda.sh (every target against the machine's CUDA LibTorch, ~200 s on 16 cores;
 #           TUNE_BUILD_TARGETS="tune tune-bench test_train test_nn" builds only those);
 # test:     the whole CTest suite there (CUDA cases included; video cases skip: no FFmpeg on that machine);
@@ -8,6 +8,9 @@
 #           CLI's CUDA cases (cli_cuda_*: device cuda training, --grad inference, fp16 with the loss scaler);
 # llm:      scripts/bench_gpu.py, tune vs Hugging Face transformers + peft, Llama-3.2-1B shape, seq 2048, the levers
 #           alone and together, and Kineto traces of three steps summarised per GPU kernel (profiles/);
+# qlora:    scripts/bench_gpu.py's QLoRA rows (tune --quantize-base nf4 vs transformers + peft + bitsandbytes, whose
+#           wheel pack_deps.sh puts in .whl: carry it) beside the LoRA rows at batch 1 and 2, and traces of a QLoRA
+#           step with tune's NF4 kernel and with the ATen chain (profiles_qlora.txt);
 # latte:    scripts/bench_latte.py --xl --device cuda, Latte-XL/2 per checkpointing policy and guided sampling.
 # Logs and JSON go to $OUT when set (the device tool's output folder), else build-cuda/results. One device call
 # runs at most 10 minutes: split the phases over calls (build persists while the machine stays warm).
@@ -29,6 +32,7 @@ for phase in "${phases[@]}"; do
       source build-cuda/env.sh
       for test in train nn; do
         binary=$(find build-cuda/tests -name "test_$test" -type f -perm -u+x | head -n 1)
+        [[ -n $binary ]] || { echo "cudatest: test_$test not built" | tee -a "$results/cudatest.txt"; continue; }
         "$binary" "[cuda]" 2>&1 | tail -n 30 | tee -a "$results/cudatest.txt"
       done
       OMP_WAIT_POLICY=passive ctest --test-dir build-cuda -R 'cli_(setup_data|cuda_)' --output-on-failure 2>&1 |
@@ -44,11 +48,25 @@ for phase in "${phases[@]}"; do
         python3 scripts/bench_profile_summary.py "${traces[@]}" --cat kernel --width 70 --top 30 2>&1 |
           tee -a "$results/profiles.txt" || true
       done ;;
+    qlora)
+      source build-cuda/env.sh
+      if ! python3 -c 'import bitsandbytes' 2>/dev/null; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+          .whl/bitsandbytes-*.whl
+        export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+      fi
+      PYTHONUNBUFFERED=1 python3 scripts/bench_gpu.py --tune-bench build-cuda/apps/bench/tune-bench \
+        --rows qlora-off-b1,qlora-on-b1,qlora-on-b2,qlora-on-b4,lora-on-b1,lora-on-b2 \
+        --profiles qlora-on-b1-all,qlora-on-b1-aten --profile-dir build-cuda/profiles \
+        --out "$results/bench_qlora.json" ${BENCH_GPU_ARGS:-} 2>&1 | tee "$results/bench_qlora.txt"
+      python3 scripts/bench_profile_summary.py build-cuda/profiles/qlora-on-b1-all.json \
+        build-cuda/profiles/qlora-on-b1-aten.json --cat kernel --width 70 --top 30 2>&1 |
+        tee "$results/profiles_qlora.txt" || true ;;
     latte)
       source build-cuda/env.sh
       PYTHONUNBUFFERED=1 python3 scripts/bench_latte.py --tune build-cuda/apps/tune/tune --xl --device cuda \
         --repeat 1 --steps 3 --sample-steps 4 --policies "off full selective" --out "$results/latte_xl.json" 2>&1 |
         tee "$results/latte_xl.txt" ;;
-    *) echo "run_all: unknown phase '$phase' (build, test, cudatest, llm, latte)" >&2; exit 2 ;;
+    *) echo "run_all: unknown phase '$phase' (build, test, cudatest, llm, qlora, latte)" >&2; exit 2 ;;
   esac
 done

@@ -11,7 +11,9 @@
 #include "tune/compat/torch_compat.h"
 #include "tune/nn/lora_linear.h"
 #include "tune/nn/nf4_linear.h"
+#include "common/scoped_env.h"
 #include "tune/precision/nf4.h"
+#include "tune/precision/nf4_cuda_kernel.h"
 
 using namespace tune;
 
@@ -151,11 +153,27 @@ TEST_CASE("on CUDA, the NF4 layer dequantises on the GPU to the codec's values a
   auto layer = make_layer(/*bias=*/false, weight);
   layer->to(cuda);
   // The buffers moved with the module, and the GPU's dequantisation is the codec's, bit for bit.
-  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+  // The fused kernel ran (not a silent fallback) for each output dtype, and the operator chain agrees too.
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kFloat16}) {
     const auto on_gpu = precision::dequantize_nf4_on_device(layer->nf4_weight(), dtype);
+    CHECK(precision::nf4_cuda_kernel_ran());
     CHECK(on_gpu.device().is_cuda());
     CHECK(torch::equal(on_gpu.cpu(), precision::dequantize_nf4(weight, dtype)));
+    const tune::testing::ScopedEnv chain("TUNE_NF4_KERNEL", "aten");
+    const auto by_chain = precision::dequantize_nf4_on_device(layer->nf4_weight(), dtype);
+    CHECK_FALSE(precision::nf4_cuda_kernel_ran());
+    CHECK(torch::equal(by_chain.cpu(), precision::dequantize_nf4(weight, dtype)));
   }
+  // A real projection's size (many blocks, every nibble and absmax pattern), bit for bit.
+  const auto large = precision::quantize_nf4(torch::randn({2048, 512}, torch::kBFloat16) * 0.02, 64, true);
+  precision::Nf4Tensor large_gpu = large;
+  for (torch::Tensor* field : {&large_gpu.packed, &large_gpu.absmax, &large_gpu.code, &large_gpu.nested_absmax,
+                               &large_gpu.nested_code}) {
+    *field = field->to(cuda);
+  }
+  CHECK(torch::equal(precision::dequantize_nf4_on_device(large_gpu, torch::kBFloat16).cpu(),
+                     precision::dequantize_nf4(large, torch::kBFloat16)));
+  CHECK(precision::nf4_cuda_kernel_ran());
   const auto x = torch::randn({4, 200}, torch::TensorOptions().device(cuda)).requires_grad_(true);
   const auto upstream = torch::randn({4, 96}, torch::TensorOptions().device(cuda));
   (layer(x) * upstream).sum().backward();

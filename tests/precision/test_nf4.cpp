@@ -14,6 +14,7 @@
 #include "tune/core/error.h"
 #include "tune/io/safetensors.h"
 #include "tune/precision/nf4.h"
+#include "tune/precision/nf4_cuda_kernel.h"
 
 using tune::precision::Nf4Tensor;
 
@@ -198,6 +199,28 @@ TEST_CASE("nf4: layout, sizes and the code books", "[nf4]") {
   CHECK(sized.blocks() == 1024);
   CHECK(sized.storage_bytes() == 32768 + 1024 + 16 * 4 + 4 * 4 + 256 * 4);
   CHECK(tune::precision::dequantize_nf4(sized).abs().max().item<float>() == 0.0f);
+}
+
+TEST_CASE("nf4: the CUDA kernel's absmax parts add up to the float32 absmax exactly", "[nf4]") {
+  // The absmaxes of real blocks (magnitudes from 1e-30 to 1e30, every mantissa pattern) and the edge values; the sum
+  // is taken as the kernel takes it, in float32, (hi + mid) + lo.
+  torch::manual_seed(5);
+  const torch::Tensor magnitudes = torch::pow(10.0, torch::rand({20000}, torch::kDouble) * 60 - 30);
+  const torch::Tensor signs = torch::where(torch::rand({20000}) < 0.5, -1.0, 1.0).to(torch::kDouble);
+  const torch::Tensor edges = torch::tensor({0.0f, 1.0f, -1.0f, 0.5f, 16777215.0f, 1.0f + 1.0f / 8388608.0f,
+                                             std::numeric_limits<float>::min(), 3.0e38f, 0.99999994f});
+  const torch::Tensor x = torch::cat({(magnitudes * signs).to(torch::kFloat32), edges});
+  const auto [hi, mid, lo] = tune::precision::split_into_bf16_parts(x);
+  CHECK(hi.scalar_type() == torch::kBFloat16);
+  CHECK(lo.scalar_type() == torch::kBFloat16);
+  const torch::Tensor sum = (hi.to(torch::kFloat32) + mid.to(torch::kFloat32)) + lo.to(torch::kFloat32);
+  CHECK(torch::equal(sum, x));
+  // Not merely close: the float64 sum of the parts is the float32 value too (no part was rounded away).
+  CHECK(torch::equal((hi.to(torch::kDouble) + mid.to(torch::kDouble) + lo.to(torch::kDouble)), x.to(torch::kDouble)));
+  // On the CPU the kernel never runs: the caller falls back to the operator chain.
+  const Nf4Tensor weight = tune::precision::quantize_nf4(torch::randn({4, 64}), 64, false);
+  CHECK_FALSE(tune::precision::dequantize_nf4_cuda_kernel(weight, weight.absmax, torch::kBFloat16).has_value());
+  CHECK_FALSE(tune::precision::nf4_cuda_kernel_ran());
 }
 
 TEST_CASE("nf4: errors name what was wrong and what was expected", "[nf4]") {

@@ -19,6 +19,7 @@
 #include <numeric>
 
 #include "tune/core/error.h"
+#include "tune/precision/nf4_cuda_kernel.h"
 
 namespace tune::precision {
 namespace {
@@ -336,6 +337,7 @@ torch::Tensor dequantize_nf4_on_device(const Nf4Tensor& tensor, torch::ScalarTyp
         tensor.nested_absmax.repeat_interleave(tensor.nested_blocksize).slice(0, 0, blocks);
     absmax = tensor.nested_code.index_select(0, tensor.absmax.to(torch::kInt)) * nested_scale + tensor.offset;
   }
+  if (auto fused = dequantize_nf4_cuda_kernel(tensor, absmax, out_dtype)) return *fused;
   // One lookup per byte into a [256, 2] table of (high nibble's value, low nibble's value): a quarter of the index
   // memory of looking up each nibble.
   const torch::Tensor bytes = torch::arange(256, tensor.code.options().dtype(torch::kInt));

@@ -68,9 +68,10 @@ torch::Tensor nf4_block_absmax(const Nf4Tensor& tensor);
 torch::Tensor dequantize_nf4(const Nf4Tensor& tensor, torch::ScalarType out_dtype);
 inline torch::Tensor dequantize_nf4(const Nf4Tensor& tensor) { return dequantize_nf4(tensor, tensor.dtype); }
 
-// The same values as dequantize_nf4, computed with ATen operators only, so the fields may live on any device (a
-// QLoRA base on CUDA dequantises there). No checks: the tensor was checked (check_nf4) when it was made or read.
-// Transients besides the result: 2 bytes per element for the byte indices and 4 (float32) for the values.
+// The same values as dequantize_nf4, computed on the fields' device, whichever it is (a QLoRA base on CUDA
+// dequantises there). No checks: the tensor was checked (check_nf4) when it was made or read.
+// On CUDA one fused kernel (nf4_cuda_kernel.h) computes them where it applies; otherwise, the operator chain's
+// transients besides the result: 2 bytes per element for the byte indices and 4 (float32) for the values.
 torch::Tensor dequantize_nf4_on_device(const Nf4Tensor& tensor, torch::ScalarType out_dtype);
 
 // Throws tune::Error naming `what` (e.g. the checkpoint tensor) and the field when the sizes, dtypes or devices of the
