@@ -71,7 +71,7 @@ def hf_quantized_model(torch, config, seq):
     quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
                                       bnb_4bit_compute_dtype=torch.bfloat16)
     return LlamaForCausalLM.from_pretrained(hf_quantized_model.directory, quantization_config=quantization,
-                                            torch_dtype=torch.bfloat16, device_map={"": 0},
+                                            dtype=torch.bfloat16, device_map={"": 0},
                                             attn_implementation="sdpa")
 
 
