@@ -21,7 +21,7 @@ Same shapes, data sizes and optimizer on both sides:
     frees everything before the next; the peak is reset before each row's measured steps).
   - tune: apps/bench/tune-bench, policy full or off, one fresh process per variant (VARIANTS: the fused AdamW
     kernel --fused-adamw, LibTorch's fused RMSNorm TUNE_FUSED_RMS_NORM, the chunked linear cross-entropy --loss
-    fused), tune's NF4 dequantisation kernel (TUNE_NF4_KERNEL=aten: the ATen operator chain instead); QLoRA rows:
+    fused), the NF4 dequantisation by the jiterator kernel (TUNE_NF4_KERNEL=jit) instead of ATen's operators; QLoRA rows:
     --quantize-base nf4 (every projection, double quantisation) on a bf16 base.
 Reported per configuration: median step time over --steps steps after 2 warm-up steps, tokens/s, peak memory
 (torch.cuda.max_memory_allocated for HF, the caching allocator's same counter in tune) during a step, and MFU:
@@ -173,14 +173,14 @@ def model_flops(seq, batch, lora):
 
 # The rows: (name, full|lora, checkpointing, batch, LoRA base dtype) and tune's variants, each a dict of tune-bench
 # settings. 'levers' toggles each lever alone and together on the full fine-tune; the rest run every lever kept.
-ALL_ON = {"fused_adamw": "auto", "fused_rms_norm": True, "loss": "plain", "nf4_kernel": True}
+ALL_ON = {"fused_adamw": "auto", "fused_rms_norm": True, "loss": "plain", "nf4_kernel": "chain"}
 VARIANTS = {
-    "none": {"fused_adamw": "off", "fused_rms_norm": False, "loss": "plain", "nf4_kernel": False},
-    "adamw": {"fused_adamw": "auto", "fused_rms_norm": False, "loss": "plain", "nf4_kernel": False},
-    "rmsnorm": {"fused_adamw": "off", "fused_rms_norm": True, "loss": "plain", "nf4_kernel": False},
+    "none": {"fused_adamw": "off", "fused_rms_norm": False, "loss": "plain", "nf4_kernel": "chain"},
+    "adamw": {"fused_adamw": "auto", "fused_rms_norm": False, "loss": "plain", "nf4_kernel": "chain"},
+    "rmsnorm": {"fused_adamw": "off", "fused_rms_norm": True, "loss": "plain", "nf4_kernel": "chain"},
     "all": ALL_ON,
     "all+chunked_loss": {**ALL_ON, "loss": "fused"},
-    "all-nf4_kernel": {**ALL_ON, "nf4_kernel": False},
+    "all+nf4_jit": {**ALL_ON, "nf4_kernel": "jit"},
 }
 ROWS = [
     ("full-off-b1", "full", False, 1, "fp32", ["none", "adamw", "rmsnorm", "all", "all+chunked_loss"]),
@@ -191,10 +191,10 @@ ROWS = [
     ("lora-on-b1", "lora", True, 1, "bf16", ["all", "all+chunked_loss"]),
     ("lora-on-b2", "lora", True, 2, "bf16", ["all", "all+chunked_loss"]),
     ("lora-on-b4", "lora", True, 4, "bf16", ["all", "all+chunked_loss"]),
-    ("qlora-off-b1", "qlora", False, 1, "bf16", ["all", "all+chunked_loss", "all-nf4_kernel"]),
-    ("qlora-on-b1", "qlora", True, 1, "bf16", ["all", "all+chunked_loss", "all-nf4_kernel"]),
+    ("qlora-off-b1", "qlora", False, 1, "bf16", ["all", "all+chunked_loss", "all+nf4_jit"]),
+    ("qlora-on-b1", "qlora", True, 1, "bf16", ["all", "all+chunked_loss", "all+nf4_jit"]),
     ("qlora-on-b2", "qlora", True, 2, "bf16", ["all", "all+chunked_loss"]),
-    ("qlora-on-b4", "qlora", True, 4, "bf16", ["all", "all+chunked_loss", "all-nf4_kernel"]),
+    ("qlora-on-b4", "qlora", True, 4, "bf16", ["all", "all+chunked_loss", "all+nf4_jit"]),
 ]
 # Kineto traces of one step (--profile-dir): name -> (mode, checkpointing, batch, variant).
 PROFILES = {
@@ -202,7 +202,7 @@ PROFILES = {
     "lora-on-b1-chunked": ("lora", True, 1, "all+chunked_loss"),
     "full-off-b4-all": ("full", False, 4, "all"),
     "qlora-on-b1-all": ("qlora", True, 1, "all"),
-    "qlora-on-b1-aten": ("qlora", True, 1, "all-nf4_kernel"),
+    "qlora-on-b1-jit": ("qlora", True, 1, "all+nf4_jit"),
 }
 
 
@@ -218,7 +218,7 @@ def tune_command(args, mode, checkpointing, batch, base_dtype, variant):
     if mode == "qlora":
         command += ["--quantize-base", "nf4"]
     env = {**os.environ, "TUNE_FUSED_RMS_NORM": "1" if variant["fused_rms_norm"] else "0",
-           "TUNE_NF4_KERNEL": "auto" if variant["nf4_kernel"] else "aten"}
+           "TUNE_NF4_KERNEL": variant["nf4_kernel"]}
     return command, env
 
 

@@ -10,7 +10,7 @@
 #           alone and together, and Kineto traces of three steps summarised per GPU kernel (profiles/);
 # qlora:    scripts/bench_gpu.py's QLoRA rows (tune --quantize-base nf4 vs transformers + peft + bitsandbytes, whose
 #           wheel pack_deps.sh puts in .whl: carry it) beside the LoRA rows at batch 1 and 2, and traces of a QLoRA
-#           step with tune's NF4 kernel and with the ATen chain (profiles_qlora.txt);
+#           step with the ATen chain and with the opt-in jiterator NF4 kernel (profiles_qlora.txt);
 # latte:    scripts/bench_latte.py --xl --device cuda, Latte-XL/2 per checkpointing policy and guided sampling.
 # Logs and JSON go to $OUT when set (the device tool's output folder), else build-cuda/results. One device call
 # runs at most 10 minutes: split the phases over calls (build persists while the machine stays warm).
@@ -57,10 +57,10 @@ for phase in "${phases[@]}"; do
       fi
       PYTHONUNBUFFERED=1 python3 scripts/bench_gpu.py --tune-bench build-cuda/apps/bench/tune-bench \
         --rows qlora-off-b1,qlora-on-b1,qlora-on-b2,qlora-on-b4,lora-on-b1,lora-on-b2 \
-        --profiles qlora-on-b1-all,qlora-on-b1-aten --profile-dir build-cuda/profiles \
+        --profiles qlora-on-b1-all,qlora-on-b1-jit --profile-dir build-cuda/profiles \
         --out "$results/bench_qlora.json" ${BENCH_GPU_ARGS:-} 2>&1 | tee "$results/bench_qlora.txt"
       python3 scripts/bench_profile_summary.py build-cuda/profiles/qlora-on-b1-all.json \
-        build-cuda/profiles/qlora-on-b1-aten.json --cat kernel --width 70 --top 30 2>&1 |
+        build-cuda/profiles/qlora-on-b1-jit.json --cat kernel --width 70 --top 30 2>&1 |
         tee "$results/profiles_qlora.txt" || true ;;
     latte)
       source build-cuda/env.sh

@@ -153,16 +153,17 @@ TEST_CASE("on CUDA, the NF4 layer dequantises on the GPU to the codec's values a
   auto layer = make_layer(/*bias=*/false, weight);
   layer->to(cuda);
   // The buffers moved with the module, and the GPU's dequantisation is the codec's, bit for bit.
-  // The fused kernel ran (not a silent fallback) for each output dtype, and the operator chain agrees too.
+  // The operator chain (the default) and the opt-in jiterator kernel, which ran (not a silent fallback), for each
+  // output dtype.
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kFloat16}) {
-    const auto on_gpu = precision::dequantize_nf4_on_device(layer->nf4_weight(), dtype);
-    CHECK(precision::nf4_cuda_kernel_ran());
-    CHECK(on_gpu.device().is_cuda());
-    CHECK(torch::equal(on_gpu.cpu(), precision::dequantize_nf4(weight, dtype)));
-    const tune::testing::ScopedEnv chain("TUNE_NF4_KERNEL", "aten");
     const auto by_chain = precision::dequantize_nf4_on_device(layer->nf4_weight(), dtype);
     CHECK_FALSE(precision::nf4_cuda_kernel_ran());
+    CHECK(by_chain.device().is_cuda());
     CHECK(torch::equal(by_chain.cpu(), precision::dequantize_nf4(weight, dtype)));
+    const tune::testing::ScopedEnv jit("TUNE_NF4_KERNEL", "jit");
+    const auto by_kernel = precision::dequantize_nf4_on_device(layer->nf4_weight(), dtype);
+    CHECK(precision::nf4_cuda_kernel_ran());
+    CHECK(torch::equal(by_kernel.cpu(), precision::dequantize_nf4(weight, dtype)));
   }
   // A real projection's size (many blocks, every nibble and absmax pattern), bit for bit.
   const auto large = precision::quantize_nf4(torch::randn({2048, 512}, torch::kBFloat16) * 0.02, 64, true);
@@ -173,7 +174,12 @@ TEST_CASE("on CUDA, the NF4 layer dequantises on the GPU to the codec's values a
   }
   CHECK(torch::equal(precision::dequantize_nf4_on_device(large_gpu, torch::kBFloat16).cpu(),
                      precision::dequantize_nf4(large, torch::kBFloat16)));
-  CHECK(precision::nf4_cuda_kernel_ran());
+  {
+    const tune::testing::ScopedEnv jit("TUNE_NF4_KERNEL", "jit");
+    CHECK(torch::equal(precision::dequantize_nf4_on_device(large_gpu, torch::kBFloat16).cpu(),
+                       precision::dequantize_nf4(large, torch::kBFloat16)));
+    CHECK(precision::nf4_cuda_kernel_ran());
+  }
   const auto x = torch::randn({4, 200}, torch::TensorOptions().device(cuda)).requires_grad_(true);
   const auto upstream = torch::randn({4, 96}, torch::TensorOptions().device(cuda));
   (layer(x) * upstream).sum().backward();

@@ -16,6 +16,8 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <numeric>
 
 #include "tune/core/error.h"
@@ -328,6 +330,31 @@ torch::Tensor dequantize_nf4(const Nf4Tensor& tensor, torch::ScalarType out_dtyp
   return out;
 }
 
+namespace {
+
+// One lookup per byte into a [256, 2] float32 table of (high nibble's value, low nibble's value): a quarter of the
+// index memory of looking up each nibble. Made once per device (check_nf4 admits only nf4_code()), so a dequantisation
+// launches no kernels to rebuild it.
+torch::Tensor byte_value_pairs(const torch::Device& device) {
+  static std::mutex mutex;
+  static std::map<std::string, torch::Tensor> tables;
+  const std::lock_guard<std::mutex> lock(mutex);
+  torch::Tensor& table = tables[device.str()];
+  if (!table.defined()) {
+    const auto& code = nf4_code();
+    torch::Tensor host = torch::empty({256, 2}, torch::kFloat32);
+    auto values = host.accessor<float, 2>();
+    for (int byte = 0; byte < 256; ++byte) {
+      values[byte][0] = code[byte >> 4];
+      values[byte][1] = code[byte & 15];
+    }
+    table = host.to(device);
+  }
+  return table;
+}
+
+}  // namespace
+
 torch::Tensor dequantize_nf4_on_device(const Nf4Tensor& tensor, torch::ScalarType out_dtype) {
   const int64_t blocks = tensor.blocks();
   // The block absmaxes as nf4_block_absmax computes them: a float32 product, then the offset added (two roundings).
@@ -338,17 +365,15 @@ torch::Tensor dequantize_nf4_on_device(const Nf4Tensor& tensor, torch::ScalarTyp
     absmax = tensor.nested_code.index_select(0, tensor.absmax.to(torch::kInt)) * nested_scale + tensor.offset;
   }
   if (auto fused = dequantize_nf4_cuda_kernel(tensor, absmax, out_dtype)) return *fused;
-  // One lookup per byte into a [256, 2] table of (high nibble's value, low nibble's value): a quarter of the index
-  // memory of looking up each nibble.
-  const torch::Tensor bytes = torch::arange(256, tensor.code.options().dtype(torch::kInt));
-  const torch::Tensor pairs = torch::stack({tensor.code.index_select(0, bytes.bitwise_right_shift(4)),
-                                            tensor.code.index_select(0, bytes.bitwise_and(15))}, 1);
-  torch::Tensor values = pairs.index_select(0, tensor.packed.reshape(-1).to(torch::kInt)).reshape(-1);
+  torch::Tensor values =
+      byte_value_pairs(tensor.packed.device()).index_select(0, tensor.packed.reshape(-1).to(torch::kInt)).reshape(-1);
   // The packed bytes end at the weight's last (even-padded) element; the last block may be partial.
   const int64_t padded = blocks * tensor.blocksize;
   if (values.numel() < padded) values = torch::constant_pad_nd(values, {0, padded - values.numel()});
-  const torch::Tensor scaled = values.view({blocks, tensor.blocksize}) * absmax.unsqueeze(1);
-  return scaled.view(-1).slice(0, 0, tensor.numel()).to(out_dtype).view(tensor.shape);
+  // The float32 product rounded once, straight into the output dtype (no float32 product tensor).
+  torch::Tensor out = torch::empty({blocks, tensor.blocksize}, values.options().dtype(out_dtype));
+  torch::mul_out(out, values.view({blocks, tensor.blocksize}), absmax.unsqueeze(1));
+  return out.view(-1).slice(0, 0, tensor.numel()).view(tensor.shape);
 }
 
 void check_nf4(const Nf4Tensor& tensor, const std::string& what) {

@@ -24,9 +24,9 @@ namespace {
 std::atomic<bool> kernel_failed{false};
 std::atomic<bool> kernel_ran{false};
 
-bool disabled_by_environment() {
+bool enabled_by_environment() {
   const char* value = std::getenv("TUNE_NF4_KERNEL");
-  return value != nullptr && std::string(value) == "aten";
+  return value != nullptr && std::string(value) == "jit";
 }
 
 // The code book as a select tree on the nibble's bits: level 0 picks within pairs by bit 0, and so on. Hexadecimal
@@ -84,7 +84,7 @@ std::optional<torch::Tensor> dequantize_nf4_cuda_kernel(const Nf4Tensor& tensor,
                                                         torch::ScalarType out_dtype) {
   kernel_ran = false;
 #if defined(TUNE_WITH_CUDA)
-  if (!tensor.packed.is_cuda() || kernel_failed.load() || disabled_by_environment()) return std::nullopt;
+  if (!tensor.packed.is_cuda() || kernel_failed.load() || !enabled_by_environment()) return std::nullopt;
   if (tensor.blocksize % 2 != 0 || tensor.numel() % tensor.blocksize != 0) return std::nullopt;
   const int64_t blocks = tensor.blocks();
   const auto options = tensor.packed.options();
@@ -102,9 +102,11 @@ std::optional<torch::Tensor> dequantize_nf4_cuda_kernel(const Nf4Tensor& tensor,
   } else {
     inputs.push_back(block_absmax.to(torch::kFloat32).view({blocks, 1, 1}));
   }
-  const std::string name = bf16_out ? "tune_nf4_dequant_bf16" : "tune_nf4_dequant_f32";
+  static const std::string bf16_name = "tune_nf4_dequant_bf16", f32_name = "tune_nf4_dequant_f32";
+  static const std::string bf16_source = kernel_source(bf16_name, true), f32_source = kernel_source(f32_name, false);
   try {
-    const auto outputs = at::cuda::CompileAndLaunchKernel(kernel_source(name, bf16_out), name, /*num_outputs=*/1,
+    const auto outputs = at::cuda::CompileAndLaunchKernel(bf16_out ? bf16_source : f32_source,
+                                                          bf16_out ? bf16_name : f32_name, /*num_outputs=*/1,
                                                           inputs, /*extra_args=*/{}, /*return_by_ref=*/false);
     kernel_ran = true;
     return outputs[0].view(tensor.shape).to(out_dtype);

@@ -1,7 +1,10 @@
 // The NF4 dequantisation as one CUDA kernel, compiled at first use by ATen's jiterator (NVRTC): it reads the packed
-// bytes (half a byte per weight) and writes the dequantised weight, instead of the ATen operator chain's five passes
-// over float32 transients (~22 bytes of traffic per weight, against 2.5). QLoRA dequantises every base weight in
-// forward, in the checkpoint recompute and in backward, so this is most of the cost it adds to a LoRA step on a GPU.
+// bytes (half a byte per weight) and writes the dequantised weight, where the ATen operator chain makes float32
+// transients (~14 bytes of traffic per weight, against 2.5). Opt-in (TUNE_NF4_KERNEL=jit), because as written it
+// LOST: on an H200 (docs/BENCHMARKS.md, 2026-11-26) this kernel took 65 ms of GPU time per QLoRA step (333 calls,
+// ~110 GB/s: the broadcast inputs and the uint8-to-bfloat16 dynamic cast leave the jiterator's slow, non-vectorised
+// path) against the chain's ~40 ms. Bit for bit with the codec (the CUDA test), and the place to start from for a
+// vectorised form.
 #pragma once
 
 #include <torch/types.h>
@@ -16,8 +19,8 @@ namespace tune::precision {
 // code[nibble] * block_absmax in float32, rounded once to out_dtype: the values of dequantize_nf4, computed on the
 // GPU by one kernel. `block_absmax` is the float32 absmax per block (nested quantisation already undone), on the
 // tensor's device. nullopt where the kernel does not apply and the caller should use the operator chain: a CPU
-// tensor, a LibTorch without CUDA, a weight whose size is not a whole number of blocks, TUNE_NF4_KERNEL=aten, or a
-// kernel that failed to compile (logged once; then never tried again in this process).
+// tensor, a LibTorch without CUDA, a weight whose size is not a whole number of blocks, TUNE_NF4_KERNEL unset or not
+// "jit", or a kernel that failed to compile (logged once; then never tried again in this process).
 std::optional<torch::Tensor> dequantize_nf4_cuda_kernel(const Nf4Tensor& tensor, const torch::Tensor& block_absmax,
                                                         torch::ScalarType out_dtype);
 
