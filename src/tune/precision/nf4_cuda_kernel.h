@@ -3,8 +3,8 @@
 // transients (~14 bytes of traffic per weight, against 2.5). Opt-in (TUNE_NF4_KERNEL=jit), because as written it
 // LOST: on an H200 (docs/BENCHMARKS.md, 2026-11-26) this kernel took 65 ms of GPU time per QLoRA step (333 calls,
 // ~110 GB/s: the broadcast inputs and the uint8-to-bfloat16 dynamic cast leave the jiterator's slow, non-vectorised
-// path) against the chain's ~40 ms. Bit for bit with the codec (the CUDA test), and the place to start from for a
-// vectorised form.
+// path) against ~21 ms for the chain's own kernels. Bit for bit with the codec (the CUDA test), and the place to
+// start from for a vectorised form.
 #pragma once
 
 #include <torch/types.h>
