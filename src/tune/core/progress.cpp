@@ -59,6 +59,7 @@ std::string format_loss(double loss) { return std::isfinite(loss) ? fmt::format(
 std::string loss_and_throughput(const ProgressSnapshot& snapshot, const char* separator) {
   std::string text = snapshot.status ? fmt::format("{}{}", separator, *snapshot.status)
                                      : fmt::format("{}loss {}", separator, format_loss(snapshot.loss));
+  if (!snapshot.note.empty()) text += " | " + snapshot.note;
   if (std::isfinite(snapshot.throughput) && snapshot.throughput > 0) {
     text += fmt::format(" | {} {}", format_count(snapshot.throughput), snapshot.throughput_unit);
   }
@@ -129,7 +130,11 @@ ProgressSnapshot Progress::snapshot(int64_t step, double loss, double throughput
   return snapshot;
 }
 
-void Progress::update(int64_t step, double loss, double throughput) { show(snapshot(step, loss, throughput)); }
+void Progress::update(int64_t step, double loss, double throughput, const std::string& note) {
+  auto line = snapshot(step, loss, throughput);
+  line.note = note;
+  show(std::move(line));
+}
 
 void Progress::update_status(int64_t step, const std::string& status, double throughput) {
   auto line = snapshot(step, 0.0, throughput);

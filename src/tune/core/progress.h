@@ -24,6 +24,7 @@ struct ProgressSnapshot {
   double loss = 0.0;              // NaN prints as "nan"
   std::optional<std::string> status;  // set: printed in place of the loss, for steps that have none (sampling:
                                       // "timestep 979"); unset (training): the loss
+  std::string note;               // non-empty: shown after the loss ("reward acc 0.75": DPO)
   double throughput = 0.0;        // omitted when not finite or <= 0
   std::string throughput_unit = "tok/s";
   double elapsed_seconds = 0.0;
@@ -54,7 +55,7 @@ class Progress {
   Progress& operator=(const Progress&) = delete;
 
   // Reports that `step` (1-based count of finished steps) completed with this loss and throughput.
-  void update(int64_t step, double loss, double throughput);
+  void update(int64_t step, double loss, double throughput, const std::string& note = "");
   // The same for steps without a loss (sampling): `status` is shown where the loss goes.
   void update_status(int64_t step, const std::string& status, double throughput = 0.0);
   // Prints a whole line (eval result, "checkpoint saved") above the bar, then redraws the bar.

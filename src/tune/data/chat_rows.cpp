@@ -26,15 +26,13 @@ void check_turn_order(const std::vector<ChatMessage>& messages, const std::strin
   }
 }
 
-std::vector<ChatMessage> chat_messages(const nlohmann::json& row) {
-  const auto found = row.find("messages");
-  if (found == row.end()) throw BadRow{"missing field 'messages' (chat rows need messages: [{role, content}, ...])"};
-  if (!found->is_array()) throw BadRow{fmt::format("field 'messages' must be an array, got {}", found->type_name())};
-  if (found->empty()) throw BadRow{"field 'messages' is empty"};
+std::vector<ChatMessage> message_list(const nlohmann::json& list, const std::string& field) {
+  if (!list.is_array()) throw BadRow{fmt::format("field '{}' must be an array, got {}", field, list.type_name())};
+  if (list.empty()) throw BadRow{fmt::format("field '{}' is empty", field)};
   std::vector<ChatMessage> messages;
-  for (size_t i = 0; i < found->size(); ++i) {
-    const nlohmann::json& message = (*found)[i];
-    const std::string where = fmt::format("messages[{}]", i);
+  for (size_t i = 0; i < list.size(); ++i) {
+    const nlohmann::json& message = list[i];
+    const std::string where = fmt::format("{}[{}]", field, i);
     if (!message.is_object()) throw BadRow{fmt::format("{} must be an object, got {}", where, message.type_name())};
     const std::string what = "each message needs 'role' and 'content'";
     std::string role, content;
@@ -49,6 +47,13 @@ std::vector<ChatMessage> chat_messages(const nlohmann::json& row) {
     }
     messages.push_back({role, content});
   }
+  return messages;
+}
+
+std::vector<ChatMessage> chat_messages(const nlohmann::json& row) {
+  const auto found = row.find("messages");
+  if (found == row.end()) throw BadRow{"missing field 'messages' (chat rows need messages: [{role, content}, ...])"};
+  std::vector<ChatMessage> messages = message_list(*found, "messages");
   check_turn_order(messages, "messages",
                    [&](size_t i) { return fmt::format("messages[{}].role is '{}'", i, messages[i].role); });
   return messages;

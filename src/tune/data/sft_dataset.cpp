@@ -41,6 +41,21 @@ void check_regular_file(const fs::path& path) {
   }
 }
 
+}  // namespace
+
+void handle_bad_row(OnBadLine on_bad_line, ReadReport& report, const std::string& where, const std::string& reason) {
+  if (on_bad_line == OnBadLine::fail) {
+    throw InputError(fmt::format("{}: {}; HINT: fix the row, or skip bad rows (data.on_bad_line: skip)", where,
+                                 reason));
+  }
+  ++report.rows_skipped;
+  if (report.first_problems.size() < kReportedProblems) {
+    report.first_problems.push_back(fmt::format("{}: {}", where, reason));
+  }
+}
+
+namespace {
+
 class RowCollector {
  public:
   RowCollector(DataFormat format, OnBadLine on_bad_line, DatasetRows& out)
@@ -78,14 +93,7 @@ class RowCollector {
   DatasetRows& out_;
 
   void bad_row(const std::string& where, const std::string& reason) {
-    if (on_bad_line_ == OnBadLine::fail) {
-      throw InputError(fmt::format("{}: {}; HINT: fix the row, or skip bad rows (data.on_bad_line: skip)", where,
-                                   reason));
-    }
-    ++out_.report.rows_skipped;
-    if (out_.report.first_problems.size() < kReportedProblems) {
-      out_.report.first_problems.push_back(fmt::format("{}: {}", where, reason));
-    }
+    handle_bad_row(on_bad_line_, out_.report, where, reason);
   }
 };
 
@@ -119,6 +127,35 @@ DatasetRows read_dataset_file(const fs::path& path, DataFormat format, OnBadLine
                                        path.string(), report.rows_skipped, fmt::join(report.first_problems, "; ")));
   }
   return rows;
+}
+
+void for_each_json_row(const fs::path& path, OnBadLine on_bad_line, ReadReport& report,
+                       const std::function<void(const layouts::RawRow&)>& parse) {
+  check_regular_file(path);
+  const layouts::Layout layout = layouts::detect_layout(path);
+  if (layout == layouts::Layout::plain_text) {
+    throw InputError(fmt::format("dataset '{}' is plain text; this data needs JSONL rows or a JSON array",
+                                 path.string()));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("cannot open dataset '{}' (check its permissions)", path.string()));
+  const layouts::RowVisitor visit = [&](const layouts::RawRow& raw) {
+    ++report.rows_read;
+    try {
+      if (raw.oversized) {
+        throw rows::BadRow{fmt::format("the element is larger than {} MiB", layouts::kMaxElementBytes >> 20)};
+      }
+      parse(raw);
+    } catch (const rows::BadRow& bad) {
+      handle_bad_row(on_bad_line, report, raw.where, bad.reason);
+    }
+  };
+  if (layout == layouts::Layout::jsonl) {
+    layouts::for_each_jsonl_row(path, in, visit);
+  } else {
+    layouts::for_each_json_array_row(path, in, visit);
+  }
+  if (in.bad()) throw InputError(fmt::format("dataset '{}' could not be read to its end", path.string()));
 }
 
 std::vector<Conversation> read_jsonl(const fs::path& path, DataFormat format, OnBadLine on_bad_line,

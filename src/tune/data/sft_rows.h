@@ -29,6 +29,9 @@ ParsedRow parse_row(std::string_view json_text, DataFormat format);
 // One reader per format (instruction_rows.cpp, chat_rows.cpp, sharegpt_rows.cpp, text_rows.cpp); `row` is an object.
 std::vector<ChatMessage> instruction_messages(const nlohmann::json& row);
 std::vector<ChatMessage> chat_messages(const nlohmann::json& row);
+// `list` (the row's field `field`) as messages: a non-empty array of {role: system|user|assistant, content}.
+// The turn order is the caller's to check.
+std::vector<ChatMessage> message_list(const nlohmann::json& list, const std::string& field);
 std::vector<ChatMessage> sharegpt_messages(const nlohmann::json& row);
 std::string text_of(const nlohmann::json& row);
 

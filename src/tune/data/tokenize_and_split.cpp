@@ -6,6 +6,7 @@
 #include "tune/core/error.h"
 #include "tune/data/seeded_shuffle.h"
 #include "tune/data/sft_dataset.h"
+#include "tune/data/train_eval_split.h"
 
 namespace tune::data {
 
@@ -46,29 +47,7 @@ std::vector<TokenizedExample> tokenize_all(const std::vector<Conversation>& conv
 
 void split_train_eval(std::vector<TokenizedExample> all, double eval_fraction, uint64_t seed,
                       std::vector<TokenizedExample>& train, std::vector<TokenizedExample>& eval) {
-  if (!(eval_fraction >= 0.0 && eval_fraction < 1.0)) {
-    throw UsageError(fmt::format("eval_fraction must be in [0, 1), got {}", eval_fraction));
-  }
-  const auto count = static_cast<int64_t>(all.size());
-  int64_t eval_count = 0;
-  if (eval_fraction > 0.0) {
-    eval_count = std::max<int64_t>(1, static_cast<int64_t>(eval_fraction * static_cast<double>(count) + 0.5));
-  }
-  if (eval_count >= count && eval_count > 0) {
-    throw UsageError(fmt::format("eval_fraction {} of {} examples leaves nothing to train on; HINT: lower "
-                                 "eval_fraction or give a separate eval file",
-                                 eval_fraction, count));
-  }
-  std::vector<int64_t> order = seeded_permutation(count, seed);
-  std::vector<int64_t> train_indices(order.begin(), order.end() - eval_count);
-  std::vector<int64_t> eval_indices(order.end() - eval_count, order.end());
-  // Each side keeps the file's order: the split is random, the listing stays readable.
-  std::sort(train_indices.begin(), train_indices.end());
-  std::sort(eval_indices.begin(), eval_indices.end());
-  train.clear();
-  eval.clear();
-  for (int64_t index : train_indices) train.push_back(std::move(all[static_cast<size_t>(index)]));
-  for (int64_t index : eval_indices) eval.push_back(std::move(all[static_cast<size_t>(index)]));
+  split_train_eval_items(std::move(all), eval_fraction, seed, train, eval);
 }
 
 }  // namespace tune::data

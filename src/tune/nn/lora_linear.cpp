@@ -59,6 +59,14 @@ void LoraLinearImpl::reset() {
   }
 }
 
+namespace {
+thread_local bool adapters_off = false;
+}  // namespace
+
+LoraAdaptersOff::LoraAdaptersOff() : was_active_(adapters_off) { adapters_off = true; }
+LoraAdaptersOff::~LoraAdaptersOff() { adapters_off = was_active_; }
+bool LoraAdaptersOff::active() { return adapters_off; }
+
 torch::Tensor LoraLinearImpl::forward(const torch::Tensor& input) {
   torch::Tensor output;
   if (nf4_base()) {
@@ -68,7 +76,7 @@ torch::Tensor LoraLinearImpl::forward(const torch::Tensor& input) {
   } else {
     output = torch::linear(input, weight, bias);
   }
-  if (!has_lora()) return output;
+  if (!has_lora() || adapters_off) return output;
   // Dropout on the adapter's input only (PEFT): the base path sees the undropped input.
   const double p = options.lora().dropout;
   // Per global row when the recipe keys the step's rows (nn/row_keyed_dropout.h), so N processes draw what one would.

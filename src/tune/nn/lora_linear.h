@@ -30,6 +30,21 @@ struct LoraLinearOptions {
   TORCH_ARG(bool, nf4_base) = false;
 };
 
+// While one lives on this thread, every LoraLinear computes its base product only (adapters switched off): the
+// reference model of LoRA preference training (DPO) is the policy's own base, with no second copy of the weights.
+// Meant for no-grad forwards (a backward's recompute on another thread would not see it).
+class LoraAdaptersOff {
+ public:
+  LoraAdaptersOff();
+  ~LoraAdaptersOff();
+  LoraAdaptersOff(const LoraAdaptersOff&) = delete;
+  LoraAdaptersOff& operator=(const LoraAdaptersOff&) = delete;
+  static bool active();
+
+ private:
+  bool was_active_;
+};
+
 class LoraLinearImpl : public torch::nn::Module {
  public:
   explicit LoraLinearImpl(const LoraLinearOptions& options);

@@ -205,7 +205,7 @@ int run_step_loop(const StepLoopSettings& settings, const StepLoopHooks& hooks, 
     const double window_seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
     const double throughput = window_seconds > 0 ? window_items / window_seconds : 0.0;
     elapsed_s = start.elapsed_s + std::chrono::duration<double>(Clock::now() - run_start).count();
-    progress.update(step, result.loss, throughput);
+    progress.update(step, result.loss, throughput, result.progress_note);
 
     const bool last_step = step == settings.total_steps;
     const bool log_now = step % settings.log_every == 0 || last_step;
@@ -221,10 +221,14 @@ int run_step_loop(const StepLoopSettings& settings, const StepLoopHooks& hooks, 
                                {"peak_mem_bytes", window_peak},
                                {"elapsed_s", elapsed_s}};
       if (result.loss_scale) record["loss_scale"] = *result.loss_scale;
+      for (const auto& [name, value] : result.metrics) record[name] = value;
       curves.train.push_back({step, result.loss});
       if (eval_now && hooks.evaluate) {
         if (const auto eval_loss = hooks.evaluate()) {
           record["eval_loss"] = *eval_loss;
+          if (hooks.evaluate_metrics) {
+            for (const auto& [name, value] : hooks.evaluate_metrics()) record["eval_" + name] = value;
+          }
           curves.eval.push_back({step, *eval_loss});
           progress.print(fmt::format("step {}: eval loss {:.4f}", step, *eval_loss));
         }

@@ -10,6 +10,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tune::recipes {
 
@@ -45,11 +47,17 @@ struct StepResult {
   // finished collective can still be held for a moment by Gloo's worker thread (seen: a whole gradient bucket on
   // one rank in the first step); the peak counts such moments. -1: not measured.
   int64_t resident_bytes = -1;
+  // A recipe's own figures for metrics.jsonl (and TensorBoard), under their names (DPO: TRL's "rewards/chosen", ...),
+  // and a short note for the progress line ("reward acc 0.75").
+  std::vector<std::pair<std::string, double>> metrics;
+  std::string progress_note;
 };
 
 struct StepLoopHooks {
   std::function<StepResult(int64_t step)> step;                      // optimizer step `step` (0-based)
   std::function<std::optional<double>()> evaluate;                   // mean eval loss, nullopt: no eval set
+  // Optional: more evaluation figures, called right after `evaluate` returned a loss; written as "eval_" + name.
+  std::function<std::vector<std::pair<std::string, double>>()> evaluate_metrics;
   std::function<void(const std::filesystem::path& dir, int64_t step, double elapsed_s)> save;  // rank 0
   // Set when each rank holds a share of the optimizer state (shard_grad_op): at every checkpoint, called on every
   // rank to write its share to `file`, with `metadata` (optimizer_shard_metadata: rank, world size, step) in its

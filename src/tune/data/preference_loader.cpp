@@ -1,0 +1,129 @@
+#include "tune/data/preference_loader.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "tune/core/error.h"
+#include "tune/data/seeded_shuffle.h"
+
+namespace tune::data {
+
+PreferenceBatch collate_pairs(const std::vector<const TokenizedPair*>& pairs) {
+  const auto count = static_cast<int64_t>(pairs.size());
+  int64_t width = 1;
+  for (const TokenizedPair* pair : pairs) {
+    const auto prompt = static_cast<int64_t>(pair->prompt_ids.size());
+    width = std::max({width, prompt + static_cast<int64_t>(pair->chosen_ids.size()),
+                      prompt + static_cast<int64_t>(pair->rejected_ids.size())});
+  }
+  PreferenceBatch batch;
+  batch.pairs = count;
+  batch.input_ids = torch::zeros({2 * count, width}, torch::kLong);
+  batch.labels = torch::full({2 * count, width}, kIgnoreIndex, torch::kLong);
+  batch.position_ids = torch::zeros({2 * count, width}, torch::kLong);
+  batch.segment_ids = torch::full({2 * count, width}, int64_t{-1}, torch::kLong);
+  auto ids = batch.input_ids.accessor<int64_t, 2>();
+  auto labels = batch.labels.accessor<int64_t, 2>();
+  auto positions = batch.position_ids.accessor<int64_t, 2>();
+  auto segments = batch.segment_ids.accessor<int64_t, 2>();
+  for (int64_t i = 0; i < count; ++i) {
+    const TokenizedPair& pair = *pairs[static_cast<size_t>(i)];
+    for (const auto& [row, completion] : {std::pair{i, &pair.chosen_ids}, std::pair{count + i, &pair.rejected_ids}}) {
+      int64_t column = 0;
+      auto put = [&](int64_t id, bool scored) {
+        ids[row][column] = id;
+        if (scored) labels[row][column] = id;
+        positions[row][column] = column;
+        segments[row][column] = 0;
+        ++column;
+      };
+      for (const int64_t id : pair.prompt_ids) put(id, false);
+      for (const int64_t id : *completion) put(id, true);
+      batch.tokens += column;
+    }
+  }
+  return batch;
+}
+
+PreferenceBatch slice_pairs(const PreferenceBatch& batch, int64_t begin, int64_t end) {
+  const int64_t count = batch.pairs;
+  auto both_halves = [&](const torch::Tensor& tensor) {
+    return torch::cat({tensor.slice(0, begin, end), tensor.slice(0, count + begin, count + end)});
+  };
+  PreferenceBatch slice;
+  slice.pairs = end - begin;
+  slice.input_ids = both_halves(batch.input_ids);
+  slice.labels = both_halves(batch.labels);
+  slice.position_ids = both_halves(batch.position_ids);
+  slice.segment_ids = both_halves(batch.segment_ids);
+  slice.tokens = slice.segment_ids.ge(0).sum().item<int64_t>();
+  return slice;
+}
+
+PreferenceLoader::PreferenceLoader(std::vector<TokenizedPair> pairs, int64_t pairs_per_batch, bool shuffle,
+                                   uint64_t seed)
+    : pairs_(std::move(pairs)), pairs_per_batch_(pairs_per_batch), shuffle_(shuffle), seed_(seed) {
+  if (pairs_.empty()) throw InputError("no preference pairs to train on");
+  if (pairs_per_batch_ < 1) throw UsageError("PreferenceLoader: pairs_per_batch must be >= 1");
+  plan_epoch(0);
+}
+
+void PreferenceLoader::plan_epoch(int64_t epoch) {
+  const auto count = static_cast<int64_t>(pairs_.size());
+  if (shuffle_) {
+    order_ = seeded_permutation(count, seed_ + static_cast<uint64_t>(epoch));
+  } else {
+    order_.resize(static_cast<size_t>(count));
+    std::iota(order_.begin(), order_.end(), int64_t{0});
+  }
+  planned_epoch_ = epoch;
+}
+
+int64_t PreferenceLoader::batches_per_epoch() const {
+  return (static_cast<int64_t>(pairs_.size()) + pairs_per_batch_ - 1) / pairs_per_batch_;
+}
+
+PreferenceBatch PreferenceLoader::batch_at(const std::vector<int64_t>& order, int64_t batch_index) const {
+  const size_t first = static_cast<size_t>(batch_index * pairs_per_batch_);
+  const size_t end = std::min(first + static_cast<size_t>(pairs_per_batch_), order.size());
+  std::vector<const TokenizedPair*> chosen;
+  for (size_t i = first; i < end; ++i) chosen.push_back(&pairs_[static_cast<size_t>(order[i])]);
+  return collate_pairs(chosen);
+}
+
+PreferenceBatch PreferenceLoader::next() {
+  if (planned_epoch_ != position_.epoch) plan_epoch(position_.epoch);
+  PreferenceBatch batch = batch_at(order_, position_.batch_in_epoch);
+  if (++position_.batch_in_epoch >= batches_per_epoch()) {
+    position_ = {position_.epoch + 1, 0};
+    plan_epoch(position_.epoch);
+  }
+  return batch;
+}
+
+void PreferenceLoader::restore(LoaderPosition position) {
+  if (position.epoch < 0 || position.batch_in_epoch < 0) {
+    throw InputError(fmt::format("data position (epoch {}, batch {}) is negative", position.epoch,
+                                 position.batch_in_epoch));
+  }
+  position = rebatch(position, pairs_per_batch_);
+  if (position.batch_in_epoch > batches_per_epoch()) {
+    throw InputError(fmt::format("data position (epoch {}, batch {}) is past the epoch's {} batches; HINT: resume "
+                                 "with the same data, batch_size, max_length and seed",
+                                 position.epoch, position.batch_in_epoch, batches_per_epoch()));
+  }
+  plan_epoch(position.epoch);
+  position_ = {position.epoch, position.batch_in_epoch, pairs_per_batch_};
+}
+
+std::vector<PreferenceBatch> PreferenceLoader::all_batches_in_order() const {
+  std::vector<int64_t> order(pairs_.size());
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::vector<PreferenceBatch> batches;
+  for (int64_t b = 0; b < batches_per_epoch(); ++b) batches.push_back(batch_at(order, b));
+  return batches;
+}
+
+}  // namespace tune::data
