@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# End-to-end tests of `recipe: dpo` as users call it: LoRA and full fine-tuning with each reference, every loss,
+# TRL's metric names, exact resume, export and inference of the result, and the config and data errors.
+# Usage: dpo_tests.sh CASE (environment as cli_tests.sh, whose helpers it uses). The model, tokenizer and rows are
+# tests/fixtures/dpo's (scripts/make_dpo_fixture.py: a tiny Llama with a byte-level BPE tokenizer and chat template).
+set -uo pipefail
+CLI_TESTS_AS_LIBRARY=1 source "$(dirname "$0")/cli_tests.sh"
+FIXTURE="$TUNE_SOURCE/tests/fixtures/dpo"
+
+# write_dpo_recipe FILE OUTPUT_DIR [extra yaml lines...]: LoRA DPO on the fixture's conversational rows, fp32.
+write_dpo_recipe() {
+  local file=$1 out=$2; shift 2
+  cat > "$file" <<YAML
+recipe: dpo
+output_dir: $out
+seed: 3
+threads: 2
+mixed_precision: "no"
+model:
+  path: $FIXTURE/model
+data:
+  train: $WORK/dpo-rows.jsonl
+  eval: $FIXTURE/rows_conversational.jsonl
+training:
+  batch_size: 2
+  max_steps: 6
+optimizer:
+  lr: 0.01
+logging:
+  every: 1
+checkpoint:
+  every: 3
+YAML
+  printf '%s\n' "$@" >> "$file"
+}
+
+# Twelve conversational pairs (the fixture's three, repeated with varied wording) and a standard-form file.
+make_rows() {
+  "$PYTHON" - "$FIXTURE/rows_conversational.jsonl" "$WORK/dpo-rows.jsonl" <<'PY' || fail "rows"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+with open(sys.argv[2], "w") as f:
+    for k in range(4):
+        for r in rows:
+            r = json.loads(json.dumps(r))
+            r["chosen"][0]["content"] += " " * k + "."
+            f.write(json.dumps(r) + "\n")
+PY
+}
+
+case_dpo_lora_train_resume_export() {
+  make_rows
+  local run="$WORK/runs/dpo-lora" yaml="$WORK/dpo-lora.yaml"
+  rm -rf "$run" "$WORK/runs/dpo-lora-resume" "$WORK/runs/dpo-adapter"
+  write_dpo_recipe "$yaml" "$run" "lora:" "  rank: 4" "  alpha: 8" "  target_modules: [all-linear]"
+  expect_exit 0 "$TUNE" train "$yaml"
+  contains "$ERR" "reference: the base model with the LoRA adapters off"
+  contains "$ERR" "reward acc"
+  contains "$ERR" "12 pairs read"
+  # TRL's names in metrics.jsonl, train and eval; the first step's policy is the reference (LoRA B starts at 0).
+  "$PYTHON" - "$run/metrics.jsonl" <<'PY' || fail "metrics.jsonl"
+import json, math, sys
+records = [json.loads(l) for l in open(sys.argv[1])]
+names = ["rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen", "logps/rejected"]
+for r in records:
+    assert all(n in r and math.isfinite(r[n]) for n in names), r
+assert abs(records[0]["loss"] - math.log(2)) < 1e-6 and records[0]["rewards/margins"] == 0, records[0]
+assert records[-1]["rewards/margins"] > 0, records[-1]
+assert all("eval_" + n in records[-1] for n in names) and "eval_loss" in records[-1], records[-1]
+PY
+  # Resume from step 3: the same losses and adapter as the uninterrupted run.
+  local resumed="$WORK/runs/dpo-lora-resume"
+  cp -r "$run" "$resumed"; rm -rf "$resumed/checkpoints/step-6"
+  sed -i "s|output_dir: .*|output_dir: $resumed|" "$resumed/config.yaml"
+  expect_exit 0 "$TUNE" train "$resumed/config.yaml" --resume
+  [ "$(losses "$run/metrics.jsonl")" = "$(losses "$resumed/metrics.jsonl")" ] || fail "resumed DPO losses differ"
+  cmp -s "$run/checkpoints/step-6/adapter_model.safetensors" "$resumed/checkpoints/step-6/adapter_model.safetensors" \
+    || fail "resumed DPO adapter differs"
+  # The result exports as a PEFT adapter and answers through tune infer, as an SFT run's would.
+  expect_exit 0 "$TUNE" export "$run" --out "$WORK/runs/dpo-adapter"
+  [ -s "$WORK/runs/dpo-adapter/adapter_model.safetensors" ] || fail "export wrote no adapter"
+  expect_exit 0 "$TUNE" infer "$run" --prompt "What color is the sky?" --json --no-grad --max-new-tokens 3
+  contains "$OUT" '"output_ids"'
+}
+
+case_dpo_full_reference_and_losses() {
+  make_rows
+  local yaml="$WORK/dpo-full.yaml"
+  # Full fine-tuning against a separate frozen reference (fp32 and bf16 storage), then each loss once.
+  write_dpo_recipe "$yaml" "$WORK/runs/dpo-full" "dpo:" "  reference_model: $FIXTURE/ref_model" \
+    "  reference_dtype: fp32"
+  rm -rf "$WORK/runs/dpo-full"
+  expect_exit 0 "$TUNE" train "$yaml" training.max_steps=2
+  contains "$ERR" "reference: a frozen copy of $FIXTURE/ref_model in fp32"
+  for loss in hinge ipo robust simpo orpo; do
+    rm -rf "$WORK/runs/dpo-full"
+    local extra=()
+    [ "$loss" = robust ] && extra=(dpo.label_smoothing=0.1)
+    [ "$loss" = simpo ] || [ "$loss" = orpo ] && extra=(dpo.reference_model=null)
+    expect_exit 0 "$TUNE" train "$yaml" training.max_steps=2 dpo.loss=$loss dpo.reference_dtype=bf16 "${extra[@]}"
+    contains "$ERR" "dpo: loss $loss"
+    grep -q '"rewards/accuracies"' "$WORK/runs/dpo-full/metrics.jsonl" || fail "$loss: no reward metrics"
+  done
+  grep -q '"nll_loss"' "$WORK/runs/dpo-full/metrics.jsonl" || fail "orpo logs no nll_loss"
+}
+
+case_dpo_config_and_data_errors() {
+  make_rows
+  local yaml="$WORK/dpo-errors.yaml"
+  write_dpo_recipe "$yaml" "$WORK/runs/dpo-errors" "lora:" "  rank: 4"
+  expect_exit 2 "$TUNE" validate "$yaml" dpo.label_smoothing=0.1; contains "$ERR" "dpo.label_smoothing"
+  expect_exit 2 "$TUNE" validate "$yaml" dpo.reference_model="$FIXTURE/ref_model"
+  contains "$ERR" "adapters switched off"
+  expect_exit 2 "$TUNE" validate "$yaml" data.packing=true; contains "$ERR" "data.packing"
+  expect_exit 2 "$TUNE" validate "$yaml" data.format=chat; contains "$ERR" "data.format"
+  expect_exit 2 "$TUNE" validate "$yaml" dpo.loss=kto; contains "$ERR" "dpo.loss"
+  expect_exit 2 "$TUNE" validate "$yaml" dpo.simpo_gamma=1.0; contains "$ERR" "dpo.simpo_gamma"
+  # A bad row is named by file:line before anything trains, and nothing is written.
+  printf '%s\n' '{"prompt": "a", "chosen": "b", "rejected": "c"}' '{"prompt": "a", "chosen": "b"}' \
+    > "$WORK/dpo-bad.jsonl"
+  rm -rf "$WORK/runs/dpo-errors"
+  expect_exit 1 "$TUNE" train "$yaml" data.train="$WORK/dpo-bad.jsonl"
+  contains "$ERR" "dpo-bad.jsonl:2: missing field 'rejected'"
+  [ ! -e "$WORK/runs/dpo-errors/checkpoints" ] || fail "a failed run left checkpoints"
+}
+
+case="${1:?case name}"
+mkdir -p "$WORK"
+"case_$case"
+echo "PASS: $case"
