@@ -54,6 +54,25 @@ case_ddp_sft_matches_single_process() {
     adapter_model.safetensors "${base[@]}" lora.rank=4 lora.dropout=0.3 training.gradient_accumulation_steps=2
 }
 
+case_ddp_dpo_matches_single_process() {
+  # recipe: dpo on tests/fixtures/dpo's tiny Llama: pairs split over the ranks (both halves of each pair on one rank),
+  # the reference's log-probs (LoRA: adapters off; full: a frozen copy) and TRL's metrics summed over ranks.
+  local fixture="$TUNE_SOURCE/tests/fixtures/dpo" rows="$WORK/ddp-dpo-rows.jsonl" yaml="$WORK/ddp-dpo.yaml"
+  for k in 0 1 2 3; do cat "$fixture/rows_conversational.jsonl"; done > "$rows"
+  printf '%s\n' "recipe: dpo" "seed: 3" "threads: 2" 'mixed_precision: "no"' "model:" "  path: $fixture/model" \
+    "data:" "  train: $rows" "  eval_fraction: 0" "  shuffle: false" "optimizer:" "  lr: 0.01" "logging:" "  every: 1" \
+    > "$yaml"
+  local base=(training.max_steps=3 checkpoint.every=0)
+  TENSOR_TOL= WEIGHT_TOL=1e-4 ddp_matches "$WORK/runs/ddp-dpo-lora" "$yaml" 3 adapter_model.safetensors "${base[@]}" \
+    lora.rank=4 lora.target_modules=[all-linear]
+  # Full fine-tuning: fp32 summation-order differences (the pairs' gradients summed on two ranks, then reduced),
+  # which AdamW at lr 0.01 on the fixture's large random weights turns into up to 8.4e-5 relative (q_proj; losses
+  # 5.8e-6 after two updates; measured 2026-11-26).
+  TOL=1e-5 WEIGHT_TOL=2e-4 ddp_matches "$WORK/runs/ddp-dpo-full" "$yaml" 3 model.safetensors "${base[@]}" \
+    dpo.reference_dtype=fp32
+  grep -q '"rewards/accuracies"' "$WORK/runs/ddp-dpo-full-2/metrics.jsonl" || fail "no DPO metrics from the ddp run"
+}
+
 case_ddp_latte_matches_single_process() {
   need_video
   make_shapes

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Preference pairs for the DPO default (recipes/dpo-tiny.yaml): the SFT default's own mistakes on training prompts.
+
+    scripts/make_letters_preferences.py MODEL [--train data/letters/train.jsonl] [--out data/letters-dpo]
+        [--limit 4000] [--eval-fraction 0.1] [--tune build/apps/tune/tune]
+
+MODEL is what `tune infer` accepts (the SFT default's run or its export). Every single-turn training prompt (as
+scripts/eval_letters_accuracy.py builds it) is answered greedily by MODEL in one `tune infer --prompts-file` call;
+where the answer differs from the data's, the row becomes a pair: chosen the data's answer, rejected the model's
+(its typical mistake: on the Alpaca split-form prompts, the wrong first letter). Pairs are written in the
+conversational form ({"prompt": [user], "chosen": [assistant], "rejected": [assistant]}) to OUT/train.jsonl, and a
+seeded eval_fraction of them to OUT/eval.jsonl (held out: their reward accuracy is the run's eval figure). The
+test split is never read, so the exact match that scripts/eval_letters_accuracy.py measures stays held out.
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from eval_letters_accuracy import single_turn  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("model")
+    parser.add_argument("--train", default=os.path.join(ROOT, "data/letters/train.jsonl"))
+    parser.add_argument("--out", default=os.path.join(ROOT, "data/letters-dpo"))
+    parser.add_argument("--limit", type=int, default=4000, help="training prompts to answer")
+    parser.add_argument("--eval-fraction", type=float, default=0.1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tune", default=os.path.join(ROOT, "build/apps/tune/tune"))
+    args = parser.parse_args()
+
+    prompts = []
+    with open(args.train) as f:
+        for line in f:
+            if line.strip() and (pair := single_turn(json.loads(line))):
+                prompts.append(pair)
+    prompts = prompts[: args.limit]
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as listing:
+        for prompt, _ in prompts:
+            listing.write(json.dumps(prompt) + "\n")
+    command = [args.tune, "infer", args.model, "--prompts-file", listing.name, "--json", "--no-grad",
+               "--temperature", "0"]
+    completed = subprocess.run(command, capture_output=True, text=True)
+    os.unlink(listing.name)
+    if completed.returncode != 0:
+        sys.stderr.write(completed.stderr)
+        sys.exit(completed.returncode)
+    answers = [json.loads(line)["text"] for line in completed.stdout.splitlines() if line.startswith("{")]
+    if len(answers) != len(prompts):
+        sys.exit(f"tune infer gave {len(answers)} answers for {len(prompts)} prompts")
+
+    pairs = []
+    for (prompt, reference), answer in zip(prompts, answers):
+        if answer.strip() != reference.strip() and answer.strip():
+            pairs.append({"prompt": [{"role": "user", "content": prompt}],
+                          "chosen": [{"role": "assistant", "content": reference}],
+                          "rejected": [{"role": "assistant", "content": answer.strip()}]})
+    random.Random(args.seed).shuffle(pairs)
+    held_out = max(1, int(round(args.eval_fraction * len(pairs))))
+    os.makedirs(args.out, exist_ok=True)
+    for name, rows in (("eval.jsonl", pairs[:held_out]), ("train.jsonl", pairs[held_out:])):
+        with open(os.path.join(args.out, name), "w") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+    split_form = sum("\n\n" in p["prompt"][0]["content"] for p in pairs)
+    print(f"{len(prompts)} training prompts answered, {len(pairs)} wrong ({split_form} of them split-form "
+          f"prompts): {len(pairs) - held_out} training and {held_out} held-out pairs in {args.out}")
+
+
+if __name__ == "__main__":
+    main()
