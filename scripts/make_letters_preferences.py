@@ -58,10 +58,12 @@ def main():
 
     pairs = []
     for (prompt, reference), answer in zip(prompts, answers):
-        if answer.strip() != reference.strip() and answer.strip():
+        if answer.strip() != reference.strip():
             pairs.append({"prompt": [{"role": "user", "content": prompt}],
                           "chosen": [{"role": "assistant", "content": reference}],
                           "rejected": [{"role": "assistant", "content": answer.strip()}]})
+    if len(pairs) < 2:
+        sys.exit(f"only {len(pairs)} of {len(prompts)} answers were wrong: too few pairs (raise --limit)")
     random.Random(args.seed).shuffle(pairs)
     held_out = max(1, int(round(args.eval_fraction * len(pairs))))
     os.makedirs(args.out, exist_ok=True)

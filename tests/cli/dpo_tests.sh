@@ -124,6 +124,27 @@ case_dpo_config_and_data_errors() {
   [ ! -e "$WORK/runs/dpo-errors/checkpoints" ] || fail "a failed run left checkpoints"
 }
 
+case_dpo_default_short() {
+  # The embedded example's pipeline, short: a letters model trained for a few steps (so most of its answers are
+  # wrong) and exported, its wrong answers on training prompts made into pairs by scripts/make_letters_preferences.py,
+  # then recipes/dpo-tiny.yaml for a few steps with a held-out evaluation.
+  local sft="$WORK/runs/dpo-default-sft" base="$WORK/runs/dpo-default-base" run="$WORK/runs/dpo-default"
+  local pairs="$WORK/letters-dpo"
+  rm -rf "$sft" "$base" "$run" "$pairs"
+  write_recipe "$WORK/dpo-default-sft.yaml" "$sft"
+  expect_exit 0 "$TUNE" train "$WORK/dpo-default-sft.yaml" training.max_steps=20 checkpoint.every=0
+  expect_exit 0 "$TUNE" export "$sft" --out "$base"
+  "$PYTHON" "$TUNE_SOURCE/scripts/make_letters_preferences.py" "$base" --train "$DATA/train.jsonl" --limit 100 \
+    --out "$pairs" --tune "$TUNE" > "$WORK/pairs.txt" 2>&1 || fail "make_letters_preferences: $(cat "$WORK/pairs.txt")"
+  contains "$(cat "$WORK/pairs.txt")" "held-out pairs"
+  expect_exit 0 "$TUNE" train "$TUNE_SOURCE/recipes/dpo-tiny.yaml" --output-dir "$run" model.path="$base" \
+    data.train="$pairs/train.jsonl" data.eval="$pairs/eval.jsonl" training.max_steps=6 eval.every=3 \
+    checkpoint.every=0 threads=2
+  contains "$ERR" "dpo: loss orpo"
+  grep -q '"eval_rewards/accuracies"' "$run/metrics.jsonl" || fail "no held-out reward accuracy in metrics.jsonl"
+  expect_exit 0 "$TUNE" infer "$run" --prompt "Reverse: a b c" --json --no-grad --max-new-tokens 6
+}
+
 case="${1:?case name}"
 mkdir -p "$WORK"
 "case_$case"
