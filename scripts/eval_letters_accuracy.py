@@ -31,6 +31,33 @@ def single_turn(row):
     return prompt, row["output"]
 
 
+def read_single_turn(path, limit):
+    """The first `limit` single-turn rows of a letters JSONL file, as (prompt, answer)."""
+    pairs = []
+    with open(path) as f:
+        for line in f:
+            if line.strip() and (pair := single_turn(json.loads(line))):
+                pairs.append(pair)
+    return pairs[:limit]
+
+
+def greedy_outputs(tune, target, prompts):
+    """`tune infer TARGET` on every prompt in one --prompts-file call (greedy, no gradients): its JSON outputs."""
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as listing:
+        for prompt in prompts:
+            listing.write(json.dumps(prompt) + "\n")
+    command = [tune, "infer", target, "--prompts-file", listing.name, "--json", "--no-grad", "--temperature", "0"]
+    completed = subprocess.run(command, capture_output=True, text=True)
+    os.unlink(listing.name)
+    if completed.returncode != 0:
+        sys.stderr.write(completed.stderr)
+        sys.exit(completed.returncode)
+    outputs = [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]
+    if len(outputs) != len(prompts):
+        sys.exit(f"expected {len(prompts)} answers from tune infer, got {len(outputs)}")
+    return outputs
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("target")
@@ -40,27 +67,8 @@ def main():
     parser.add_argument("--out", help="write the result (accuracy, counts, examples) as JSON here")
     args = parser.parse_args()
 
-    pairs = []
-    with open(args.test) as f:
-        for line in f:
-            if line.strip():
-                pair = single_turn(json.loads(line))
-                if pair:
-                    pairs.append(pair)
-    pairs = pairs[: args.limit]
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as prompts:
-        for prompt, _ in pairs:
-            prompts.write(json.dumps(prompt) + "\n")
-    command = [args.tune, "infer", args.target, "--prompts-file", prompts.name, "--json", "--no-grad",
-               "--temperature", "0"]
-    completed = subprocess.run(command, capture_output=True, text=True)
-    os.unlink(prompts.name)
-    if completed.returncode != 0:
-        sys.stderr.write(completed.stderr)
-        sys.exit(completed.returncode)
-    outputs = [json.loads(line) for line in completed.stdout.splitlines() if line.strip()]
-    if len(outputs) != len(pairs):
-        sys.exit(f"expected {len(pairs)} answers from tune infer, got {len(outputs)}")
+    pairs = read_single_turn(args.test, args.limit)
+    outputs = greedy_outputs(args.tune, args.target, [prompt for prompt, _ in pairs])
     correct = sum(o["text"].strip() == answer.strip() for o, (_, answer) in zip(outputs, pairs))
     accuracy = correct / len(pairs)
     examples = [{"prompt": p, "expected": a, "got": o["text"]} for o, (p, a) in list(zip(outputs, pairs))[:5]]

@@ -2,7 +2,7 @@
 """Preference pairs for the DPO default (recipes/dpo-tiny.yaml): the SFT default's own mistakes on training prompts.
 
     scripts/make_letters_preferences.py MODEL [--train data/letters/train.jsonl] [--out data/letters-dpo]
-        [--limit 4000] [--eval-fraction 0.1] [--tune build/apps/tune/tune]
+        [--limit 4000] [--eval-fraction 0.1] [--tune build/apps/tune/tune] [--keep-empty]
 
 MODEL is what `tune infer` accepts (the SFT default's run or its export). Every single-turn training prompt (as
 scripts/eval_letters_accuracy.py builds it) is answered greedily by MODEL in one `tune infer --prompts-file` call;
@@ -16,13 +16,11 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
-import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from eval_letters_accuracy import single_turn  # noqa: E402
+from eval_letters_accuracy import greedy_outputs, read_single_turn  # noqa: E402
 
 
 def main():
@@ -34,31 +32,16 @@ def main():
     parser.add_argument("--eval-fraction", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tune", default=os.path.join(ROOT, "build/apps/tune/tune"))
+    parser.add_argument("--keep-empty", action="store_true",
+                        help="also make pairs of empty answers (an undertrained model's); by default they are skipped")
     args = parser.parse_args()
 
-    prompts = []
-    with open(args.train) as f:
-        for line in f:
-            if line.strip() and (pair := single_turn(json.loads(line))):
-                prompts.append(pair)
-    prompts = prompts[: args.limit]
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as listing:
-        for prompt, _ in prompts:
-            listing.write(json.dumps(prompt) + "\n")
-    command = [args.tune, "infer", args.model, "--prompts-file", listing.name, "--json", "--no-grad",
-               "--temperature", "0"]
-    completed = subprocess.run(command, capture_output=True, text=True)
-    os.unlink(listing.name)
-    if completed.returncode != 0:
-        sys.stderr.write(completed.stderr)
-        sys.exit(completed.returncode)
-    answers = [json.loads(line)["text"] for line in completed.stdout.splitlines() if line.startswith("{")]
-    if len(answers) != len(prompts):
-        sys.exit(f"tune infer gave {len(answers)} answers for {len(prompts)} prompts")
+    prompts = read_single_turn(args.train, args.limit)
+    answers = [output["text"] for output in greedy_outputs(args.tune, args.model, [p for p, _ in prompts])]
 
     pairs = []
     for (prompt, reference), answer in zip(prompts, answers):
-        if answer.strip() != reference.strip():
+        if answer.strip() != reference.strip() and (answer.strip() or args.keep_empty):
             pairs.append({"prompt": [{"role": "user", "content": prompt}],
                           "chosen": [{"role": "assistant", "content": reference}],
                           "rejected": [{"role": "assistant", "content": answer.strip()}]})

@@ -308,7 +308,7 @@ case_config_files_bounded_recipe_located() {
   write_recipe "$WORK/unknown-recipe.yaml" "$WORK/runs/unknown"
   sed -i 's/^recipe: sft$/recipe: sfx/' "$WORK/unknown-recipe.yaml"
   expect_exit 2 "$TUNE" validate "$WORK/unknown-recipe.yaml"
-  contains "$ERR" "unknown-recipe.yaml:1:9: recipe: unknown recipe 'sfx'"; contains "$ERR" "sft, latte"
+  contains "$ERR" "unknown-recipe.yaml:1:9: recipe: unknown recipe 'sfx'"; contains "$ERR" "sft, dpo, latte"
   expect_exit 2 "$TUNE" train "$WORK/unknown-recipe.yaml" recipe=nope
   contains "$ERR" "command line (recipe=nope)"; contains "$ERR" "unknown recipe 'nope'"
 }

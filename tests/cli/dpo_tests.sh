@@ -135,7 +135,7 @@ case_dpo_default_short() {
   expect_exit 0 "$TUNE" train "$WORK/dpo-default-sft.yaml" training.max_steps=20 checkpoint.every=0
   expect_exit 0 "$TUNE" export "$sft" --out "$base"
   "$PYTHON" "$TUNE_SOURCE/scripts/make_letters_preferences.py" "$base" --train "$DATA/train.jsonl" --limit 100 \
-    --out "$pairs" --tune "$TUNE" > "$WORK/pairs.txt" 2>&1 || fail "make_letters_preferences: $(cat "$WORK/pairs.txt")"
+    --keep-empty --out "$pairs" --tune "$TUNE" > "$WORK/pairs.txt" 2>&1 || fail "make_letters_preferences: $(cat "$WORK/pairs.txt")"
   contains "$(cat "$WORK/pairs.txt")" "held-out pairs"
   expect_exit 0 "$TUNE" train "$TUNE_SOURCE/recipes/dpo-tiny.yaml" --output-dir "$run" model.path="$base" \
     data.train="$pairs/train.jsonl" data.eval="$pairs/eval.jsonl" training.max_steps=6 eval.every=3 \

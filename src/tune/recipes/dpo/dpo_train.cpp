@@ -19,6 +19,7 @@
 #include "tune/recipes/dpo/dpo_step.h"
 #include "tune/recipes/model_workloads.h"
 #include "tune/recipes/run_directory.h"
+#include "tune/recipes/sft/llama_training.h"
 #include "tune/recipes/sft/sft_checkpoint.h"
 #include "tune/recipes/sft/sft_model.h"
 #include "tune/recipes/step_loop.h"
@@ -26,14 +27,6 @@
 
 namespace tune::recipes::dpo {
 namespace {
-
-std::vector<train::NamedParameter> trainable_parameters(const models::LlamaForCausalLM& model) {
-  std::vector<train::NamedParameter> params;
-  for (const auto& item : model->named_parameters()) {
-    if (item.value().requires_grad()) params.push_back({item.key(), item.value()});
-  }
-  return params;
-}
 
 // The frozen reference of a full fine-tune: the policy's starting model (or dpo.reference_model), every weight
 // frozen, stored in dpo.reference_dtype; no LoRA, no NF4.
@@ -103,21 +96,11 @@ int train(const TrainRequest& request) {
   choose_cpu_kernels(llama_workload(model->config(), 2 * training.batch_size, data_settings.max_length,
                                     precision::compute_dtype(run.mixed_precision), /*training=*/true),
                      device);
-  auto checkpointing = std::make_shared<memory::CheckpointRunner>(run.checkpointing, model->num_blocks());
-  model->set_block_runner(checkpointing);
-  model->train();
-
-  const auto params = trainable_parameters(model);
-  std::vector<torch::Tensor> param_tensors;
-  for (const auto& param : params) param_tensors.push_back(param.tensor);
-  std::vector<torch::Tensor> model_tensors;
-  for (const auto& tensor : model->parameters()) model_tensors.push_back(tensor);
-  for (const auto& tensor : model->buffers()) model_tensors.push_back(tensor);
-  ModelBlocks blocks{model->blocks(), {}, {models::LlamaForCausalLMImpl::block_type()}, {}};
-  blocks.types.assign(blocks.modules.size(), models::LlamaForCausalLMImpl::block_type());
-  for (const auto& item : model->named_parameters()) blocks.named_parameters.emplace_back(item.key(), item.value());
-  DataParallel parallel(config, model_tensors, param_tensors, &blocks);
-  model->set_block_runner(parallel.block_runner(checkpointing));
+  sft::LlamaTraining setup = sft::prepare_llama_training(model, config, run);
+  const std::vector<train::NamedParameter>& params = setup.params;
+  const std::vector<torch::Tensor>& param_tensors = setup.param_tensors;
+  const std::shared_ptr<memory::CheckpointRunner>& checkpointing = setup.checkpointing;
+  DataParallel& parallel = *setup.parallel;
 
   const PreparedPairs prepared = prepare_pairs(data_settings, tokenizer, run.seed);
   // The loader yields global batches (every rank's pairs); each rank computes its share.
@@ -129,10 +112,7 @@ int train(const TrainRequest& request) {
                                       .all_batches_in_order();
 
   train::AdamW optimizer(parallel.optimizer_groups(params, training.weight_decay), training.adamw);
-  std::unique_ptr<precision::DynamicLossScaler> scaler;
-  if (run.mixed_precision == precision::MixedPrecision::fp16) {
-    scaler = std::make_unique<precision::DynamicLossScaler>(run.loss_scale);
-  }
+  std::unique_ptr<precision::DynamicLossScaler> scaler = sft::make_loss_scaler(run);
   training.schedule.total_steps = training.total_steps(loader.batches_per_epoch());
 
   sft::TrainerState state;
@@ -142,7 +122,7 @@ int train(const TrainRequest& request) {
     state = sft::read_checkpoint(*request.resume_from, model, optimizer, read_optimizer);
     parallel.reshard_parameters();
     loader.restore(state.loader);
-    if (scaler && state.loss_scale > 0) scaler->restore(state.loss_scale, state.loss_scale_clean_steps, state.skipped_steps);
+    sft::restore_loss_scaler(scaler.get(), state);
     log::info("resumed from {} at step {}", request.resume_from->string(), state.step);
   }
 
@@ -270,11 +250,7 @@ int train(const TrainRequest& request) {
     state.step = step;
     state.elapsed_s = elapsed_s;
     state.loader = loader.position();
-    if (scaler) {
-      state.loss_scale = scaler->current_scale();
-      state.loss_scale_clean_steps = scaler->clean_steps();
-      state.skipped_steps = scaler->skipped_steps();
-    }
+    sft::save_loss_scaler(scaler.get(), state);
     sft::write_checkpoint(dir, model, tokenizer, settings.sft.model.path.value_or(""), &optimizer, state,
                           parallel.shards_optimizer_state());
   };

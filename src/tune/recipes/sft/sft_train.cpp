@@ -15,6 +15,7 @@
 #include "tune/recipes/model_workloads.h"
 #include "tune/recipes/run_directory.h"
 #include "tune/recipes/sft/memory_report.h"
+#include "tune/recipes/sft/llama_training.h"
 #include "tune/recipes/sft/sft_checkpoint.h"
 #include "tune/recipes/sft/sft_data.h"
 #include "tune/recipes/sft/sft_model.h"
@@ -27,14 +28,6 @@
 
 namespace tune::recipes::sft {
 namespace {
-
-std::vector<train::NamedParameter> trainable_parameters(const models::LlamaForCausalLM& model) {
-  std::vector<train::NamedParameter> params;
-  for (const auto& item : model->named_parameters()) {
-    if (item.value().requires_grad()) params.push_back({item.key(), item.value()});
-  }
-  return params;
-}
 
 int64_t total_bytes(const std::vector<torch::Tensor>& tensors) {
   int64_t bytes = 0;
@@ -111,21 +104,11 @@ int train(const TrainRequest& request) {
   choose_cpu_kernels(llama_workload(model->config(), training.batch_size, sft.data.max_length,
                                     precision::compute_dtype(run.mixed_precision), /*training=*/true),
                      device);
-  auto checkpointing = std::make_shared<memory::CheckpointRunner>(run.checkpointing, model->num_blocks());
-  model->set_block_runner(checkpointing);
-  model->train();
-
-  const auto params = trainable_parameters(model);
-  std::vector<torch::Tensor> param_tensors;
-  for (const auto& param : params) param_tensors.push_back(param.tensor);
-  std::vector<torch::Tensor> model_tensors;
-  for (const auto& tensor : model->parameters()) model_tensors.push_back(tensor);
-  for (const auto& tensor : model->buffers()) model_tensors.push_back(tensor);
-  ModelBlocks blocks{model->blocks(), {}, {models::LlamaForCausalLMImpl::block_type()}, {}};
-  blocks.types.assign(blocks.modules.size(), models::LlamaForCausalLMImpl::block_type());
-  for (const auto& item : model->named_parameters()) blocks.named_parameters.emplace_back(item.key(), item.value());
-  DataParallel parallel(config, model_tensors, param_tensors, &blocks);
-  model->set_block_runner(parallel.block_runner(checkpointing));
+  LlamaTraining setup = prepare_llama_training(model, config, run);
+  const std::vector<train::NamedParameter>& params = setup.params;
+  const std::vector<torch::Tensor>& param_tensors = setup.param_tensors;
+  const std::shared_ptr<memory::CheckpointRunner>& checkpointing = setup.checkpointing;
+  DataParallel& parallel = *setup.parallel;
 
   // The loader yields global batches (every rank's rows); each rank trains on its share of them, so the samples of
   // a step, and their order, do not depend on the number of processes.
@@ -144,10 +127,7 @@ int train(const TrainRequest& request) {
   // Under full_shard it holds the flat shards of this process.
   train::AdamW optimizer(parallel.optimizer_groups(params, training.weight_decay), training.adamw);
   // fp16 needs loss scaling so small gradients survive; bf16 has fp32's exponent range and does not.
-  std::unique_ptr<precision::DynamicLossScaler> scaler;
-  if (run.mixed_precision == precision::MixedPrecision::fp16) {
-    scaler = std::make_unique<precision::DynamicLossScaler>(run.loss_scale);
-  }
+  std::unique_ptr<precision::DynamicLossScaler> scaler = make_loss_scaler(run);
   training.schedule.total_steps = training.total_steps(loader.batches_per_epoch());
 
   TrainerState state;
@@ -158,7 +138,7 @@ int train(const TrainRequest& request) {
     state = read_checkpoint(*request.resume_from, model, optimizer, read_optimizer);
     parallel.reshard_parameters();
     loader.restore(state.loader);
-    if (scaler && state.loss_scale > 0) scaler->restore(state.loss_scale, state.loss_scale_clean_steps, state.skipped_steps);
+    restore_loss_scaler(scaler.get(), state);
     log::info("resumed from {} at step {}", request.resume_from->string(), state.step);
   }
 
@@ -290,11 +270,7 @@ int train(const TrainRequest& request) {
     state.step = step;
     state.elapsed_s = elapsed_s;
     state.loader = loader.position();
-    if (scaler) {
-      state.loss_scale = scaler->current_scale();
-      state.loss_scale_clean_steps = scaler->clean_steps();
-      state.skipped_steps = scaler->skipped_steps();
-    }
+    save_loss_scaler(scaler.get(), state);
     write_checkpoint(dir, model, tokenizer, sft.model.path.value_or(""), &optimizer, state,
                      parallel.shards_optimizer_state());
   };

@@ -1,0 +1,45 @@
+#include "tune/recipes/sft/llama_training.h"
+
+namespace tune::recipes::sft {
+
+LlamaTraining prepare_llama_training(models::LlamaForCausalLM& model, const config::Config& config,
+                                     const RunSettings& run) {
+  LlamaTraining training;
+  training.checkpointing = std::make_shared<memory::CheckpointRunner>(run.checkpointing, model->num_blocks());
+  model->set_block_runner(training.checkpointing);
+  model->train();
+  for (const auto& item : model->named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    training.params.push_back({item.key(), item.value()});
+    training.param_tensors.push_back(item.value());
+  }
+  std::vector<torch::Tensor> model_tensors;
+  for (const auto& tensor : model->parameters()) model_tensors.push_back(tensor);
+  for (const auto& tensor : model->buffers()) model_tensors.push_back(tensor);
+  ModelBlocks blocks{model->blocks(), {}, {models::LlamaForCausalLMImpl::block_type()}, {}};
+  blocks.types.assign(blocks.modules.size(), models::LlamaForCausalLMImpl::block_type());
+  for (const auto& item : model->named_parameters()) blocks.named_parameters.emplace_back(item.key(), item.value());
+  training.parallel = std::make_unique<DataParallel>(config, model_tensors, training.param_tensors, &blocks);
+  model->set_block_runner(training.parallel->block_runner(training.checkpointing));
+  return training;
+}
+
+std::unique_ptr<precision::DynamicLossScaler> make_loss_scaler(const RunSettings& run) {
+  if (run.mixed_precision != precision::MixedPrecision::fp16) return nullptr;
+  return std::make_unique<precision::DynamicLossScaler>(run.loss_scale);
+}
+
+void save_loss_scaler(const precision::DynamicLossScaler* scaler, TrainerState& state) {
+  if (scaler == nullptr) return;
+  state.loss_scale = scaler->current_scale();
+  state.loss_scale_clean_steps = scaler->clean_steps();
+  state.skipped_steps = scaler->skipped_steps();
+}
+
+void restore_loss_scaler(precision::DynamicLossScaler* scaler, const TrainerState& state) {
+  if (scaler != nullptr && state.loss_scale > 0) {
+    scaler->restore(state.loss_scale, state.loss_scale_clean_steps, state.skipped_steps);
+  }
+}
+
+}  // namespace tune::recipes::sft
