@@ -1,29 +1,133 @@
+// Per-row log-probabilities through the output layer in chunks, as an autograd Function that recomputes each
+// chunk's logits in backward. Unlike the summed loss (linear_cross_entropy.cpp), the gradients cannot be made in
+// forward: each row's upstream gradient (d loss / d log p of that row) is only known in backward, and keeping a
+// weight gradient per row would cost a [vocab, hidden] fp32 tensor per sequence. So forward keeps only the scored
+// positions' hidden states (a view), and backward walks the chunks once more: logits, softmax, one product for the
+// hidden gradient and one for the weight's. One more output-layer product than the summed loss's path.
 #include "tune/train/sequence_logps.h"
 
+#include <c10/core/DispatchKeySet.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/autograd.h>
 #include <torch/torch.h>
 
-#include <vector>
-
-#include "tune/train/linear_cross_entropy.h"
+#include "tune/core/error.h"
+#include "tune/train/chunked_output_layer.h"
 
 namespace tune::train {
-
 namespace {
+
 constexpr int64_t kIgnoreIndex = -100;  // the label of unscored positions (PyTorch/HF convention, as loss.h)
+
+// The scored positions of every row: hidden state t predicts label t + 1.
+struct ScoredPositions {
+  torch::Tensor flat_index;  // [N] int64 into hidden viewed as [R * T, H]
+  torch::Tensor row;         // [N] int64: which row each belongs to
+  torch::Tensor target;      // [N] int64
+};
+
+ScoredPositions scored_positions(const torch::Tensor& labels) {
+  const int64_t time = labels.size(1);
+  const torch::Tensor next = labels.narrow(1, 1, time - 1);
+  const torch::Tensor mask = next.ne(kIgnoreIndex);
+  const torch::Tensor positions = mask.nonzero();  // [N, 2]: (row, t)
+  ScoredPositions scored;
+  scored.row = positions.select(1, 0).contiguous();
+  scored.flat_index = scored.row * time + positions.select(1, 1);
+  scored.target = next.masked_select(mask).to(torch::kLong);
+  return scored;
+}
+
+struct SequenceLogProbs : public torch::autograd::Function<SequenceLogProbs> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& hidden,
+                               const torch::Tensor& weight, const torch::Tensor& labels, int64_t chunk_rows) {
+    const auto dtype = chunked::product_dtype(hidden, weight);
+    // Explicit casts below: autocast must not cast again (and its cast cache must not keep a copy of weight).
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    const int64_t rows = hidden.size(0), width = hidden.size(2);
+    const ScoredPositions scored = scored_positions(labels);
+    const torch::Tensor weight_c = weight.to(dtype);
+    const int64_t count = scored.target.size(0);
+    const auto wide = torch::promote_types(dtype, torch::kFloat);
+    torch::Tensor sums = torch::zeros({rows}, hidden.options().dtype(wide));
+    const int64_t step = chunked::rows_per_chunk(chunk_rows, count, weight.size(0), hidden.is_cuda(), false);
+    const torch::Tensor flat_hidden = hidden.reshape({-1, width});
+    for (int64_t begin = 0; begin < count; begin += step) {
+      const int64_t length = std::min(step, count - begin);
+      const torch::Tensor states = flat_hidden.index_select(0, scored.flat_index.narrow(0, begin, length)).to(dtype);
+      const torch::Tensor logits = chunked::chunk_logits(states, weight_c);
+      const torch::Tensor target = scored.target.narrow(0, begin, length).unsqueeze(1);
+      const torch::Tensor logp = (logits.gather(1, target) - torch::logsumexp(logits, 1, true)).squeeze(1);
+      sums.index_add_(0, scored.row.narrow(0, begin, length), logp);
+    }
+    ctx->save_for_backward({hidden, weight, scored.flat_index, scored.row, scored.target});
+    ctx->saved_data["dtype"] = static_cast<int64_t>(dtype);
+    ctx->saved_data["chunk_rows"] = chunk_rows;
+    return sums;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &hidden = saved[0], &weight = saved[1], &flat_index = saved[2], &row = saved[3],
+                        &targets = saved[4];
+    const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
+    torch::NoGradGuard no_grad;
+    const bool want_hidden = ctx->needs_input_grad(0), want_weight = ctx->needs_input_grad(1);
+    const int64_t width = hidden.size(2), count = targets.size(0);
+    const torch::Tensor weight_c = weight.to(dtype);
+    const torch::Tensor flat_hidden = hidden.reshape({-1, width});
+    const torch::Tensor upstream = grad_outputs[0];
+    const auto wide = torch::promote_types(dtype, torch::kFloat);
+    torch::Tensor grad_flat = want_hidden ? torch::zeros(flat_hidden.sizes(), hidden.options()) : torch::Tensor();
+    torch::Tensor grad_weight =
+        want_weight ? torch::empty(weight.sizes(), weight.options().dtype(wide)) : torch::Tensor();
+    const int64_t step = chunked::rows_per_chunk(ctx->saved_data["chunk_rows"].toInt(), count, weight.size(0),
+                                                 hidden.is_cuda(), want_weight);
+    for (int64_t begin = 0; begin < count; begin += step) {
+      const int64_t length = std::min(step, count - begin);
+      const torch::Tensor index = flat_index.narrow(0, begin, length);
+      const torch::Tensor states = flat_hidden.index_select(0, index).to(dtype);
+      torch::Tensor logits = chunked::chunk_logits(states, weight_c);
+      // d log p(target) / d logits = one_hot(target) - softmax, times the row's upstream gradient; in place.
+      const torch::Tensor lse = torch::logsumexp(logits, 1, true);
+      logits.sub_(lse).exp_().neg_();
+      logits.scatter_add_(1, targets.narrow(0, begin, length).unsqueeze(1),
+                          torch::ones({length, 1}, logits.options()));
+      logits.mul_(upstream.index_select(0, row.narrow(0, begin, length)).to(wide).unsqueeze(1));
+      const torch::Tensor grad_logits = logits.to(dtype);
+      if (want_hidden) grad_flat.index_add_(0, index, torch::mm(grad_logits, weight_c).to(hidden.scalar_type()));
+      if (want_weight) chunked::accumulate_product(grad_weight, begin == 0, grad_logits, states);
+    }
+    if (want_weight && count == 0) grad_weight.zero_();
+    return {want_hidden ? grad_flat.view(hidden.sizes()) : torch::Tensor(),
+            want_weight ? grad_weight.to(weight.scalar_type()) : torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 SequenceLogps causal_lm_sequence_logps(const torch::Tensor& hidden, const torch::Tensor& weight,
-                                       const torch::Tensor& labels) {
-  const int64_t rows = hidden.size(0);
-  std::vector<torch::Tensor> sums;
-  sums.reserve(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) {
-    // The loss sum is minus the log-likelihood of the row's scored labels.
-    sums.push_back(-causal_lm_linear_loss_sum(hidden.narrow(0, r, 1), weight, labels.narrow(0, r, 1)));
+                                       const torch::Tensor& labels, int64_t chunk_rows) {
+  if (hidden.dim() != 3 || weight.dim() != 2 || labels.dim() != 2 || hidden.size(2) != weight.size(1) ||
+      hidden.size(0) != labels.size(0) || hidden.size(1) != labels.size(1)) {
+    throw Error(fmt::format("sequence log-probs: expected hidden [R, T, H], weight [V, H] and labels [R, T], got "
+                            "hidden {}, weight {} and labels {}",
+                            fmt::join(hidden.sizes(), "x"), fmt::join(weight.sizes(), "x"),
+                            fmt::join(labels.sizes(), "x")));
   }
   SequenceLogps logps;
-  logps.sums = torch::stack(sums);
-  logps.counts = labels.slice(1, 1).ne(kIgnoreIndex).sum(1).to(torch::kFloat32);
+  const auto wide = torch::promote_types(chunked::product_dtype(hidden, weight), torch::kFloat);
+  if (hidden.size(1) < 2) {
+    // Nothing is scored; keep the graph connected so backward still reaches hidden (with zero gradient).
+    logps.sums = (hidden.sum({1, 2}) * 0).to(wide);
+    logps.counts = torch::zeros({hidden.size(0)}, hidden.options().dtype(torch::kFloat32));
+    return logps;
+  }
+  logps.sums = SequenceLogProbs::apply(hidden, weight, labels, chunk_rows);
+  logps.counts = labels.narrow(1, 1, labels.size(1) - 1).ne(kIgnoreIndex).sum(1).to(torch::kFloat32);
   return logps;
 }
 

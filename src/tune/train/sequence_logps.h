@@ -11,10 +11,12 @@ struct SequenceLogps {
 };
 
 // hidden [R, T, H] (the final norm's output), weight [V, H] (the output layer), labels [R, T] (kIgnoreIndex where
-// nothing is scored); position t is scored against labels[t + 1], as causal_lm_loss_sum. Row by row through
-// causal_lm_linear_loss_sum, so the fp32 [tokens, vocab] log-softmax of the batch is never whole (one row's chunk
-// at a time) and a row's gradient flows to hidden (and to weight when it trains) exactly as that loss's does.
+// nothing is scored); position t is scored against labels[t + 1], as causal_lm_loss_sum. The scored positions go
+// through the output layer in chunks (the fp32 [tokens, vocab] log-softmax is never whole), and backward recomputes
+// each chunk's logits (one more output-layer product than a summed loss), so what stays from forward to backward is
+// hidden itself and the positions: no per-row weight gradient, whatever the number of rows.
+// `chunk_rows` > 0 sets the scored positions per chunk (tests); <= 0 picks it from the vocabulary size.
 SequenceLogps causal_lm_sequence_logps(const torch::Tensor& hidden, const torch::Tensor& weight,
-                                       const torch::Tensor& labels);
+                                       const torch::Tensor& labels, int64_t chunk_rows = 0);
 
 }  // namespace tune::train
