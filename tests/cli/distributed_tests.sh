@@ -63,8 +63,10 @@ case_ddp_dpo_matches_single_process() {
     "data:" "  train: $rows" "  eval_fraction: 0" "  shuffle: false" "optimizer:" "  lr: 0.01" "logging:" "  every: 1" \
     > "$yaml"
   local base=(training.max_steps=3 checkpoint.every=0)
-  TENSOR_TOL= WEIGHT_TOL=1e-4 ddp_matches "$WORK/runs/ddp-dpo-lora" "$yaml" 3 adapter_model.safetensors "${base[@]}" \
-    lora.rank=4 lora.target_modules=[all-linear]
+  # Losses to 1e-5: the per-sequence log-probs sum each row's positions in an order that depends on the rows beside
+  # it (measured 1.25e-6 relative after two updates; adapters 6.9e-6).
+  TOL=1e-5 TENSOR_TOL= WEIGHT_TOL=1e-4 ddp_matches "$WORK/runs/ddp-dpo-lora" "$yaml" 3 adapter_model.safetensors \
+    "${base[@]}" lora.rank=4 lora.target_modules=[all-linear]
   # Full fine-tuning: fp32 summation-order differences (the pairs' gradients summed on two ranks, then reduced),
   # which AdamW at lr 0.01 on the fixture's large random weights turns into up to 8.4e-5 relative (q_proj; losses
   # 5.8e-6 after two updates; measured 2026-11-26).
