@@ -145,6 +145,13 @@ RowRange DataParallel::share(int64_t rows) const {
   return range;
 }
 
+std::optional<DataParallel::MicroBatchShare> DataParallel::micro_batch_share(int64_t rows) const {
+  MicroBatchShare share{this->share(rows), false};
+  if (share.rows.size() > 0) return share;
+  if (!every_rank_computes()) return std::nullopt;
+  return MicroBatchShare{{0, 1}, true};
+}
+
 void DataParallel::before_backward(bool last_of_step) {
   if (reducer_) reducer_->set_sync(last_of_step);
 }

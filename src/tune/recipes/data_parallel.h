@@ -30,6 +30,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,14 @@ class DataParallel {
 
   // This rank's contiguous share of `rows` rows (balanced; may be empty when rows < size).
   RowRange share(int64_t rows) const;
+  // This rank's share of a global micro-batch of `rows` rows, as a training step uses it: nullopt when the rank has
+  // none and need not compute; under full_shard a rank without rows computes on row 0 (`dummy`: its loss is to be
+  // multiplied by zero) so that it takes part in every gather and reduction.
+  struct MicroBatchShare {
+    RowRange rows;
+    bool dummy = false;
+  };
+  std::optional<MicroBatchShare> micro_batch_share(int64_t rows) const;
   // Before each backward: whether it is the step's last (gradients are reduced) or an earlier micro-batch.
   void before_backward(bool last_of_step);
   // After the step's last backward: every trainable gradient is now the sum over ranks.

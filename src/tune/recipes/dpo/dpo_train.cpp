@@ -186,11 +186,11 @@ int train(const TrainRequest& request) {
     StepResult result;
     PreferenceTally tally;
     for (size_t i = 0; i < micro_batches.size(); ++i) {
-      RowRange rows = parallel.share(micro_batches[i].pairs);
       result.items += static_cast<double>(micro_batches[i].tokens);
-      const bool dummy = rows.size() == 0 && parallel.every_rank_computes();
-      if (rows.size() == 0 && !dummy) continue;
-      if (dummy) rows = {0, 1};
+      const auto share = parallel.micro_batch_share(micro_batches[i].pairs);
+      if (!share) continue;
+      const RowRange rows = share->rows;
+      const bool dummy = share->dummy;
       const data::PreferenceBatch batch =
           parallel.active() ? data::slice_pairs(micro_batches[i], rows.begin, rows.end) : micro_batches[i];
       parallel.before_backward(i + 1 == micro_batches.size());

@@ -214,13 +214,12 @@ int train(const TrainRequest& request) {
     // micro-batch (on CUDA a sync between micro-batches leaves the GPU idle while the CPU queues the next forward).
     torch::Tensor step_loss;
     for (size_t i = 0; i < micro_batches.size(); ++i) {
-      RowRange rows = parallel.share(micro_batches[i].input_ids.size(0));
       result.items += static_cast<double>(micro_batches[i].tokens);
-      // Fewer rows than ranks: this rank adds zero gradients; under full_shard it computes them (row 0 times zero)
-      // so that it takes part in every gather and reduction.
-      const bool dummy = rows.size() == 0 && parallel.every_rank_computes();
-      if (rows.size() == 0 && !dummy) continue;
-      if (dummy) rows = {0, 1};
+      // Fewer rows than ranks: this rank adds zero gradients (under full_shard computing them, times zero).
+      const auto share = parallel.micro_batch_share(micro_batches[i].input_ids.size(0));
+      if (!share) continue;
+      const RowRange rows = share->rows;
+      const bool dummy = share->dummy;
       const data::SftBatch batch =
           parallel.active() ? data::slice_rows(micro_batches[i], rows.begin, rows.end) : micro_batches[i];
       parallel.before_backward(i + 1 == micro_batches.size());
