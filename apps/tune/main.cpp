@@ -108,6 +108,13 @@ int main(int argc, char** argv) {
   infer_command->add_option("--cfg-scale", infer.cfg_scale, "video recipes: classifier-free guidance scale")->check(CLI::NonNegativeNumber);
   infer_command->add_option("--num-samples", infer.num_samples, "video recipes: videos to sample")->check(count_of("videos"));
   infer_command->add_option("--out", infer.out, "video recipes: output file (.mp4, .gif, or .safetensors for the raw tensor)");
+  infer_command->add_option("--negative-prompt", infer.negative_prompt, "text-to-video: the unconditional prompt of classifier-free guidance");
+  infer_command->add_option("--frames", infer.frames, "text-to-video: frames to sample")->check(count_of("frames"));
+  infer_command->add_option("--height", infer.height, "text-to-video: height in pixels")->check(count_of("pixels"));
+  infer_command->add_option("--width", infer.width, "text-to-video: width in pixels")->check(count_of("pixels"));
+  infer_command->add_option("--seed", infer.seed, "the run's seed (initial noise of video samples)");
+  infer_command->add_option("--noise", infer.noise, "text-to-video: initial latents (.safetensors, one tensor [B, C, F, H/8, W/8])")
+      ->check(CLI::ExistingFile);
   auto* grad_flag = infer_command->add_flag("--grad", grad, "keep autograd on: per-token attribution (default: grad_inference)");
   infer_command->add_flag("--no-grad", no_grad, "plain generation without gradients")->excludes(grad_flag);
   infer_command->add_flag("--raw", infer.raw, "LLMs: send the prompt as given, without the chat template");

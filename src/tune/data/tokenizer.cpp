@@ -9,6 +9,7 @@
 #include "tune/core/error.h"
 #include "tune/data/hf/tokenizer_json.h"
 #include "tune/data/sentencepiece_backend.h"
+#include "tune/data/t5_tokenizer.h"
 #include "tune/data/tokenizer_backend.h"
 
 namespace tune::data {
@@ -106,18 +107,25 @@ class SentencePieceTokenizer final : public TokenizerBackend {
 bool Tokenizer::directory_has_tokenizer(const std::filesystem::path& directory) {
   std::error_code ignored;
   return std::filesystem::is_regular_file(directory / kTokenizerJson, ignored) ||
-         std::filesystem::is_regular_file(directory / kTokenizerModel, ignored);
+         std::filesystem::is_regular_file(directory / kTokenizerModel, ignored) ||
+         std::filesystem::is_regular_file(directory / kT5SentencePieceFile, ignored);
 }
 
 Tokenizer Tokenizer::load(const std::filesystem::path& path) {
   std::error_code ignored;
   std::filesystem::path file = path;
   if (std::filesystem::is_directory(path, ignored)) {
-    file = std::filesystem::is_regular_file(path / kTokenizerJson, ignored) ? path / kTokenizerJson
-                                                                            : path / kTokenizerModel;
+    // T5's spiece.model first: its directory's tokenizer.json, when there is one, is the same tokenizer converted
+    // to a Unigram model, which tune's tokenizer.json reader does not implement.
+    if (std::filesystem::is_regular_file(path / kT5SentencePieceFile, ignored)) {
+      file = path / kT5SentencePieceFile;
+    } else {
+      file = std::filesystem::is_regular_file(path / kTokenizerJson, ignored) ? path / kTokenizerJson
+                                                                              : path / kTokenizerModel;
+    }
     if (!std::filesystem::is_regular_file(file, ignored)) {
-      throw InputError(fmt::format("{}: no tokenizer.json or tokenizer.model in this directory; HINT: point "
-                                   "`tokenizer:` at one", path.string()));
+      throw InputError(fmt::format("{}: no tokenizer.json, tokenizer.model or spiece.model in this directory; HINT: "
+                                   "point `tokenizer:` at one", path.string()));
     }
   } else if (!std::filesystem::is_regular_file(path, ignored)) {
     throw InputError(fmt::format("tokenizer '{}' does not exist or is not a file; HINT: set the tokenizer path to a "
@@ -129,6 +137,8 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path) {
   tokenizer.path_ = file;
   if (file.extension() == ".json") {
     tokenizer.backend_ = hf::load_tokenizer_json(file);
+  } else if (file.filename() == kT5SentencePieceFile) {
+    tokenizer.backend_ = load_t5_tokenizer(file);
   } else {
     tokenizer.backend_ = std::make_shared<SentencePieceTokenizer>(load_sentencepiece_model(file.string()));
   }

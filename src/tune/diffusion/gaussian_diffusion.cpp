@@ -32,17 +32,15 @@ torch::Tensor mean_flat(const torch::Tensor& tensor) {
   return tensor.mean(dims);
 }
 
-ScheduleTables ScheduleTables::from_betas(const std::vector<double>& betas) {
+namespace {
+
+// Every table from the per-step (beta, alpha_bar, alpha_bar_prev); alpha_bar_next is the next step's alpha_bar.
+ScheduleTables tables_from(const std::vector<double>& betas, const std::vector<double>& abar,
+                           const std::vector<double>& abar_prev) {
   const size_t n = betas.size();
-  std::vector<double> abar(n), abar_prev(n), abar_next(n), sqrt_abar(n), sqrt_one_minus(n), log_one_minus(n),
-      sqrt_recip(n), sqrt_recipm1(n), post_var(n), post_log_var(n), coef1(n), coef2(n);
-  double running = 1.0;
+  std::vector<double> abar_next(n), sqrt_abar(n), sqrt_one_minus(n), log_one_minus(n), sqrt_recip(n),
+      sqrt_recipm1(n), post_var(n), post_log_var(n), coef1(n), coef2(n);
   for (size_t i = 0; i < n; ++i) {
-    running *= 1.0 - betas[i];
-    abar[i] = running;
-  }
-  for (size_t i = 0; i < n; ++i) {
-    abar_prev[i] = i == 0 ? 1.0 : abar[i - 1];
     abar_next[i] = i + 1 == n ? 0.0 : abar[i + 1];
     sqrt_abar[i] = std::sqrt(abar[i]);
     sqrt_one_minus[i] = std::sqrt(1.0 - abar[i]);
@@ -72,21 +70,71 @@ ScheduleTables ScheduleTables::from_betas(const std::vector<double>& betas) {
   return tables;
 }
 
-GaussianDiffusion::GaussianDiffusion(const std::vector<double>& betas, ProcessOptions options,
-                                     std::vector<int64_t> timestep_map, int64_t original_num_steps)
-    : options_(options), num_timesteps_(static_cast<int64_t>(betas.size())) {
+const std::vector<double>& checked_betas(const std::vector<double>& betas) {
   if (betas.empty()) throw UsageError("diffusion: a diffusion process needs at least one beta");
   for (size_t i = 0; i < betas.size(); ++i) {
     if (!(betas[i] > 0.0 && betas[i] <= 1.0)) {
       throw UsageError(fmt::format("diffusion: beta[{}] = {} is outside (0, 1]", i, betas[i]));
     }
   }
+  return betas;
+}
+
+}  // namespace
+
+ScheduleTables ScheduleTables::from_betas(const std::vector<double>& betas) {
+  const size_t n = betas.size();
+  std::vector<double> abar(n), abar_prev(n);
+  double running = 1.0;
+  for (size_t i = 0; i < n; ++i) {
+    abar_prev[i] = running;
+    running *= 1.0 - betas[i];
+    abar[i] = running;
+  }
+  return tables_from(betas, abar, abar_prev);
+}
+
+ScheduleTables ScheduleTables::from_alphas_cumprod(const std::vector<double>& alphas_cumprod,
+                                                   const std::vector<double>& alphas_cumprod_prev) {
+  if (alphas_cumprod.empty() || alphas_cumprod.size() != alphas_cumprod_prev.size()) {
+    throw Error(fmt::format("diffusion: {} alpha_bar values with {} previous ones", alphas_cumprod.size(),
+                            alphas_cumprod_prev.size()));
+  }
+  std::vector<double> betas(alphas_cumprod.size());
+  for (size_t i = 0; i < betas.size(); ++i) {
+    const double abar = alphas_cumprod[i], abar_prev = alphas_cumprod_prev[i];
+    if (!(abar > 0.0 && abar <= abar_prev && abar_prev <= 1.0)) {
+      throw Error(fmt::format("diffusion: step {} goes from alpha_bar {} to {}; expected 0 < alpha_bar <= "
+                              "previous alpha_bar <= 1",
+                              i, abar, abar_prev));
+    }
+    betas[i] = 1.0 - abar / abar_prev;
+  }
+  return tables_from(betas, alphas_cumprod, alphas_cumprod_prev);
+}
+
+GaussianDiffusion::GaussianDiffusion(const std::vector<double>& betas, ProcessOptions options,
+                                     std::vector<int64_t> timestep_map, int64_t original_num_steps)
+    : GaussianDiffusion(ScheduleTables::from_betas(checked_betas(betas)), options, std::move(timestep_map),
+                        original_num_steps) {}
+
+GaussianDiffusion::GaussianDiffusion(ScheduleTables tables, ProcessOptions options, std::vector<int64_t> timestep_map,
+                                     int64_t original_num_steps)
+    : options_(options), tables_(std::move(tables)) {
+  if (!tables_.betas.defined() || tables_.betas.numel() == 0) {
+    throw UsageError("diffusion: a diffusion process needs at least one step");
+  }
+  num_timesteps_ = tables_.betas.numel();
+  const auto betas = tables_.betas;
+  if (!(betas.ge(0.0).all().item<bool>() && betas.le(1.0).all().item<bool>())) {
+    throw UsageError("diffusion: a process's betas must lie in [0, 1]");
+  }
   if (timestep_map.empty()) {
-    timestep_map.resize(betas.size());
+    timestep_map.resize(static_cast<size_t>(num_timesteps_));
     std::iota(timestep_map.begin(), timestep_map.end(), int64_t{0});
   }
-  if (timestep_map.size() != betas.size()) {
-    throw Error(fmt::format("diffusion: timestep map has {} entries for {} betas", timestep_map.size(), betas.size()));
+  if (static_cast<int64_t>(timestep_map.size()) != num_timesteps_) {
+    throw Error(fmt::format("diffusion: timestep map has {} entries for {} betas", timestep_map.size(), num_timesteps_));
   }
   if (options_.channel_dim < 1) {
     throw UsageError(fmt::format("diffusion: channel_dim must be >= 1 (dim 0 is the batch), got {}",
@@ -95,10 +143,8 @@ GaussianDiffusion::GaussianDiffusion(const std::vector<double>& betas, ProcessOp
   timestep_map_ = std::move(timestep_map);
   original_num_steps_ = original_num_steps > 0 ? original_num_steps : num_timesteps_;
   timestep_map_tensor_ = torch::tensor(timestep_map_, torch::TensorOptions().dtype(torch::kLong));
-  tables_ = ScheduleTables::from_betas(betas);
-  std::vector<double> large(betas);
-  large[0] = betas.size() > 1 ? tables_.posterior_variance[1].item<double>() : betas[0];
-  fixed_large_variance_ = to_tensor(large);
+  fixed_large_variance_ = betas.clone();
+  if (num_timesteps_ > 1) fixed_large_variance_[0] = tables_.posterior_variance[1];
 }
 
 torch::Tensor GaussianDiffusion::original_timesteps(const torch::Tensor& t) const {

@@ -66,6 +66,12 @@ struct ScheduleTables {
   torch::Tensor posterior_mean_coef2;            // (1 - alpha_bar_{t-1}) sqrt(1 - beta_t) / (1 - alpha_bar_t)   (x_t)
 
   static ScheduleTables from_betas(const std::vector<double>& betas);
+  // A process whose step i goes from alpha_bar_i to alphas_cumprod_prev[i], which need not be alpha_bar_{i-1}:
+  // diffusers' DDIMScheduler steps from t to t - T // n whatever the spacing, and at the end to alpha_bar 1 or
+  // alpha_bar[0]. beta_i = 1 - alpha_bar_i / alpha_bar_prev_i (0 allowed: a step that stays put); every per-step
+  // table follows from the pair. Throws tune::Error unless 0 < alpha_bar_i <= alpha_bar_prev_i <= 1.
+  static ScheduleTables from_alphas_cumprod(const std::vector<double>& alphas_cumprod,
+                                            const std::vector<double>& alphas_cumprod_prev);
 };
 
 struct MeanVariance {
@@ -93,6 +99,9 @@ class GaussianDiffusion {
   // betas in (0, 1]; timestep_map[i] is the original timestep of step i (empty: identity, the process is not
   // respaced); original_num_steps defaults to betas.size().
   GaussianDiffusion(const std::vector<double>& betas, ProcessOptions options, std::vector<int64_t> timestep_map = {},
+                    int64_t original_num_steps = 0);
+  // The same from tables already built (ScheduleTables::from_alphas_cumprod); betas in [0, 1].
+  GaussianDiffusion(ScheduleTables tables, ProcessOptions options, std::vector<int64_t> timestep_map = {},
                     int64_t original_num_steps = 0);
 
   int64_t num_timesteps() const { return num_timesteps_; }

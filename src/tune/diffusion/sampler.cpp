@@ -118,7 +118,9 @@ SampleStep ddim_sample(const GaussianDiffusion& diffusion, const ModelFn& model,
   const auto sigma =
       options.eta * torch::sqrt((1.0 - alpha_bar_prev) / (1.0 - alpha_bar)) * torch::sqrt(1.0 - alpha_bar / alpha_bar_prev);
   const auto mean = pred_xstart * torch::sqrt(alpha_bar_prev) + torch::sqrt(1.0 - alpha_bar_prev - sigma.pow(2)) * eps;
-  const auto sample = mean + nonzero_mask(t, mean) * sigma * noise.to(mean.scalar_type());
+  // No mask for t == 0 (the reference's): sigma is exactly 0 there when alpha_bar_prev is 1, and where a process
+  // ends at alpha_bar[0] instead (diffusers' DDIM with set_alpha_to_one false) the last step is noised as there.
+  const auto sample = mean + sigma * noise.to(mean.scalar_type());
   return {sample, pred_xstart};
 }
 

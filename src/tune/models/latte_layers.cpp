@@ -22,10 +22,7 @@ constexpr double kNormEps = 1e-6;
 // it whole).
 torch::Tensor run_modulated_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
                                  nn::BlockRunner* runner) {
-  auto region = [](const std::vector<torch::Tensor>& inputs) {
-    return nn::modulated_layer_norm(inputs[0], inputs[1], inputs[2], kNormEps);
-  };
-  return nn::run_region(runner, nn::RegionKind::norm, region, {x, shift, scale});
+  return nn::run_modulated_layer_norm(runner, x, shift, scale, kNormEps);
 }
 
 }  // namespace

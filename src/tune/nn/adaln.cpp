@@ -7,6 +7,8 @@
 
 #include <tuple>
 
+#include "tune/nn/block_runner.h"
+
 namespace tune::nn {
 
 torch::Tensor layer_norm_fp32(const torch::Tensor& input, double eps) {
@@ -67,6 +69,14 @@ struct ModulatedLayerNorm : public torch::autograd::Function<ModulatedLayerNorm>
 torch::Tensor modulated_layer_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
                                    double eps) {
   return ModulatedLayerNorm::apply(x, shift, scale, eps);
+}
+
+torch::Tensor run_modulated_layer_norm(BlockRunner* runner, const torch::Tensor& x, const torch::Tensor& shift,
+                                       const torch::Tensor& scale, double eps) {
+  auto region = [eps](const std::vector<torch::Tensor>& inputs) {
+    return modulated_layer_norm(inputs[0], inputs[1], inputs[2], eps);
+  };
+  return run_region(runner, RegionKind::norm, region, {x, shift, scale});
 }
 
 torch::nn::Sequential adaln_modulation(int64_t hidden_size, int64_t chunks) {

@@ -9,6 +9,8 @@
 
 namespace tune::nn {
 
+class BlockRunner;
+
 // LayerNorm without affine parameters over the last dimension, computed in at least fp32 whatever the input
 // dtype (bf16 statistics lose too much); returns the compute dtype (fp32, or fp64 for an fp64 input).
 torch::Tensor layer_norm_fp32(const torch::Tensor& input, double eps = 1e-6);
@@ -23,6 +25,11 @@ torch::Tensor modulate(const torch::Tensor& x, const torch::Tensor& shift, const
 // x, shift and scale (each only where it requires one).
 torch::Tensor modulated_layer_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
                                    double eps = 1e-6);
+
+// modulated_layer_norm as a norm region of `runner` (selective checkpointing recomputes it whole); null runner: a
+// plain call. What a DiT-style block calls for its modulated norms.
+torch::Tensor run_modulated_layer_norm(BlockRunner* runner, const torch::Tensor& x, const torch::Tensor& shift,
+                                       const torch::Tensor& scale, double eps = 1e-6);
 
 // Sequential(SiLU, Linear(hidden, chunks * hidden)): parameters "1.weight" and "1.bias", as DiT's
 // adaLN_modulation. Its output is split with .chunk(chunks, 1).

@@ -22,10 +22,19 @@ void PatchEmbedImpl::reset() {
 }
 
 torch::Tensor PatchEmbedImpl::forward(const torch::Tensor& images) {
-  if (images.dim() != 4 || images.size(1) != options.in_channels() || images.size(2) != options.image_size() ||
-      images.size(3) != options.image_size()) {
-    throw std::invalid_argument(fmt::format("PatchEmbed: input must be [N, {}, {}, {}], got [{}]", options.in_channels(),
-                                            options.image_size(), options.image_size(), fmt::join(images.sizes(), ", ")));
+  if (options.strict_image_size()) {
+    if (images.dim() != 4 || images.size(1) != options.in_channels() || images.size(2) != options.image_size() ||
+        images.size(3) != options.image_size()) {
+      throw std::invalid_argument(fmt::format("PatchEmbed: input must be [N, {}, {}, {}], got [{}]", options.in_channels(),
+                                              options.image_size(), options.image_size(), fmt::join(images.sizes(), ", ")));
+    }
+  } else {
+    const int64_t patch = options.patch_size();
+    if (images.dim() != 4 || images.size(1) != options.in_channels() || images.size(2) % patch != 0 ||
+        images.size(3) % patch != 0) {
+      throw std::invalid_argument(fmt::format("PatchEmbed: input must be [N, {}, H, W] with H and W multiples of {}, got [{}]",
+                                              options.in_channels(), patch, fmt::join(images.sizes(), ", ")));
+    }
   }
   return proj(images).flatten(2).transpose(1, 2);
 }

@@ -22,14 +22,21 @@ TimestepEmbedderImpl::TimestepEmbedderImpl(const TimestepEmbedderOptions& option
 
 void TimestepEmbedderImpl::reset() {
   const int64_t hidden = options.hidden_size();
-  mlp = register_module("mlp", torch::nn::Sequential(
-                                   torch::nn::Linear(torch::nn::LinearOptions(options.frequency_embedding_size(), hidden)),
-                                   torch::nn::SiLU(), torch::nn::Linear(torch::nn::LinearOptions(hidden, hidden))));
+  linear_1 = torch::nn::Linear(torch::nn::LinearOptions(options.frequency_embedding_size(), hidden));
+  linear_2 = torch::nn::Linear(torch::nn::LinearOptions(hidden, hidden));
+  if (options.naming() == TimestepEmbedderNaming::dit) {
+    // The Sequential holds the same two modules, so its children are named 0 and 2 as DiT's nn.Sequential.
+    mlp = register_module("mlp", torch::nn::Sequential(linear_1, torch::nn::SiLU(), linear_2));
+  } else {
+    register_module("linear_1", linear_1);
+    register_module("linear_2", linear_2);
+  }
 }
 
 torch::Tensor TimestepEmbedderImpl::forward(const torch::Tensor& t) {
-  const auto dtype = mlp->ptr<torch::nn::LinearImpl>(0)->weight.scalar_type();
-  return mlp->forward(timestep_embedding(t, options.frequency_embedding_size(), options.max_period(), dtype));
+  const auto dtype = linear_1->weight.scalar_type();
+  const torch::Tensor sinusoid = timestep_embedding(t, options.frequency_embedding_size(), options.max_period(), dtype);
+  return linear_2(torch::silu(linear_1(sinusoid)));
 }
 
 }  // namespace tune::nn

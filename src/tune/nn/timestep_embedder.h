@@ -1,9 +1,12 @@
 // Diffusion timestep embedding as DiT / Latte define it (from GLIDE): a sinusoid of the timestep, [cos, sin]
-// order, then Linear -> SiLU -> Linear registered as "mlp" (parameters mlp.0.* and mlp.2.*).
+// order, then Linear -> SiLU -> Linear, registered under DiT's names (mlp.0.*, mlp.2.*) or diffusers'
+// TimestepEmbedding names (linear_1.*, linear_2.*): the same maths, diffusers' Timesteps(flip_sin_to_cos=True,
+// downscale_freq_shift=0) being this sinusoid.
 #pragma once
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
@@ -16,11 +19,18 @@ namespace tune::nn {
 torch::Tensor timestep_embedding(const torch::Tensor& t, int64_t dim, double max_period = 10000.0,
                                  torch::ScalarType dtype = torch::kFloat32);
 
+// How the two Linear layers are named in named_parameters().
+enum class TimestepEmbedderNaming {
+  dit,        // mlp.0, mlp.2 (DiT, official Latte)
+  diffusers,  // linear_1, linear_2 (diffusers' TimestepEmbedding: PixArt's and Latte-1's adaln_single)
+};
+
 struct TimestepEmbedderOptions {
   explicit TimestepEmbedderOptions(int64_t hidden_size) : hidden_size_(hidden_size) {}
   TORCH_ARG(int64_t, hidden_size);
   TORCH_ARG(int64_t, frequency_embedding_size) = 256;
   TORCH_ARG(double, max_period) = 10000.0;
+  TORCH_ARG(TimestepEmbedderNaming, naming) = TimestepEmbedderNaming::dit;
 };
 
 class TimestepEmbedderImpl : public torch::nn::Module {
@@ -32,7 +42,8 @@ class TimestepEmbedderImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& t);
 
   TimestepEmbedderOptions options;
-  torch::nn::Sequential mlp{nullptr};
+  torch::nn::Linear linear_1{nullptr}, linear_2{nullptr};  // the two layers, whatever their registered names
+  torch::nn::Sequential mlp{nullptr};  // Sequential(linear_1, SiLU, linear_2) under DiT naming; null otherwise
 };
 TORCH_MODULE(TimestepEmbedder);
 

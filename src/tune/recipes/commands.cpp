@@ -10,6 +10,7 @@
 #include "tune/core/paths.h"
 #include "tune/distributed/launch_environment.h"
 #include "tune/distributed/local_launcher.h"
+#include "tune/io/pipeline_index.h"
 #include "tune/io/run_checkpoints.h"
 #include "tune/io/sharded_safetensors.h"
 #include "tune/recipes/common_schema.h"
@@ -140,6 +141,11 @@ std::pair<const Recipe*, InferRequest> infer_request(const InferArguments& argum
   request.cfg_scale = arguments.cfg_scale;
   request.num_samples = arguments.num_samples;
   request.out = arguments.out;
+  request.negative_prompt = arguments.negative_prompt;
+  request.frames = arguments.frames;
+  request.height = arguments.height;
+  request.width = arguments.width;
+  request.noise = arguments.noise;
   request.json = arguments.json;
   request.raw = arguments.raw;
   request.max_new_tokens = arguments.max_new_tokens;
@@ -147,8 +153,10 @@ std::pair<const Recipe*, InferRequest> infer_request(const InferArguments& argum
   request.top_p = arguments.top_p;
   const Recipe* recipe = nullptr;
   const auto& target = arguments.target;
+  std::vector<std::string> user_overrides = arguments.overrides;
+  if (arguments.seed) user_overrides.push_back("seed=" + std::to_string(*arguments.seed));
   if (std::filesystem::is_directory(target) && std::filesystem::exists(target / "config.yaml")) {
-    LoadedConfig loaded = load_recipe_config(target / "config.yaml", arguments.overrides);  // a run directory
+    LoadedConfig loaded = load_recipe_config(target / "config.yaml", user_overrides);  // a run directory
     recipe = loaded.recipe;
     request.config = loaded.config;
     request.run_dir = target;
@@ -156,25 +164,41 @@ std::pair<const Recipe*, InferRequest> infer_request(const InferArguments& argum
     // Latte weights (converted official ones, or a checkpoint), tested before config.json: never taken for an LLM.
     recipe = &find_recipe("latte");
     request.model_dir = target;
+  } else if (io::is_pipeline_directory(target)) {
+    // A diffusers pipeline directory (model_index.json): the text-to-video recipe with its defaults, the directory as
+    // model.path, and the user's overrides.
+    recipe = &find_recipe("latte_t2v");
+    std::vector<std::string> overrides = {"recipe=latte_t2v", "model.path=" + nlohmann::json(target.string()).dump()};
+    overrides.insert(overrides.end(), user_overrides.begin(), user_overrides.end());
+    request.config = config::load_overrides(overrides, recipe->schema(), "the pipeline directory " + target.string());
+    request.model_dir = target;
   } else if (std::filesystem::is_directory(target) && std::filesystem::exists(target / "config.json")) {
     // A Hugging Face LLM directory: the SFT recipe's defaults, the directory as model.path, and the user's overrides
     // of run settings (precision, device, threads, checkpointing, generation), checked as a recipe's would be.
     recipe = &find_recipe("sft");
     // The path as a double-quoted scalar (JSON's escapes are YAML's), so any file name reads back as itself.
     std::vector<std::string> overrides = {"recipe=sft", "model.path=" + nlohmann::json(target.string()).dump()};
-    overrides.insert(overrides.end(), arguments.overrides.begin(), arguments.overrides.end());
+    overrides.insert(overrides.end(), user_overrides.begin(), user_overrides.end());
     request.config = config::load_overrides(overrides, recipe->schema(), "the model directory " + target.string());
     request.model_dir = target;
   } else if (std::filesystem::is_regular_file(target)) {
-    LoadedConfig loaded = load_recipe_config(target, arguments.overrides);
+    LoadedConfig loaded = load_recipe_config(target, user_overrides);
     recipe = loaded.recipe;
     request.config = loaded.config;
     request.run_dir = std::filesystem::path(loaded.config.get_string("output_dir"));
   } else {
-    throw UsageError(fmt::format("{}: expected a recipe YAML file, a run directory (with config.yaml) or a Hugging "
-                                 "Face model directory (with config.json)", target.string()));
+    throw UsageError(fmt::format("{}: expected a recipe YAML file, a run directory (with config.yaml), a Hugging "
+                                 "Face model directory (with config.json) or a diffusers pipeline directory (with "
+                                 "model_index.json)", target.string()));
   }
   request.grad = arguments.grad.value_or(request.config ? request.config->get_bool("grad_inference") : true);
+  const bool text_to_video_flags = request.negative_prompt || request.frames || request.height || request.width ||
+                                   request.noise;
+  if (text_to_video_flags && recipe->name != "latte_t2v") {
+    throw UsageError(fmt::format("--negative-prompt, --frames, --height, --width and --noise apply to text-to-video "
+                                 "pipelines (recipe latte_t2v); {} is recipe {}",
+                                 target.string(), recipe->name));
+  }
   return {recipe, std::move(request)};
 }
 

@@ -36,6 +36,10 @@ struct InferArguments {
   std::optional<double> cfg_scale;
   std::optional<int64_t> num_samples;
   std::optional<std::filesystem::path> out;
+  std::optional<std::string> negative_prompt;
+  std::optional<int64_t> frames, height, width;
+  std::optional<uint64_t> seed;                 // --seed: the config's seed key
+  std::optional<std::filesystem::path> noise;
 };
 
 struct ExportArguments {

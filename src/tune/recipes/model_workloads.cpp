@@ -1,6 +1,8 @@
 // Step shapes of the Llama and Latte families (see model_workloads.h).
 #include "tune/recipes/model_workloads.h"
 
+#include <algorithm>
+
 namespace tune::recipes {
 
 CpuWorkload llama_workload(const models::LlamaConfig& config, int64_t batch, int64_t sequence, c10::ScalarType dtype,
@@ -35,6 +37,22 @@ CpuWorkload latte_workload(const models::LatteConfig& config, int64_t batch, c10
   // One clip's heads: the choice must not depend on the micro-batch split (cpu_kernel_choice.h).
   workload.attentions = {{frames * config.num_heads, patches, patches, head_dim, false},
                          {patches * config.num_heads, frames, frames, head_dim, false}};
+  return workload;
+}
+
+CpuWorkload latte_t2v_workload(const models::LatteT2VConfig& config, int64_t batch, int64_t frames, int64_t latent_h,
+                               int64_t latent_w, int64_t text_tokens, c10::ScalarType dtype, bool training) {
+  const int64_t patches = (latent_h / config.patch_size) * (latent_w / config.patch_size);
+  const int64_t hidden = config.inner_dim(), heads = config.num_attention_heads;
+  const int64_t tokens = batch * frames * patches;
+  CpuWorkload workload;
+  workload.dtype = dtype;
+  workload.training = training;
+  workload.projections = {{tokens, hidden, hidden}, {tokens, hidden, 4 * hidden}, {tokens, 4 * hidden, hidden}};
+  // One clip's heads, as latte_workload.
+  workload.attentions = {{frames * heads, patches, patches, config.attention_head_dim, false},
+                         {patches * heads, frames, frames, config.attention_head_dim, false},
+                         {frames * heads, patches, std::max<int64_t>(text_tokens, 1), config.attention_head_dim, false}};
   return workload;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "tune/models/latte_config.h"
+#include "tune/models/latte_t2v_config.h"
 #include "tune/models/llama_config.h"
 #include "tune/recipes/cpu_kernel_choice.h"
 
@@ -20,5 +21,11 @@ CpuWorkload llama_workload(const models::LlamaConfig& config, int64_t batch, int
 // A Latte step over batch clips: qkv, output, MLP projections over every token; spatial attention (each frame's
 // patches) and temporal attention (each patch's frames), unmasked.
 CpuWorkload latte_workload(const models::LatteConfig& config, int64_t batch, c10::ScalarType dtype, bool training);
+
+// A text-to-video Latte step over batch clips of `frames` latent frames (latent_h x latent_w) with text_tokens
+// caption tokens: q/k/v/out, cross-attention query and feed-forward projections over every token; spatial,
+// temporal and cross attention (each frame's patches against the caption).
+CpuWorkload latte_t2v_workload(const models::LatteT2VConfig& config, int64_t batch, int64_t frames, int64_t latent_h,
+                               int64_t latent_w, int64_t text_tokens, c10::ScalarType dtype, bool training);
 
 }  // namespace tune::recipes

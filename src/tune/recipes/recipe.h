@@ -38,6 +38,10 @@ struct InferRequest {
   std::optional<double> cfg_scale;
   std::optional<int64_t> num_samples;
   std::optional<std::filesystem::path> out;
+  // Text-to-video recipes (unset: the config's sampling.* keys).
+  std::optional<std::string> negative_prompt;
+  std::optional<int64_t> frames, height, width;
+  std::optional<std::filesystem::path> noise;  // initial latents, diffusers' layout [B, C, F, h, w]
 };
 
 struct ExportRequest {

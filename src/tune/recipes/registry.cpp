@@ -5,12 +5,14 @@
 #include "tune/recipes/recipe.h"
 #include "tune/recipes/dpo/dpo_recipe.h"
 #include "tune/recipes/latte/latte_recipe.h"
+#include "tune/recipes/latte_t2v/t2v_recipe.h"
 #include "tune/recipes/sft/sft_recipe.h"
 
 namespace tune::recipes {
 
 const std::vector<Recipe>& all_recipes() {
-  static const std::vector<Recipe> recipes = {sft::make_recipe(), dpo::make_recipe(), latte::make_recipe()};
+  static const std::vector<Recipe> recipes = {sft::make_recipe(), dpo::make_recipe(), latte::make_recipe(),
+                                                    latte_t2v::make_recipe()};
   return recipes;
 }
 

@@ -15,7 +15,6 @@
 #include "tune/core/threads.h"
 #include "tune/data/clip_sampling.h"
 #include "tune/data/video_reader.h"
-#include "tune/data/video_writer.h"
 #include "tune/diffusion/guidance.h"
 #include "tune/diffusion/sampler.h"
 #include "tune/io/run_checkpoints.h"
@@ -23,6 +22,8 @@
 #include "tune/memory/checkpoint.h"
 #include "tune/precision/mixed_precision.h"
 #include "tune/recipes/common_schema.h"
+#include "tune/recipes/diffusion/sample_files.h"
+#include "tune/recipes/diffusion/video_guidance.h"
 #include "tune/recipes/latte/latte_checkpoint.h"
 #include "tune/recipes/latte/latte_model.h"
 #include "tune/recipes/latte/latte_recipe.h"
@@ -43,21 +44,6 @@ torch::Tensor load_reference(const GuidanceSettings& guidance, const LatteSettin
   }
   const auto pixels = data::transform_clip(frame, settings.data.image_size, /*flip=*/false);  // [1, 3, S, S]
   return to_model_space(parts, pixels.unsqueeze(0).to(device), 1)[0][0];
-}
-
-std::filesystem::path numbered(const std::filesystem::path& out, int64_t index, int64_t count) {
-  if (count == 1) return out;
-  auto name = out.stem().string() + "-" + std::to_string(index) + out.extension().string();
-  return out.parent_path() / name;
-}
-
-void write_sample(const std::filesystem::path& path, const torch::Tensor& video, int64_t label, int64_t fps) {
-  if (!path.parent_path().empty()) std::filesystem::create_directories(path.parent_path());
-  if (path.extension() == ".safetensors") {
-    io::save_safetensors(path, {{"video", video.to(torch::kFloat32).contiguous()}, {"label", torch::tensor({label})}});
-  } else {
-    data::write_video(path, video, static_cast<double>(fps));
-  }
 }
 
 }  // namespace
@@ -163,25 +149,13 @@ int infer(const InferRequest& request) {
   std::string guidance_description = "off";
   if (request.grad) {
     const auto& guidance = latte.guidance;
-    torch::Tensor reference;
-    if (guidance.reference) reference = load_reference(guidance, latte, parts, device);
-    // log p(y | x_t) up to a constant: minus the weighted objective on the predicted clean video [B, F, C, h, w].
-    sampler_options.guidance = [=](const torch::Tensor& x, const torch::Tensor&, const torch::Tensor& pred_xstart) {
-      torch::Tensor objective = torch::zeros({}, pred_xstart.options().dtype(torch::kFloat32));
-      if (reference.defined() && guidance.reference_weight != 0) {
-        const auto frame = pred_xstart.select(1, guidance.reference_frame).to(torch::kFloat32);
-        objective = objective + guidance.reference_weight * (frame - reference).pow(2).sum();
-      }
-      if (guidance.smoothness_weight != 0) {
-        const auto steps = (pred_xstart.slice(1, 1) - pred_xstart.slice(1, 0, -1)).to(torch::kFloat32);
-        objective = objective + guidance.smoothness_weight * steps.pow(2).sum();
-      }
-      if (!objective.requires_grad()) return torch::zeros_like(x);
-      return -torch::autograd::grad({objective}, {x})[0];
-    };
-    guidance_description = fmt::format("reference frame {} (weight {}), temporal smoothness (weight {})",
-                                       reference.defined() ? std::to_string(guidance.reference_frame) : "none",
-                                       reference.defined() ? guidance.reference_weight : 0.0, guidance.smoothness_weight);
+    diffusion_common::VideoGuidanceObjective objective;
+    if (guidance.reference) objective.reference = load_reference(guidance, latte, parts, device);
+    objective.reference_frame = guidance.reference_frame;
+    objective.reference_weight = guidance.reference_weight;
+    objective.smoothness_weight = guidance.smoothness_weight;
+    sampler_options.guidance = diffusion_common::make_video_guidance(objective);
+    guidance_description = diffusion_common::describe(objective);
   }
   // Sampling has no loss: its progress line shows the step, the model's timestep, elapsed time and ETA.
   ProgressOptions progress_options;
@@ -213,8 +187,8 @@ int infer(const InferRequest& request) {
                                                       "samples" / fmt::format("sample-class{}.mp4", label);
   std::vector<std::string> written;
   for (int64_t i = 0; i < sampling.num_samples; ++i) {
-    const auto path = numbered(out, i, sampling.num_samples);
-    write_sample(path, videos[i], label, sampling.fps);
+    const auto path = diffusion_common::numbered_path(out, i, sampling.num_samples);
+    diffusion_common::write_video_sample(path, videos[i], sampling.fps, {{"label", torch::tensor({label})}});
     log::info("wrote {}", path.string());
     written.push_back(path.string());
   }

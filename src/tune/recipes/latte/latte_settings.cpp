@@ -2,6 +2,7 @@
 #include "tune/recipes/latte/latte_settings.h"
 
 #include "tune/recipes/common_schema.h"
+#include "tune/recipes/diffusion/guidance_settings.h"
 
 namespace tune::recipes::latte {
 
@@ -41,10 +42,7 @@ config::Schema latte_schema() {
   schema.integer("sampling.fps", 8, "tune infer: frame rate of the written video");
   schema.integer("sampling.num_samples", 1, "tune infer: videos per call");
 
-  schema.path("guidance.reference", "tune infer --grad: image or video to match at guidance.reference_frame");
-  schema.integer("guidance.reference_frame", 0, "frame index matched to the reference");
-  schema.real("guidance.reference_weight", 1.0, "weight of the reference-frame objective");
-  schema.real("guidance.smoothness_weight", 0.1, "weight of the temporal-smoothness objective");
+  diffusion_common::add_guidance_keys(schema);
   return schema;
 }
 
@@ -100,14 +98,7 @@ LatteSettings read_latte_settings(const config::Config& config) {
   sampling.fps = get_int_at_least(config, "sampling.fps", 1);
   sampling.num_samples = get_int_at_least(config, "sampling.num_samples", 1);
 
-  auto& guidance = settings.guidance;
-  if (config.has("guidance.reference")) guidance.reference = config.get_string("guidance.reference");
-  guidance.reference_frame = get_int_at_least(config, "guidance.reference_frame", 0);
-  if (guidance.reference_frame >= data.num_frames) {
-    config.fail("guidance.reference_frame", fmt::format("must be < data.num_frames ({})", data.num_frames));
-  }
-  guidance.reference_weight = config.get_real("guidance.reference_weight");
-  guidance.smoothness_weight = config.get_real("guidance.smoothness_weight");
+  settings.guidance = diffusion_common::read_guidance_settings(config, data.num_frames, "data.num_frames");
   return settings;
 }
 

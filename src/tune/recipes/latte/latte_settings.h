@@ -9,6 +9,7 @@
 #include <string>
 
 #include "tune/config/config.h"
+#include "tune/recipes/diffusion/guidance_settings.h"
 
 namespace tune::recipes::latte {
 
@@ -49,12 +50,7 @@ struct SamplingSettings {
   int64_t num_samples = 1;
 };
 
-struct GuidanceSettings {
-  std::optional<std::string> reference;   // image or video whose frame the sample should match (--grad)
-  int64_t reference_frame = 0;            // which frame of `reference` to use, and which sampled frame to match
-  double reference_weight = 1.0;
-  double smoothness_weight = 0.1;         // temporal smoothness of the predicted clean video
-};
+using diffusion_common::GuidanceSettings;
 
 struct LatteSettings {
   LatteModelSettings model;

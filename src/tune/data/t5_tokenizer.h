@@ -1,0 +1,44 @@
+// T5's tokenizer: a sentencepiece Unigram model saved as spiece.model, with T5's conventions on top, encoding as
+// transformers 5's T5Tokenizer (a `tokenizers` Unigram converted from spiece.model) does.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+
+#include "tune/data/tokenizer_backend.h"
+
+namespace tune::data {
+
+inline constexpr const char* kT5SentencePieceFile = "spiece.model";
+
+// T5's conventions: no BOS; EOS (</s>) appended when add_eos; pad is the model's <pad> (id 0 in T5's models);
+// `extra_ids` sentinels <extra_id_0> .. <extra_id_{extra_ids-1}> after the sentencepiece vocabulary, in reverse
+// (<extra_id_0> is the last id), so vocab_size() = pieces + extra_ids. Special-token text in the input (the pad,
+// EOS and unknown pieces and the sentinels) maps to its id, the leftmost and then longest match first.
+//
+// The text between special tokens is split at whitespace and every word encoded with a leading "▁" (transformers'
+// WhitespaceSplit + Metaspace(prepend "always")); sentencepiece's own encoding of the whole run does the same
+// (it collapses whitespace and adds a dummy prefix), except for U+0085 (NEL): Unicode whitespace to the
+// `tokenizers` library, an unknown character to sentencepiece, so it is read as a space. Checked against
+// transformers on every code point (as "a<c>b") and on random mixes (scripts/make_t5_fixture.py,
+// tests/models/test_t5_encoder.cpp).
+//
+// One known difference, kept on purpose: transformers 5 applies spiece.model's normalization map (NFKC and
+// sentencepiece's extras) per grapheme cluster, and a cluster of fewer than 6 bytes whose first character(s) the map
+// rewrites becomes that rewrite alone, losing the combining marks or joiners that follow ("½‍" -> "1⁄2",
+// "ﬁ́" -> "fi", decomposed "ä́" -> "ä"); larger clusters are mapped character by character, so
+// "é" followed by two more marks stays decomposed. tune normalizes as sentencepiece itself does (per
+// character, longest match), which is also how transformers 4's sentencepiece-based T5Tokenizer encoded. Only text
+// with combining marks, joiners or variation selectors after compatibility characters, or decomposed accents, is
+// affected (in the fixture's mixes of such characters, 86 of 2018 texts get other ids); ordinary prompts are not.
+// Matching it would mean reimplementing the normalization map's trie, grapheme segmentation and the Unigram
+// search outside sentencepiece.
+//
+// Beside spiece.model, tokenizer_config.json may set extra_ids (default 100) and must name T5Tokenizer (or
+// T5TokenizerFast) if it names a class; its added_tokens_decoder and an added_tokens.json may only restate T5's
+// own special tokens at their ids. Anything else throws tune::InputError naming the file and the token: tune would
+// otherwise encode differently from transformers. A tokenizer.json beside spiece.model is not read (it is the
+// same tokenizer converted, and a Unigram one, which tune's tokenizer.json reader does not implement).
+std::shared_ptr<TokenizerBackend> load_t5_tokenizer(const std::filesystem::path& spiece_model);
+
+}  // namespace tune::data

@@ -1,0 +1,62 @@
+#include "tune/recipes/latte_t2v/t2v_prompt.h"
+
+#include <torch/torch.h>
+
+#include <cctype>
+
+#include "tune/data/t5_prompt.h"
+
+namespace tune::recipes::latte_t2v {
+
+std::string preprocess_prompt(const std::string& prompt) {
+  std::string text;
+  text.reserve(prompt.size());
+  for (const char c : prompt) text.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  // str.strip(): ASCII whitespace (space, \t, \n, \v, \f, \r) and the file/group/record/unit separators.
+  auto is_space = [](unsigned char c) { return std::isspace(c) != 0 || (c >= 0x1c && c <= 0x1f); };
+  size_t begin = 0, end = text.size();
+  while (begin < end && is_space(static_cast<unsigned char>(text[begin]))) ++begin;
+  while (end > begin && is_space(static_cast<unsigned char>(text[end - 1]))) --end;
+  return text.substr(begin, end - begin);
+}
+
+namespace {
+
+torch::Tensor encode(models::T5EncoderImpl& encoder, const data::Tokenizer& tokenizer,
+                     const std::vector<std::string>& texts, int64_t max_length, torch::Tensor* mask_out) {
+  std::vector<std::string> processed;
+  processed.reserve(texts.size());
+  for (const auto& text : texts) processed.push_back(preprocess_prompt(text));
+  const auto tokens = data::encode_t5_prompts(tokenizer, processed, max_length);
+  const auto device = encoder.parameters().front().device();
+  const auto mask = tokens.attention_mask.to(device);
+  if (mask_out != nullptr) *mask_out = mask;
+  return encoder.forward(tokens.input_ids.to(device), mask);
+}
+
+}  // namespace
+
+PromptEmbeddings encode_prompts(models::T5EncoderImpl& encoder, const data::Tokenizer& tokenizer,
+                                const std::vector<std::string>& prompts, const std::string& negative_prompt,
+                                bool classifier_free_guidance, int64_t max_length, bool mask_feature) {
+  torch::NoGradGuard no_grad;
+  PromptEmbeddings result;
+  torch::Tensor mask;
+  result.text = encode(encoder, tokenizer, prompts, max_length, &mask);
+  for (int64_t i = 0; i < mask.size(0); ++i) result.token_counts.push_back(mask[i].sum().item<int64_t>());
+  if (classifier_free_guidance) {
+    const std::vector<std::string> negatives(prompts.size(), negative_prompt);
+    result.negative = encode(encoder, tokenizer, negatives, max_length, nullptr);
+  }
+  if (!mask_feature) return result;
+  if (prompts.size() == 1) {
+    const int64_t keep = result.token_counts.front();
+    result.text = result.text.narrow(1, 0, keep);
+    if (result.negative.defined()) result.negative = result.negative.narrow(1, 0, keep);
+  } else {
+    result.text = result.text * mask.unsqueeze(-1).to(result.text.dtype());
+  }
+  return result;
+}
+
+}  // namespace tune::recipes::latte_t2v

@@ -1,0 +1,33 @@
+// Prompts to the caption embeddings Latte-1 is conditioned on, as diffusers' LattePipeline.encode_prompt makes them:
+// each prompt lower-cased and stripped, tokenised by T5's tokenizer (EOS appended, padded to max_length tokens),
+// encoded by the T5 encoder with its attention mask; for classifier-free guidance the negative prompt the same way.
+// mask_feature: with one prompt the embeddings are cut to its real tokens (the negative's to the same count), and
+// the transformer sees no mask; with several, each prompt's padded rows are zeroed (the negative's are not).
+#pragma once
+
+#include <torch/types.h>
+
+#include <string>
+#include <vector>
+
+#include "tune/data/tokenizer.h"
+#include "tune/models/t5_encoder.h"
+
+namespace tune::recipes::latte_t2v {
+
+struct PromptEmbeddings {
+  torch::Tensor text;      // [B, L, D], the T5 encoder's dtype
+  torch::Tensor negative;  // [B, L, D] or undefined (no classifier-free guidance)
+  std::vector<int64_t> token_counts;  // real tokens (EOS included) of each prompt, for the log
+};
+
+// Python's str.lower().strip() for ASCII text (LattePipeline's _text_preprocessing without clean_caption);
+// non-ASCII letters are kept as they are.
+std::string preprocess_prompt(const std::string& prompt);
+
+// Runs under no-grad: the text encoder never takes part in a gradient.
+PromptEmbeddings encode_prompts(models::T5EncoderImpl& encoder, const data::Tokenizer& tokenizer,
+                                const std::vector<std::string>& prompts, const std::string& negative_prompt,
+                                bool classifier_free_guidance, int64_t max_length, bool mask_feature);
+
+}  // namespace tune::recipes::latte_t2v

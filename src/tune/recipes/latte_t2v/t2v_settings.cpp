@@ -1,0 +1,73 @@
+#include "tune/recipes/latte_t2v/t2v_settings.h"
+
+#include "tune/recipes/common_schema.h"
+
+namespace tune::recipes::latte_t2v {
+
+config::Schema t2v_schema() {
+  config::Schema schema = common_schema("latte_t2v");
+  schema.path("model.path", "a diffusers Latte pipeline directory (model_index.json), e.g. maxin-cn/Latte-1");
+  schema.path("model.transformer", "LatteTransformer3DModel directory replacing the pipeline's transformer/");
+  schema.path("model.vae", "AutoencoderKL directory replacing the pipeline's vae/");
+  schema.path("model.text_encoder", "T5EncoderModel directory replacing the pipeline's text_encoder/");
+  schema.path("model.tokenizer", "T5 tokenizer directory (spiece.model) replacing the pipeline's tokenizer/");
+  schema.path("model.scheduler", "scheduler directory (scheduler_config.json) replacing the pipeline's scheduler/");
+  schema.choice("model.text_encoder_dtype", {"auto", "bf16", "fp32"}, "auto",
+                "T5 weights and compute; auto = bf16 under mixed_precision bf16/fp16, fp32 with no (fp16 T5 overflows)");
+  schema.integer("model.vae_chunk_frames", 14, "frames per VAE decode call (LattePipeline's decode_chunk_size)");
+
+  schema.integer("sampling.steps", 50, "tune infer: denoising steps");
+  schema.real("sampling.cfg_scale", 7.5, "tune infer: classifier-free guidance scale; 1 = off");
+  schema.real("sampling.eta", 0.0, "tune infer: DDIM eta");
+  schema.integer("sampling.frames", 16, "tune infer: frames to sample (any count; 1 = an image)");
+  schema.integer("sampling.height", 512, "tune infer: height in pixels (a multiple of VAE factor x patch size)");
+  schema.integer("sampling.width", 512, "tune infer: width in pixels");
+  schema.string("sampling.negative_prompt", "", "tune infer: the unconditional prompt of classifier-free guidance");
+  schema.integer("sampling.max_text_tokens", 120, "tune infer: prompt tokens at most (LattePipeline: 120)");
+  schema.boolean("sampling.mask_feature", true,
+                 "one prompt: cut the text embeddings to its real tokens; several: zero the padded rows (LattePipeline)");
+  schema.boolean("sampling.temporal_attention", true, "run the temporal blocks (off: frames sampled independently)");
+  schema.integer("sampling.fps", 8, "tune infer: frame rate of the written video");
+  diffusion_common::add_guidance_keys(schema);
+  return schema;
+}
+
+T2VSettings read_t2v_settings(const config::Config& config) {
+  T2VSettings settings;
+  auto& model = settings.model;
+  auto optional_path = [&](const char* key, std::optional<std::string>& out) {
+    if (config.has(key)) out = config.get_string(key);
+  };
+  optional_path("model.path", model.path);
+  optional_path("model.transformer", model.transformer);
+  optional_path("model.vae", model.vae);
+  optional_path("model.text_encoder", model.text_encoder);
+  optional_path("model.tokenizer", model.tokenizer);
+  optional_path("model.scheduler", model.scheduler);
+  model.text_encoder_dtype = config.get_string("model.text_encoder_dtype");
+  model.vae_chunk_frames = get_int_at_least(config, "model.vae_chunk_frames", 1);
+
+  auto& sampling = settings.sampling;
+  sampling.steps = get_int_at_least(config, "sampling.steps", 1);
+  sampling.cfg_scale = config.get_real("sampling.cfg_scale");
+  if (sampling.cfg_scale < 0) config.fail("sampling.cfg_scale", "must be >= 0");
+  sampling.eta = config.get_real("sampling.eta");
+  if (sampling.eta < 0) config.fail("sampling.eta", "must be >= 0");
+  sampling.frames = get_int_at_least(config, "sampling.frames", 1);
+  sampling.height = get_int_at_least(config, "sampling.height", 1);
+  sampling.width = get_int_at_least(config, "sampling.width", 1);
+  sampling.negative_prompt = config.get_string("sampling.negative_prompt");
+  sampling.max_text_tokens = get_int_at_least(config, "sampling.max_text_tokens", 2);
+  sampling.mask_feature = config.get_bool("sampling.mask_feature");
+  sampling.temporal_attention = config.get_bool("sampling.temporal_attention");
+  sampling.fps = get_int_at_least(config, "sampling.fps", 1);
+  settings.guidance = diffusion_common::read_guidance_settings(config, sampling.frames, "sampling.frames");
+  return settings;
+}
+
+void validate_t2v_config(const config::Config& config) {
+  (void)read_run_settings(config);
+  (void)read_t2v_settings(config);
+}
+
+}  // namespace tune::recipes::latte_t2v

@@ -1,0 +1,46 @@
+// The latte_t2v recipe's own keys (text-to-video Latte, diffusers' LattePipeline layout) as plain structs: where
+// the pipeline's components are, and how `tune infer` samples from a prompt. The defaults are LattePipeline's.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "tune/config/config.h"
+#include "tune/recipes/diffusion/guidance_settings.h"
+
+namespace tune::recipes::latte_t2v {
+
+// model.path is a diffusers pipeline directory (model_index.json); each component may be replaced by another
+// directory of the same class.
+struct PipelineSettings {
+  std::optional<std::string> path;
+  std::optional<std::string> transformer, vae, text_encoder, tokenizer, scheduler;
+  std::string text_encoder_dtype = "auto";  // auto: bf16 under bf16/fp16 autocast, fp32 with mixed_precision no
+  int64_t vae_chunk_frames = 14;            // LattePipeline's decode_chunk_size
+};
+
+struct SamplingSettings {
+  int64_t steps = 50;
+  double cfg_scale = 7.5;       // > 1: classifier-free guidance against the negative prompt
+  double eta = 0.0;             // DDIM
+  int64_t frames = 16;
+  int64_t height = 512, width = 512;
+  std::string negative_prompt;  // "" as LattePipeline
+  int64_t max_text_tokens = 120;
+  bool mask_feature = true;     // LattePipeline's mask_feature (see t2v_prompt.h)
+  bool temporal_attention = true;
+  int64_t fps = 8;
+};
+
+struct T2VSettings {
+  PipelineSettings model;
+  SamplingSettings sampling;
+  diffusion_common::GuidanceSettings guidance;
+};
+
+config::Schema t2v_schema();
+T2VSettings read_t2v_settings(const config::Config& config);
+void validate_t2v_config(const config::Config& config);
+
+}  // namespace tune::recipes::latte_t2v

@@ -1,0 +1,381 @@
+// LatteT2V (Latte-1) against Hugging Face diffusers' LatteTransformer3DModel: a tiny seeded model saved by diffusers'
+// save_pretrained and its float64 outputs (scripts/make_diffusers_latte_t2v_fixture.py, run by CTest as
+// latte_t2v_fixture_setup into the build tree), loaded by diffusers' parameter names with nothing missing or extra.
+// Also: gradients through every checkpointing policy equal the plain run's (x, text and every parameter), the
+// runner contract (one run_stack, blocks in spatial/temporal order), bf16 autocast, and config.json refusals.
+// Without diffusers the fixture holds SKIPPED and the diffusers cases exit 77: CTest reports them skipped.
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tune/core/error.h"
+#include "tune/io/safetensors.h"
+#include "tune/io/weights.h"
+#include "tune/memory/checkpoint.h"
+#include "tune/models/latte_t2v.h"
+#include "tune/precision/mixed_precision.h"
+
+using namespace tune;
+
+namespace {
+
+std::filesystem::path fixture_dir() { return std::filesystem::path(TUNE_BINARY_DIR) / "diffusers_latte_t2v_fixture"; }
+
+void skip_without_diffusers() {
+  const auto marker = fixture_dir() / "SKIPPED";
+  if (std::filesystem::exists(marker)) {
+    std::ifstream in(marker);
+    std::string reason((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::cout << "SKIP: " << reason << std::flush;
+    std::exit(77);  // SKIP_RETURN_CODE
+  }
+}
+
+double relative_max_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  const auto a64 = a.to(torch::kFloat64), b64 = b.to(torch::kFloat64);
+  return (a64 - b64).abs().max().item<double>() / b64.abs().max().item<double>();
+}
+
+models::LatteT2V load_model() {
+  skip_without_diffusers();
+  const auto dir = fixture_dir() / "transformer";
+  models::LatteT2V model(models::read_latte_t2v_config(dir / "config.json"));
+  const auto source = io::WeightSource::open_directory(dir, "diffusion_pytorch_model.safetensors",
+                                                       "diffusion_pytorch_model.safetensors.index.json");
+  // load_into_module refuses a missing or unexpected tensor; the name sets are compared as well, for the message.
+  std::set<std::string> file_names, model_names;
+  for (const auto& name : source.names()) file_names.insert(name);
+  for (const auto& item : model->named_parameters()) model_names.insert(item.key());
+  CHECK(model_names == file_names);
+  CHECK(model->buffers().empty());
+  CHECK(io::load_into_module(*model, source) == file_names.size());
+  model->eval();
+  return model;
+}
+
+struct Case {
+  std::string name;
+  torch::Tensor x, t, text, mask, output, output_stock;
+  bool temporal = true;
+};
+
+std::vector<Case> load_cases() {
+  skip_without_diffusers();
+  const auto io = io::SafetensorsFile::open(fixture_dir() / "io.safetensors");
+  std::vector<Case> cases;
+  for (const char* name : {"main", "no_mask", "spatial_only", "single_frame", "single_frame_spatial_only",
+                           "three_frames", "non_square"}) {
+    const std::string prefix = std::string(name) + ".";
+    Case c;
+    c.name = name;
+    c.x = io.load(prefix + "x");
+    c.t = io.load(prefix + "t");
+    c.text = io.load(prefix + "text");
+    if (io.contains(prefix + "mask")) c.mask = io.load(prefix + "mask");
+    c.output = io.load(prefix + "output");
+    c.output_stock = io.load(prefix + "output_stock");
+    c.temporal = io.load(prefix + "temporal").item<int64_t>() != 0;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+torch::Tensor run_case(models::LatteT2V& model, const Case& c, torch::ScalarType dtype) {
+  torch::NoGradGuard no_grad;
+  return model->forward(c.x.to(dtype), c.t, c.text.to(dtype), c.mask, c.temporal);
+}
+
+// Gradients of a fixed random projection of the output with respect to x, text and every parameter.
+std::map<std::string, torch::Tensor> gradients(models::LatteT2V& model, const Case& c, std::shared_ptr<nn::BlockRunner> runner) {
+  model->set_block_runner(std::move(runner));
+  model->zero_grad();
+  const auto x = c.x.clone().requires_grad_(true);
+  const auto text = c.text.clone().requires_grad_(true);
+  const auto output = model->forward(x, c.t, text, c.mask, c.temporal);
+  const auto weights = torch::randn(output.sizes(), at::make_generator<at::CPUGeneratorImpl>(3),
+                                    torch::TensorOptions().dtype(torch::kFloat64));
+  (output * weights).sum().backward();
+  std::map<std::string, torch::Tensor> grads{{"x", x.grad().clone()}, {"text", text.grad().clone()}};
+  for (const auto& item : model->named_parameters()) {
+    if (item.value().grad().defined()) grads[item.key()] = item.value().grad().clone();
+  }
+  return grads;
+}
+
+// A key bias adds q . b to every score of a query row, which the softmax cancels: its gradient is zero up to
+// rounding (~1e-17 here), so it is checked to be tiny rather than compared relatively.
+bool is_key_bias(const std::string& name) {
+  const std::string suffix = "to_k.bias";
+  return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// A config.json in its own temporary directory, removed on destruction.
+struct TempConfig {
+  std::filesystem::path path;
+  TempConfig(const nlohmann::json& config, const std::string& name) {
+    const auto dir = std::filesystem::temp_directory_path() / ("tune_latte_t2v_config_" + name);
+    std::filesystem::create_directories(dir);
+    path = dir / "config.json";
+    std::ofstream(path) << config.dump(2);
+  }
+  ~TempConfig() { std::filesystem::remove_all(path.parent_path()); }
+};
+
+// Latte-1's transformer/config.json (maxin-cn/Latte-1), as published.
+nlohmann::json latte1_config() {
+  return nlohmann::json::parse(R"({
+    "_class_name": "LatteTransformer3DModel", "_diffusers_version": "0.30.0.dev0", "activation_fn": "gelu-approximate",
+    "attention_bias": true, "attention_head_dim": 72, "caption_channels": 4096, "cross_attention_dim": 1152,
+    "dropout": 0.0, "in_channels": 4, "norm_elementwise_affine": false, "norm_eps": 1e-06,
+    "norm_type": "ada_norm_single", "num_attention_heads": 16, "num_embeds_ada_norm": 1000, "num_layers": 28,
+    "out_channels": 8, "patch_size": 2, "sample_size": 64})");
+}
+
+std::string refusal_of(const nlohmann::json& config, const std::string& name) {
+  const TempConfig file(config, name);
+  try {
+    models::read_latte_t2v_config(file.path);
+  } catch (const InputError& error) {
+    const std::string message = error.what();
+    CHECK(message.find(file.path.string()) != std::string::npos);
+    return message;
+  }
+  FAIL("config " << name << " was accepted");
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("LatteT2V matches diffusers' LatteTransformer3DModel in float64", "[latte_t2v][diffusers]") {
+  auto model = load_model();
+  model->to(torch::kFloat64);
+  for (const auto& c : load_cases()) {
+    INFO("case " << c.name);
+    const auto output = run_case(model, c, torch::kFloat64);
+    REQUIRE(output.sizes() == c.output.sizes());
+    const double diff = relative_max_diff(output, c.output);
+    std::printf("diffusers (float64 tables), case %-26s float64 rel. max diff %.3g\n", c.name.c_str(), diff);
+    CHECK(diff < 1e-10);
+  }
+}
+
+TEST_CASE("LatteT2V matches diffusers' LatteTransformer3DModel in float32", "[latte_t2v][diffusers]") {
+  auto model = load_model();
+  for (const auto& c : load_cases()) {
+    INFO("case " << c.name);
+    const auto output = run_case(model, c, torch::kFloat32);
+    REQUIRE(output.scalar_type() == torch::kFloat32);
+    const double diff = relative_max_diff(output, c.output);
+    // diffusers as shipped: its float32 timestep sinusoid and tables (the fixture's docstring).
+    const double diff_stock = relative_max_diff(output, c.output_stock);
+    std::printf("diffusers, case %-26s float32 rel. max diff %.3g (stock diffusers %.3g)\n", c.name.c_str(), diff,
+                diff_stock);
+    CHECK(diff < 1e-5);
+    CHECK(diff_stock < 1e-5);
+  }
+}
+
+TEST_CASE("LatteT2V takes a bool text mask as the integer one", "[latte_t2v][diffusers]") {
+  auto model = load_model();
+  model->to(torch::kFloat64);
+  const auto c = load_cases().front();
+  REQUIRE(c.mask.defined());
+  Case as_bool = c;
+  as_bool.mask = c.mask.to(torch::kBool);
+  CHECK(relative_max_diff(run_case(model, as_bool, torch::kFloat64), run_case(model, c, torch::kFloat64)) == 0.0);
+}
+
+TEST_CASE("LatteT2V gradients are the same through every checkpointing policy", "[latte_t2v][diffusers]") {
+  auto model = load_model();
+  model->to(torch::kFloat64);
+  model->train();
+  const auto cases = load_cases();
+  for (const auto& c : {cases[0], cases[2]}) {  // main (temporal on), spatial_only
+    INFO("case " << c.name);
+    const auto plain = gradients(model, c, std::make_shared<nn::PlainBlockRunner>());
+    // Every parameter trains: with temporal attention off, all but the temporal blocks'.
+    size_t expected = 2;
+    for (const auto& item : model->named_parameters()) {
+      if (c.temporal || item.key().rfind("temporal_transformer_blocks.", 0) != 0) ++expected;
+    }
+    CHECK(plain.size() == expected);
+    for (const auto& item : plain) {
+      INFO(item.first);
+      if (is_key_bias(item.first)) {
+        CHECK(item.second.abs().max().item<double>() < 1e-12);
+      } else {
+        CHECK(item.second.abs().sum().item<double>() > 0);
+      }
+    }
+    for (const auto policy : {memory::Policy::full, memory::Policy::every_k, memory::Policy::sqrt, memory::Policy::selective}) {
+      INFO("policy " << memory::policy_name(policy));
+      memory::CheckpointOptions options;
+      options.policy = policy;
+      const auto checkpointed = gradients(model, c, std::make_shared<memory::CheckpointRunner>(options, model->num_blocks()));
+      REQUIRE(checkpointed.size() == plain.size());
+      double worst = 0;
+      for (const auto& item : plain) {
+        INFO(item.first);
+        if (is_key_bias(item.first)) {
+          CHECK(checkpointed.at(item.first).abs().max().item<double>() < 1e-12);
+          continue;
+        }
+        const double diff = relative_max_diff(checkpointed.at(item.first), item.second);
+        worst = std::max(worst, diff);
+        CHECK(diff < 1e-10);
+      }
+      std::printf("checkpointing %-9s case %-12s worst gradient rel. max diff %.3g\n", memory::policy_name(policy),
+                  c.name.c_str(), worst);
+    }
+  }
+  model->set_block_runner(std::make_shared<nn::PlainBlockRunner>());
+}
+
+namespace {
+
+// Records what the model hands its runner, running every block plainly.
+struct RecordingRunner : nn::BlockRunner {
+  int64_t stacks = 0, stack_count = 0, state_rows = 0;
+  std::vector<int64_t> runs;
+  std::vector<size_t> param_counts;
+  torch::Tensor run(int64_t block_index, const nn::BlockFunction& block, const torch::Tensor& input,
+                    const std::vector<torch::Tensor>& params) override {
+    runs.push_back(block_index);
+    param_counts.push_back(params.size());
+    return block(input);
+  }
+  torch::Tensor run_stack(int64_t count, const nn::StackFunction& block, const torch::Tensor& input,
+                          const nn::StackParamsFunction& params_of) override {
+    ++stacks;
+    stack_count = count;
+    state_rows = input.size(1);
+    return nn::BlockRunner::run_stack(count, block, input, params_of);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("LatteT2V runs its blocks as one stack over tokens plus payload", "[latte_t2v]") {
+  models::LatteT2VConfig config;
+  config.num_attention_heads = 2;
+  config.attention_head_dim = 4;
+  config.cross_attention_dim = 8;
+  config.caption_channels = 6;
+  config.num_layers = 2;
+  config.sample_size = 4;
+  torch::manual_seed(1);
+  models::LatteT2V model(config);
+  REQUIRE(model->num_blocks() == 4);
+  const auto blocks = model->blocks();
+  REQUIRE(blocks.size() == 4);
+  CHECK(blocks[0].get() == model->transformer_blocks->ptr(0).get());
+  CHECK(blocks[1].get() == model->temporal_transformer_blocks->ptr(0).get());
+  CHECK(blocks[2].get() == model->transformer_blocks->ptr(1).get());
+  CHECK(std::string(models::LatteT2VImpl::block_type(0)) == "LatteSpatialBlock");
+  CHECK(std::string(models::LatteT2VImpl::block_type(3)) == "LatteTemporalBlock");
+
+  auto runner = std::make_shared<RecordingRunner>();
+  model->set_block_runner(runner);
+  const auto x = torch::randn({2, 3, 4, 4, 6});  // 3 frames of 2x3 patches
+  const auto text = torch::randn({2, 5, 6});
+  const auto output = model->forward(x, torch::tensor({3, 900}), text);
+  CHECK(output.sizes() == torch::IntArrayRef({2, 3, 8, 4, 6}));
+  CHECK(runner->stacks == 1);
+  CHECK(runner->stack_count == 4);
+  CHECK(runner->state_rows == 6 + 4);  // 6 patches + ceil((6 + 5) / 3) payload tokens
+  CHECK(runner->runs == std::vector<int64_t>({0, 1, 2, 3}));
+  for (int64_t i = 0; i < 4; ++i) CHECK(runner->param_counts[i] == blocks[i]->parameters().size());
+
+  auto spatial_only = std::make_shared<RecordingRunner>();
+  model->set_block_runner(spatial_only);
+  model->forward(x, torch::tensor({3, 900}), text, {}, /*temporal_attention=*/false);
+  CHECK(spatial_only->stacks == 0);
+  CHECK(spatial_only->runs == std::vector<int64_t>({0, 2}));
+  model->set_block_runner(std::make_shared<nn::PlainBlockRunner>());
+}
+
+TEST_CASE("LatteT2V under CPU bf16 autocast is finite and close to float32", "[latte_t2v][diffusers]") {
+  auto model = load_model();
+  const auto c = load_cases().front();
+  torch::NoGradGuard no_grad;
+  torch::Tensor output;
+  {
+    precision::AutocastScope autocast(precision::MixedPrecision::bf16, torch::Device(torch::kCPU));
+    output = model->forward(c.x.to(torch::kFloat32), c.t, c.text.to(torch::kFloat32), c.mask);
+  }
+  REQUIRE(output.scalar_type() == torch::kFloat32);
+  CHECK(torch::isfinite(output).all().item<bool>());
+  const double diff = relative_max_diff(output, c.output);
+  std::printf("bf16 autocast: rel. max diff %.3g\n", diff);
+  CHECK(diff < 0.05);
+}
+
+TEST_CASE("read_latte_t2v_config reads Latte-1's config.json", "[latte_t2v][config]") {
+  const auto config = models::read_latte_t2v_config(TempConfig(latte1_config(), "latte1").path);
+  CHECK(config.inner_dim() == 1152);
+  CHECK(config.num_layers == 28);
+  CHECK(config.caption_channels == 4096);
+  CHECK(config.out_channels == 8);
+  CHECK(config.learned_sigma());
+  CHECK(config.video_length == 16);  // not in the file: diffusers' default
+  CHECK(config.norm_eps == 1e-6);
+  CHECK(config.attention_bias);
+  CHECK(config.base_size() == 32);
+  CHECK(config.interpolation_scale() == 1);
+}
+
+TEST_CASE("read_latte_t2v_config refuses what tune does not implement, naming file and key", "[latte_t2v][config]") {
+  auto with = [](const char* key, const nlohmann::json& value) {
+    auto config = latte1_config();
+    config[key] = value;
+    return config;
+  };
+  CHECK_THAT(refusal_of(with("norm_type", "layer_norm"), "norm_type"), Catch::Contains("'norm_type'") && Catch::Contains("layer_norm"));
+  CHECK_THAT(refusal_of(with("activation_fn", "geglu"), "activation"), Catch::Contains("'activation_fn'") && Catch::Contains("geglu"));
+  CHECK_THAT(refusal_of(with("norm_elementwise_affine", true), "affine"), Catch::Contains("'norm_elementwise_affine'"));
+  CHECK_THAT(refusal_of(with("dropout", 0.1), "dropout"), Catch::Contains("'dropout'"));
+  CHECK_THAT(refusal_of(with("cross_attention_dim", 4096), "cross"), Catch::Contains("'cross_attention_dim'") && Catch::Contains("1152"));
+  CHECK_THAT(refusal_of(with("cross_attention_dim", nullptr), "cross_null"), Catch::Contains("'cross_attention_dim'"));
+  CHECK_THAT(refusal_of(with("upcast_attention", true), "upcast"), Catch::Contains("'upcast_attention'"));
+  CHECK_THAT(refusal_of(with("num_vector_embeds", 8), "vector"), Catch::Contains("'num_vector_embeds'"));
+  CHECK_THAT(refusal_of(with("_class_name", "Transformer2DModel"), "class"), Catch::Contains("'_class_name'"));
+  auto missing = latte1_config();
+  missing.erase("in_channels");
+  CHECK_THAT(refusal_of(missing, "missing"), Catch::Contains("'in_channels'") && Catch::Contains("missing"));
+  auto defaults = latte1_config();
+  defaults.erase("norm_type");  // diffusers' default is "layer_norm"
+  CHECK_THAT(refusal_of(defaults, "default_norm"), Catch::Contains("'norm_type'"));
+  // Values that mean Latte's behaviour pass, and bias-free q/k/v is implemented.
+  auto accepted = with("upcast_attention", false);
+  accepted["attention_bias"] = false;
+  CHECK_FALSE(models::read_latte_t2v_config(TempConfig(accepted, "accepted").path).attention_bias);
+}
+
+TEST_CASE("LatteT2V without attention biases has no q/k/v bias parameters", "[latte_t2v]") {
+  models::LatteT2VConfig config;
+  config.num_attention_heads = 2;
+  config.attention_head_dim = 4;
+  config.cross_attention_dim = 8;
+  config.caption_channels = 6;
+  config.num_layers = 1;
+  config.sample_size = 4;
+  config.attention_bias = false;
+  models::LatteT2V model(config);
+  const auto parameters = model->named_parameters();
+  CHECK_FALSE(parameters.contains("transformer_blocks.0.attn1.to_q.bias"));
+  CHECK_FALSE(parameters.contains("temporal_transformer_blocks.0.attn1.to_v.bias"));
+  CHECK(parameters.contains("transformer_blocks.0.attn2.to_out.0.bias"));
+  const auto output = model->forward(torch::randn({1, 2, 4, 4, 4}), torch::tensor({5}), torch::randn({1, 3, 6}));
+  CHECK(torch::isfinite(output).all().item<bool>());
+}
