@@ -34,15 +34,14 @@ the weights kept as float32 and the forward run in float64. Writes, under DIR:
 If diffusers is not installed, writes DIR/SKIPPED with the reason instead and exits 0; the test then exits 77
 (reported skipped by CTest, never passed).
 """
-import argparse
 import json
 import os
-import shutil
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fixture_output  # noqa: E402
 import safetensors_io  # noqa: E402
 
 CONFIG = dict(model_type="latte", input_size=8, patch_size=2, in_channels=4, hidden_size=32, depth=4, num_heads=4,
@@ -105,18 +104,10 @@ def tune_weights(model):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    shutil.rmtree(args.out, ignore_errors=True)
-    os.makedirs(args.out)
-    try:
-        import diffusers
-    except ImportError as error:
-        with open(os.path.join(args.out, "SKIPPED"), "w") as f:
-            f.write(f"diffusers is not installed ({error}); pip install -r scripts/requirements.txt\n")
-        print("make_diffusers_latte_fixture: diffusers missing, wrote SKIPPED")
+    out_dir = fixture_output.fresh_output_dir(__doc__.split("\n")[0])
+    if fixture_output.skipped_without(out_dir, "make_diffusers_latte_fixture", "diffusers"):
         return
+    import diffusers
 
     model = build_model()
     weights = tune_weights(model)
@@ -137,11 +128,11 @@ def main():
     final_bias = torch.cat([table[0] + t_emb, table[1] + t_emb], dim=1)  # [B, 2D]
     weights["final_layer.adaLN_modulation.1.bias"] = final_bias[0].contiguous()  # sample 0's; the test sets each
 
-    with open(os.path.join(args.out, "config.json"), "w") as f:
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(CONFIG, f, indent=2)
         f.write("\n")
-    safetensors_io.save(os.path.join(args.out, "model.safetensors"), weights, metadata={"format": "pt"})
-    safetensors_io.save(os.path.join(args.out, "io.safetensors"),
+    safetensors_io.save(os.path.join(out_dir, "model.safetensors"), weights, metadata={"format": "pt"})
+    safetensors_io.save(os.path.join(out_dir, "io.safetensors"),
                         {"x": x, "t": t, "final_bias": final_bias.contiguous(), "output": output})
     print(f"make_diffusers_latte_fixture: diffusers {diffusers.__version__}, output std {output.std().item():.4f}, "
           f"max {output.abs().max().item():.4f}, samples differ by {(output[0] - output[1]).abs().max().item():.4f}")

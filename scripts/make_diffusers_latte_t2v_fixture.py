@@ -39,10 +39,8 @@ pipeline never passes one. The script passes what the official Latte code builds
 If torch or diffusers is not installed, writes DIR/SKIPPED with the reason instead and exits 0; the test then exits 77
 (reported skipped by CTest, never passed).
 """
-import argparse
 import math
 import os
-import shutil
 import sys
 
 try:
@@ -51,6 +49,7 @@ except ImportError:  # reported as SKIPPED by main(), like a missing diffusers
     torch = None
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fixture_output  # noqa: E402
 
 CONFIG = dict(sample_size=8, num_layers=2, patch_size=2, attention_head_dim=8, num_attention_heads=3,
               caption_channels=32, in_channels=4, cross_attention_dim=24, out_channels=8, attention_bias=True,
@@ -116,27 +115,17 @@ def run(model, x, t, text, mask, temporal):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    shutil.rmtree(args.out, ignore_errors=True)
-    os.makedirs(args.out)
-    try:
-        if torch is None:
-            raise ImportError("No module named 'torch'")
-        import diffusers
-        import diffusers.models.embeddings as embeddings
-        import safetensors_io
-    except ImportError as error:
-        with open(os.path.join(args.out, "SKIPPED"), "w") as f:
-            f.write(f"torch or diffusers is not installed ({error}); pip install -r scripts/requirements.txt\n")
-        print("make_diffusers_latte_t2v_fixture: diffusers missing, wrote SKIPPED")
+    out = fixture_output.fresh_output_dir(__doc__.split("\n")[0])
+    if fixture_output.skipped_without(out, "make_diffusers_latte_t2v_fixture", "torch", "diffusers"):
         return
+    import diffusers
+    import diffusers.models.embeddings as embeddings
+    import safetensors_io
 
     torch.manual_seed(0)
     model = build_model(CONFIG["video_length"])
     randomise(model)
-    model.save_pretrained(os.path.join(args.out, "transformer"), safe_serialization=True)
+    model.save_pretrained(os.path.join(out, "transformer"), safe_serialization=True)
     weights = {k: v.clone() for k, v in model.state_dict().items()}
 
     generator = torch.Generator().manual_seed(7)
@@ -183,7 +172,7 @@ def main():
         records[f"{name}.output_stock"] = output_stock
         print(f"  {name}: output {list(output.shape)}, std {output.std().item():.4f}, "
               f"|float64 tables - stock| {(output - output_stock).abs().max().item():.3g}")
-    safetensors_io.save(os.path.join(args.out, "io.safetensors"), records)
+    safetensors_io.save(os.path.join(out, "io.safetensors"), records)
     main_out = records["main.output"]
     print(f"make_diffusers_latte_t2v_fixture: diffusers {diffusers.__version__}; main: samples differ by "
           f"{(main_out[0] - main_out[1]).abs().max().item():.4f}, mask changes sample 1 by "

@@ -30,15 +30,14 @@ for t in scheduler.timesteps: x = scheduler.step(model(x, t), t, x).prev_sample.
 If diffusers is not installed, writes DIR/SKIPPED with the reason (beside latte1_pipeline/) and exits 0; the
 scheduler tests then exit 77 (reported skipped by CTest, never passed).
 """
-import argparse
 import json
 import os
-import shutil
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fixture_output  # noqa: E402
 import safetensors_io  # noqa: E402
 
 X_SHAPE = [2, 4, 2, 3, 3]  # [B, C, F, H, W], a small video latent
@@ -153,26 +152,18 @@ def run(cls, directory, steps, x_T, eta=None, generator=None):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    shutil.rmtree(args.out, ignore_errors=True)
-    os.makedirs(args.out)
-    write_pipeline(args.out)
-    try:
-        import diffusers
-    except ImportError as error:
-        with open(os.path.join(args.out, "SKIPPED"), "w") as f:
-            f.write(f"diffusers is not installed ({error}); pip install -r scripts/requirements.txt\n")
-        print("make_diffusers_scheduler_fixture: diffusers missing, wrote SKIPPED")
+    out = fixture_output.fresh_output_dir(__doc__.split("\n")[0])
+    write_pipeline(out)
+    if fixture_output.skipped_without(out, "make_diffusers_scheduler_fixture", "diffusers"):
         return
+    import diffusers
 
     torch.set_num_threads(1)
     x_T = torch.randn(X_SHAPE, generator=torch.Generator().manual_seed(X_SEED), dtype=torch.float64)
     tensors = {"x_T": x_T}
     cases = []
     for name, (class_name, arguments) in CASES.items():
-        cls, directory = make_scheduler(diffusers, name, class_name, arguments, args.out)
+        cls, directory = make_scheduler(diffusers, name, class_name, arguments, out)
         scheduler = cls.from_pretrained(directory)
         tensors[f"{name}/betas"] = scheduler.betas.clone()
         tensors[f"{name}/alphas_cumprod"] = scheduler.alphas_cumprod.clone()
@@ -193,12 +184,12 @@ def main():
         cases.append(dict(name=name, class_name=class_name, timestep_counts=TIMESTEP_COUNTS,
                           trajectory_counts=TRAJECTORY_COUNTS, eta_one_counts=eta_one_counts))
 
-    safetensors_io.save(os.path.join(args.out, "reference.safetensors"),
+    safetensors_io.save(os.path.join(out, "reference.safetensors"),
                         {k: v.contiguous() for k, v in tensors.items()})
-    with open(os.path.join(args.out, "cases.json"), "w") as f:
+    with open(os.path.join(out, "cases.json"), "w") as f:
         json.dump(dict(cases=cases, eta_one_seed=ETA_ONE_SEED, x_shape=X_SHAPE,
                        diffusers_version=diffusers.__version__), f, indent=2)
-    print(f"make_diffusers_scheduler_fixture: {len(cases)} cases, {len(tensors)} tensors in {args.out}")
+    print(f"make_diffusers_scheduler_fixture: {len(cases)} cases, {len(tensors)} tensors in {out}")
 
 
 if __name__ == "__main__":

@@ -23,13 +23,13 @@ learned-sigma channels before each DDIM step, as Vchitect/Latte's own pipeline a
 published config diffusers would hand all 8 channels to the scheduler; tune follows the official rule).
 Without diffusers, transformers or sentencepiece, writes DIR/SKIPPED with the reason and exits 0.
 """
-import argparse
 import json
 import os
 import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fixture_output  # noqa: E402
 
 FRAMES, HEIGHT, WIDTH, STEPS, CFG, SEED = 4, 16, 16, 5, 7.5, 1234
 PROMPT = "  A Red Square moving LEFT across a blue field  "
@@ -81,21 +81,11 @@ def build_pipeline(workdir):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", required=True)
-    out = parser.parse_args().out
-    if os.path.isdir(out):
-        shutil.rmtree(out)
-    os.makedirs(out)
-    try:
-        import torch
-        import diffusers  # noqa: F401
-        import sentencepiece  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError as error:
-        with open(os.path.join(out, "SKIPPED"), "w") as f:
-            f.write(f"diffusers, transformers or sentencepiece unavailable: {error}\n")
+    out = fixture_output.fresh_output_dir(__doc__.split("\n")[0])
+    if fixture_output.skipped_without(out, "make_latte_t2v_pipeline_fixture", "torch", "diffusers", "transformers",
+                                      "sentencepiece"):
         return
+    import torch
     import safetensors_io
     torch.manual_seed(0)
     torch.set_num_threads(1)

@@ -34,7 +34,6 @@ rounding). Writes, under DIR:
 If transformers or sentencepiece is not installed, writes DIR/SKIPPED with the reason instead and exits 0; the test
 then exits 77 (reported skipped by CTest, never passed).
 """
-import argparse
 import json
 import math
 import os
@@ -46,6 +45,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fixture_output  # noqa: E402
 import safetensors_io  # noqa: E402
 
 PROMPTS = [
@@ -215,32 +215,23 @@ def padded(tokenizer, prompts, max_length):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    shutil.rmtree(args.out, ignore_errors=True)
-    os.makedirs(args.out)
-    try:
-        import sentencepiece  # noqa: F401
-        from transformers import T5Config, T5EncoderModel, T5Tokenizer
-    except ImportError as error:
-        with open(os.path.join(args.out, "SKIPPED"), "w") as f:
-            f.write(f"transformers or sentencepiece is not installed ({error}); pip install -r scripts/requirements.txt\n")
-        print("make_t5_fixture: transformers or sentencepiece missing, wrote SKIPPED")
+    out = fixture_output.fresh_output_dir(__doc__.split("\n")[0])
+    if fixture_output.skipped_without(out, "make_t5_fixture", "sentencepiece", "transformers"):
         return
+    from transformers import T5Config, T5EncoderModel, T5Tokenizer
 
-    work_dir = os.path.join(args.out, "work")
+    work_dir = os.path.join(out, "work")
     os.makedirs(work_dir)
     spiece = train_spiece(work_dir)
     import sentencepiece as spm
     pieces = spm.SentencePieceProcessor(model_file=spiece).get_piece_size()
 
-    tokenizer_dir = os.path.join(args.out, "tokenizer")
+    tokenizer_dir = os.path.join(out, "tokenizer")
     write_t5_v11_style_tokenizer(tokenizer_dir, spiece, pieces)
     tokenizer = T5Tokenizer.from_pretrained(tokenizer_dir)
     if len(tokenizer) != pieces + EXTRA_IDS or tokenizer.convert_tokens_to_ids("<extra_id_0>") != pieces + 99:
         raise SystemExit(f"make_t5_fixture: unexpected T5Tokenizer layout (len {len(tokenizer)}, {pieces} pieces)")
-    with_json_dir = os.path.join(args.out, "tokenizer_with_json")
+    with_json_dir = os.path.join(out, "tokenizer_with_json")
     os.makedirs(with_json_dir)
     plain_dir = os.path.join(work_dir, "plain")
     os.makedirs(plain_dir)
@@ -255,9 +246,9 @@ def main():
     for case in cases:
         if with_json(case["text"])["input_ids"] != case["ids"]:
             raise SystemExit(f"make_t5_fixture: the two tokenizer directories disagree on {case['text']!r}")
-    with open(os.path.join(args.out, "tokenizer_cases.json"), "w", encoding="utf-8") as f:
+    with open(os.path.join(out, "tokenizer_cases.json"), "w", encoding="utf-8") as f:
         json.dump(cases, f, ensure_ascii=False, indent=0)
-    with open(os.path.join(args.out, "prompts.json"), "w", encoding="utf-8") as f:
+    with open(os.path.join(out, "prompts.json"), "w", encoding="utf-8") as f:
         json.dump({"prompts": PROMPTS, "long_prompt": LONG_PROMPT}, f, ensure_ascii=False, indent=2)
 
     vocab_size = math.ceil(len(tokenizer) / 128) * 128  # padded as T5's 32100 ids are to 32128 rows
@@ -265,14 +256,14 @@ def main():
     config = T5Config(vocab_size=vocab_size, **ENCODER)
     model = T5EncoderModel(config).eval()
     model.set_attn_implementation("eager")
-    encoder_dir = os.path.join(args.out, "text_encoder")
+    encoder_dir = os.path.join(out, "text_encoder")
     model.save_pretrained(encoder_dir, max_shard_size="40KB")
     if not os.path.isfile(os.path.join(encoder_dir, "model.safetensors.index.json")):
         raise SystemExit("make_t5_fixture: the weights were not sharded; lower max_shard_size")
     # T5 v1.0's feed-forward (wo(relu(wi x))), one file.
     relu_model = T5EncoderModel(T5Config(vocab_size=vocab_size, **{**ENCODER, "feed_forward_proj": "relu"})).eval()
     relu_model.set_attn_implementation("eager")
-    relu_model.save_pretrained(os.path.join(args.out, "text_encoder_relu"))
+    relu_model.save_pretrained(os.path.join(out, "text_encoder_relu"))
 
     ids_32, mask_32 = padded(tokenizer, PROMPTS, 32)
     ids_16, mask_16 = padded(tokenizer, PROMPTS, 16)
@@ -288,13 +279,13 @@ def main():
     relative = torch.arange(-300, 301)
     buckets = {f"buckets_{n}_{d}": attention._relative_position_bucket(relative, True, n, d).to(torch.int64)
                for n, d in [(32, 128), (16, 20)]}
-    safetensors_io.save(os.path.join(args.out, "io.safetensors"), {
+    safetensors_io.save(os.path.join(out, "io.safetensors"), {
         "ids_32": ids_32, "mask_32": mask_32, "ids_16": ids_16, "mask_16": mask_16,
         "hidden_32": hidden_32.float().contiguous(), "hidden_32_f64": hidden_32_f64.contiguous(),
         "ids_long": ids_long, "mask_long": mask_long, "hidden_long": hidden_long.float().contiguous(),
         "hidden_relu_32": hidden_relu_32.float().contiguous(), **buckets})
     shutil.rmtree(work_dir)
-    print(f"make_t5_fixture: wrote {args.out} ({pieces} pieces + {EXTRA_IDS} sentinels, {len(cases)} tokenizer cases)")
+    print(f"make_t5_fixture: wrote {out} ({pieces} pieces + {EXTRA_IDS} sentinels, {len(cases)} tokenizer cases)")
 
 
 if __name__ == "__main__":

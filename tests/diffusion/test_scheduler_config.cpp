@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/scratch_dir.h"
+#include "common/reference_fixture.h"
 #include "tune/core/error.h"
 #include "tune/diffusion/scheduler_config.h"
 #include "tune/diffusion/scheduler_sampler.h"
@@ -30,17 +31,9 @@ using Catch::Contains;
 
 namespace {
 
-std::filesystem::path fixture_dir() { return std::filesystem::path(TUNE_BINARY_DIR) / "diffusers_scheduler_fixture"; }
+std::filesystem::path fixture_dir() { return test::reference_fixture_dir("diffusers_scheduler_fixture"); }
 
-void skip_without_diffusers() {
-  const auto marker = fixture_dir() / "SKIPPED";
-  if (std::filesystem::exists(marker)) {
-    std::ifstream in(marker);
-    std::string reason((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::cout << "SKIP: " << reason << std::flush;
-    std::exit(77);  // SKIP_RETURN_CODE
-  }
-}
+void skip_without_diffusers() { test::skip_if_fixture_skipped(fixture_dir()); }
 
 struct Fixture {
   nlohmann::json cases;

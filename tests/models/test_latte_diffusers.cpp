@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "common/reference_fixture.h"
 #include "tune/core/memory_tracker.h"
 #include "tune/io/safetensors.h"
 #include "tune/memory/checkpoint.h"
@@ -37,22 +38,11 @@ using namespace tune;
 
 namespace {
 
-std::filesystem::path fixture_dir() { return std::filesystem::path(TUNE_BINARY_DIR) / "diffusers_latte_fixture"; }
+std::filesystem::path fixture_dir() { return test::reference_fixture_dir("diffusers_latte_fixture"); }
 
-void skip_without_diffusers() {
-  const auto marker = fixture_dir() / "SKIPPED";
-  if (std::filesystem::exists(marker)) {
-    std::ifstream in(marker);
-    std::string reason((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::cout << "SKIP: " << reason << std::flush;
-    std::exit(77);  // SKIP_RETURN_CODE
-  }
-}
+void skip_without_diffusers() { test::skip_if_fixture_skipped(fixture_dir()); }
 
-double relative_max_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  const auto a64 = a.to(torch::kFloat64), b64 = b.to(torch::kFloat64);
-  return (a64 - b64).abs().max().item<double>() / b64.abs().max().item<double>();
-}
+using test::relative_max_diff;
 
 struct DiffusersFixture {
   models::Latte model{nullptr};

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/scratch_dir.h"
+#include "common/reference_fixture.h"
 #include "tune/core/error.h"
 #include "tune/data/t5_prompt.h"
 #include "tune/data/tokenizer.h"
@@ -27,17 +28,9 @@ using namespace tune;
 
 namespace {
 
-std::filesystem::path fixture_dir() { return std::filesystem::path(TUNE_BINARY_DIR) / "t5_fixture"; }
+std::filesystem::path fixture_dir() { return test::reference_fixture_dir("t5_fixture"); }
 
-void skip_without_transformers() {
-  const auto marker = fixture_dir() / "SKIPPED";
-  if (std::filesystem::exists(marker)) {
-    std::ifstream in(marker);
-    std::string reason((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::cout << "SKIP: " << reason << std::flush;
-    std::exit(77);  // SKIP_RETURN_CODE
-  }
-}
+void skip_without_transformers() { test::skip_if_fixture_skipped(fixture_dir()); }
 
 io::SafetensorsFile reference() {
   skip_without_transformers();
@@ -49,17 +42,7 @@ std::vector<std::string> prompts() {
   return json.at("prompts").get<std::vector<std::string>>();
 }
 
-// max |a - b| / max |b| over the positions where `where` is true (all when undefined).
-double relative_max_diff(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& where = {}) {
-  torch::Tensor diff = (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs();
-  torch::Tensor scale = b.to(torch::kFloat64).abs();
-  if (where.defined()) {
-    const torch::Tensor keep = where.to(torch::kBool).unsqueeze(-1).expand_as(diff);
-    diff = diff.masked_select(keep);
-    scale = scale.masked_select(keep);
-  }
-  return diff.max().item<double>() / scale.max().item<double>();
-}
+using test::relative_max_diff;
 
 std::string error_of(const std::function<void()>& action) {
   try {

@@ -23,6 +23,7 @@
 #include "tune/precision/mixed_precision.h"
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/diffusion/sample_files.h"
+#include "tune/recipes/diffusion/sampling_progress.h"
 #include "tune/recipes/diffusion/video_guidance.h"
 #include "tune/recipes/latte/latte_checkpoint.h"
 #include "tune/recipes/latte/latte_model.h"
@@ -157,14 +158,8 @@ int infer(const InferRequest& request) {
     sampler_options.guidance = diffusion_common::make_video_guidance(objective);
     guidance_description = diffusion_common::describe(objective);
   }
-  // Sampling has no loss: its progress line shows the step, the model's timestep, elapsed time and ETA.
-  ProgressOptions progress_options;
-  progress_options.total_steps = sampling.steps;
-  progress_options.log_every = std::max<int64_t>(1, sampling.steps / 5);
-  Progress progress(progress_options);
-  sampler_options.on_step = [&](int64_t done, int64_t, int64_t timestep) {
-    progress.update_status(done, fmt::format("timestep {}", timestep));
-  };
+  diffusion_common::SamplingProgress progress(sampling.steps);
+  progress.attach(sampler_options);
 
   at::Generator generator = at::detail::createCPUGenerator(run.seed);
   const auto noise = torch::randn({sampling.num_samples, config.num_frames, config.in_channels, config.input_size,

@@ -30,6 +30,7 @@
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/cpu_kernel_choice.h"
 #include "tune/recipes/diffusion/sample_files.h"
+#include "tune/recipes/diffusion/sampling_progress.h"
 #include "tune/recipes/diffusion/video_guidance.h"
 #include "tune/recipes/latte_t2v/t2v_pipeline.h"
 #include "tune/recipes/latte_t2v/t2v_prompt.h"
@@ -202,13 +203,8 @@ int infer(const InferRequest& request) {
     sampler_options.guidance = diffusion_common::make_video_guidance(objective);
     guidance_description = diffusion_common::describe(objective);
   }
-  ProgressOptions progress_options;
-  progress_options.total_steps = sampling.steps;
-  progress_options.log_every = std::max<int64_t>(1, sampling.steps / 5);
-  Progress progress(progress_options);
-  sampler_options.on_step = [&](int64_t done, int64_t, int64_t timestep) {
-    progress.update_status(done, fmt::format("timestep {}", timestep));
-  };
+  diffusion_common::SamplingProgress progress(sampling.steps);
+  progress.attach(sampler_options);
 
   at::Generator generator = at::detail::createCPUGenerator(run.seed);
   const auto latents_T =
