@@ -357,6 +357,23 @@ PY
 
 # The torchrun and Slurm contracts, with the variables set by hand: the two processes must rendezvous and train as
 # `--nproc 2` does (the same processes, so the same numbers).
+# QLoRA (lora.quantize_base: nf4) with two processes: each rank quantises the base as it loads it (the NF4 bytes are
+# frozen buffers, kept whole on every rank, not sharded), the adapters train and reduce as LoRA's do; ddp against one
+# process and full_shard against ddp.
+case_qlora_ddp_and_full_shard() {
+  write_recipe "$WORK/qlora-dist.yaml" "$WORK/runs/unused"
+  expect_exit 0 "$TUNE" train "$WORK/qlora-dist.yaml" --output-dir "$WORK/runs/qlora-dist-src" training.max_steps=2
+  expect_exit 0 "$TUNE" export "$WORK/runs/qlora-dist-src" --out "$WORK/runs/qlora-dist-base"
+  sed "/^model:/,/^  max_position_embeddings/d" "$WORK/qlora-dist.yaml" > "$WORK/qlora-dist-lora.yaml"
+  printf 'model:\n  path: %s\n' "$WORK/runs/qlora-dist-base" >> "$WORK/qlora-dist-lora.yaml"
+  local base=(training.max_steps=6 checkpoint.every=0 lora.rank=4 lora.quantize_base=nf4)
+  TENSOR_TOL= WEIGHT_TOL=1e-4 ddp_matches "$WORK/runs/qlora-ddp" "$WORK/qlora-dist-lora.yaml" 6 \
+    adapter_model.safetensors "${base[@]}"
+  contains "$ERR" "to NF4"
+  FILES=adapter_model.safetensors WEIGHT_TOL=1e-4 full_shard_matches_ddp "$WORK/runs/qlora-zero3" \
+    "$WORK/qlora-dist-lora.yaml" 6 "${base[@]}"
+}
+
 case_launcher_environment_contracts() {
   write_recipe "$WORK/env.yaml" "$WORK/runs/unused"
   local common=(training.max_steps=4 training.batch_size=2 threads=1 checkpoint.every=0)
