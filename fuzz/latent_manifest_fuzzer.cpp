@@ -1,13 +1,13 @@
-// Latte's latents.json, the manifest `tune prepare` writes beside the latents and training reads back
+// The video recipes' latents.json, the manifest `tune prepare` writes beside the latents and training reads back
 // (read_latent_manifest). An accepted manifest must survive the write/read round trip.
 #include <cstdio>
 #include <cstdlib>
 
 #include "fuzz_support.h"
-#include "tune/recipes/latte/latte_latents.h"
+#include "tune/recipes/diffusion/latent_manifest.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  namespace latte = tune::recipes::latte;
+  namespace latte = tune::recipes::diffusion_common;
   const auto dir = tune::fuzz::scratch_dir() / "latents";
   std::filesystem::create_directories(dir);
   tune::fuzz::write_file(std::string("latents/") + latte::kLatentManifestName, tune::fuzz::as_text(data, size));

@@ -53,7 +53,7 @@ TEST_CASE("Latte training batches keep frames in time order and labels with thei
       const auto batch = batcher.next();
       REQUIRE(batch.clips.sizes() == torch::IntArrayRef({4, 6, 3, 16, 16}));
       for (int64_t i = 0; i < 4; ++i) {
-        const int64_t label = batch.labels[i].item<int64_t>();
+        const int64_t label = batch.condition.labels[i].item<int64_t>();
         // make_moving_shapes: 0 right, 1 left, 2 down, 3 up, one pixel per frame
         const double dx = label == 0 ? 1 : label == 1 ? -1 : 0, dy = label == 2 ? 1 : label == 3 ? -1 : 0;
         const auto first = centroid(batch.clips[i][0]);

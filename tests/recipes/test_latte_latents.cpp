@@ -8,9 +8,9 @@
 
 #include "common/scratch_dir.h"
 #include "tune/core/error.h"
-#include "tune/recipes/latte/latte_latents.h"
+#include "tune/recipes/diffusion/latent_manifest.h"
 
-using namespace tune::recipes::latte;
+using namespace tune::recipes::diffusion_common;
 
 namespace {
 
@@ -47,6 +47,29 @@ TEST_CASE("latents.json round-trips, and a damaged one names the file and field"
   CHECK(same_preparation(read, written));
   CHECK(read.videos == 4);
   CHECK(read.complete);
+  CHECK_FALSE(read.text.has_value());
+
+  SECTION("a captioned (text-to-video) manifest keeps its text section, which takes part in the comparison") {
+    LatentManifest captioned = written;
+    captioned.classes.clear();
+    captioned.text = TextManifest{"/data/captions.jsonl", "/models/t5", 120, 4096, "bf16"};
+    write_latent_manifest(dir.path(), captioned);
+    const LatentManifest again = read_latent_manifest(dir.path());
+    REQUIRE(again.text.has_value());
+    CHECK(*again.text == *captioned.text);
+    CHECK(same_preparation(again, captioned));
+    CHECK_FALSE(same_preparation(again, written));
+    LatentManifest longer = captioned;
+    longer.text->max_tokens = 60;
+    CHECK_FALSE(same_preparation(again, longer));
+    std::ifstream captioned_in(dir.path() / kLatentManifestName);
+    auto damaged = nlohmann::json::parse(captioned_in);
+    damaged["text"]["dtype"] = "fp16";
+    CHECK_THAT(error_reading(dir.path(), damaged.dump()), Catch::Contains("dtype"));
+    damaged["text"] = 3;
+    CHECK_THAT(error_reading(dir.path(), damaged.dump()), Catch::Contains("field 'text' must be an object"));
+    write_latent_manifest(dir.path(), written);
+  }
 
   std::ifstream in(dir.path() / kLatentManifestName);
   const auto good = nlohmann::json::parse(in);

@@ -30,7 +30,10 @@ PreferenceBatch collate_pairs(const std::vector<const TokenizedPair*>& pairs) {
   auto segments = batch.segment_ids.accessor<int64_t, 2>();
   for (int64_t i = 0; i < count; ++i) {
     const TokenizedPair& pair = *pairs[static_cast<size_t>(i)];
-    for (const auto& [row, completion] : {std::pair{i, &pair.chosen_ids}, std::pair{count + i, &pair.rejected_ids}}) {
+    for (const auto& [row_index, completion] :
+         {std::pair{i, &pair.chosen_ids}, std::pair{count + i, &pair.rejected_ids}}) {
+      // A plain copy: clang 14 (the fuzzing build) cannot capture a structured binding in a lambda.
+      const int64_t row = row_index;
       int64_t column = 0;
       auto put = [&](int64_t id, bool scored) {
         ids[row][column] = id;

@@ -111,6 +111,14 @@ VideoDataset::VideoDataset(fs::path root, VideoDatasetOptions options)
             ignored > 0 ? fmt::format(" ({} other entries ignored)", ignored) : std::string());
 }
 
+VideoDataset::VideoDataset(std::vector<fs::path> videos, fs::path source, VideoDatasetOptions options)
+    : root_(std::move(source)), options_(std::move(options)), frame_cache_(std::make_shared<FrameCache>()) {
+  if (videos.empty()) throw InputError(fmt::format("{}: no videos", root_.string()));
+  items_.reserve(videos.size());
+  for (auto& path : videos) items_.push_back({std::move(path), 0});
+  log::info("video dataset {}: {} videos", root_.string(), items_.size());
+}
+
 const fs::path& VideoDataset::item_path(int64_t index) const {
   check_index(index, size(), root_);
   return items_[static_cast<size_t>(index)].path;

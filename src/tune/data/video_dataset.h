@@ -1,6 +1,6 @@
-// Datasets for the Latte recipe: videos in UCF-101 layout (root/<class>/<video file or frame folder>), each read
-// as one random training clip, and precomputed VAE latents (one safetensors file per video) for training without
-// running the VAE.
+// Datasets for the Latte recipes: videos in UCF-101 layout (root/<class>/<video file or frame folder>) or an
+// explicit list (captioned videos), each read as one random training clip, and precomputed VAE latents (one
+// safetensors file per video) for training without running the VAE.
 #pragma once
 
 #include <torch/types.h>
@@ -46,7 +46,7 @@ struct VideoDatasetOptions {
 
 struct VideoExample {
   torch::Tensor video;  // float [F, 3, image_size, image_size] in [-1, 1]
-  int64_t label = 0;    // index of the class folder in sorted order
+  int64_t label = 0;    // index of the class folder in sorted order (0 for an explicit list)
   int64_t index = 0;    // the item actually used (differs from the one asked for when bad ones were skipped)
 };
 
@@ -56,6 +56,10 @@ class VideoDataset {
   // videos; other files are ignored (counted in the log). Throws tune::InputError naming the root when it is not
   // a directory, has no class folder, or holds no video.
   VideoDataset(std::filesystem::path root, VideoDatasetOptions options);
+  // An explicit list (captioned videos, captioned_videos.h): each path a video file or frame folder, label 0, no
+  // classes; item i is videos[i], so a caller maps VideoExample::index back to its own record. `source` (the JSONL
+  // file or folder the list came from) names the dataset in messages. Throws tune::InputError when `videos` is empty.
+  VideoDataset(std::vector<std::filesystem::path> videos, std::filesystem::path source, VideoDatasetOptions options);
 
   static const std::vector<std::string>& video_extensions();  // .mp4 .avi .mkv .webm .gif .mov
 
@@ -76,7 +80,7 @@ class VideoDataset {
     std::filesystem::path path;
     int64_t label;
   };
-  std::filesystem::path root_;
+  std::filesystem::path root_;  // the class-folder root, or the explicit list's source
   VideoDatasetOptions options_;
   std::vector<std::string> classes_;
   std::vector<Item> items_;

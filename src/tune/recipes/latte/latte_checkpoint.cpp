@@ -1,59 +1,13 @@
-// Writing and reading Latte checkpoints.
+// The weights sampling reads from a Latte checkpoint.
 #include "tune/recipes/latte/latte_checkpoint.h"
 
-#include "tune/core/error.h"
-#include "tune/core/log.h"
-#include "tune/io/safetensors.h"
-#include "tune/recipes/checkpoint_files.h"
+#include "tune/recipes/diffusion/diffusion_checkpoint.h"
 #include "tune/recipes/latte/latte_model.h"
 
 namespace tune::recipes::latte {
-void write_latte_checkpoint(const std::filesystem::path& dir, const LatteTrainingObjects& objects,
-                            const LatteTrainerState& state, bool optimizer_state_sharded) {
-  std::filesystem::create_directories(dir);
-  auto& model = *objects.model;
-  std::vector<std::pair<std::string, torch::Tensor>> weights;
-  for (const auto& item : model->named_parameters()) weights.emplace_back(item.key(), item.value().detach());
-  io::save_safetensors(dir / "model.safetensors", weights, {{"format", "pt"}});
-  // The EMA file is a whole model state (fixed tables included), loadable like official Latte weights.
-  const auto& ema_state = objects.ema_whole_state != nullptr ? *objects.ema_whole_state : objects.ema->state();
-  std::map<std::string, torch::Tensor> averaged(ema_state.begin(), ema_state.end());
-  std::vector<std::pair<std::string, torch::Tensor>> ema_weights;
-  for (const auto& [name, tensor] : weights) {
-    const auto found = averaged.find(name);
-    ema_weights.emplace_back(name, found != averaged.end() ? found->second : tensor);
-  }
-  io::save_safetensors(dir / "ema.safetensors", ema_weights, {{"format", "pt"}, {"ema_decay", std::to_string(objects.ema->decay())}});
-  model->config().save((dir / "latte_config.json").string());
-  if (!optimizer_state_sharded) io::save_safetensors(dir / kOptimizerStateFile, objects.optimizer->state_tensors());
-  io::save_safetensors(dir / "rng_state.safetensors",
-                       {{"cpu", cpu_rng_state()}, {"diffusion", objects.noise_generator->get_state()}});
-  write_json_file(dir / "trainer_state.json", trainer_progress_json(state));
-}
-
-LatteTrainerState read_latte_checkpoint(const std::filesystem::path& dir, const LatteTrainingObjects& objects) {
-  std::vector<std::string> needed = optimizer_state_files(dir);
-  needed.insert(needed.end(), {"model.safetensors", "ema.safetensors", "rng_state.safetensors", "trainer_state.json"});
-  require_checkpoint_files(dir, needed);
-  load_latte_weights(*objects.model, dir / "model.safetensors");
-  objects.optimizer->load_state_tensors(objects.read_optimizer ? objects.read_optimizer(dir)
-                                                               : read_optimizer_state(dir, parameters_of(*objects.optimizer)));
-  std::vector<std::pair<std::string, torch::Tensor>> ema_state;
-  for (auto& [name, tensor] : read_named_tensors(dir / "ema.safetensors")) {
-    if ((*objects.model)->named_parameters()[name].requires_grad()) ema_state.emplace_back(name, tensor);
-  }
-  objects.ema->load_state(objects.ema_shard_state ? objects.ema_shard_state(ema_state) : ema_state);
-  const auto rng = io::SafetensorsFile::open(dir / "rng_state.safetensors");
-  set_cpu_rng_state(rng.load("cpu"));
-  objects.noise_generator->set_state(rng.load("diffusion"));
-  LatteTrainerState state;
-  read_trainer_progress(dir, state);
-  return state;
-}
 
 void load_sampling_weights(const std::filesystem::path& dir, models::Latte& model) {
-  const auto ema = dir / "ema.safetensors";
-  load_latte_weights(model, std::filesystem::exists(ema) ? ema : dir / "model.safetensors");
+  load_latte_weights(model, diffusion_common::sampling_weights_file(dir));
 }
 
 }  // namespace tune::recipes::latte

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include "tune/core/error.h"
-#include "tune/data/seeded_shuffle.h"
 
 namespace tune::recipes::latte {
 namespace {
@@ -45,12 +44,8 @@ class LatentClips final : public ClipSource {
 }  // namespace
 
 std::shared_ptr<const data::VideoDataset> make_video_dataset(const LatteSettings& settings) {
-  const auto& data = settings.data;
-  data::VideoDatasetOptions options;
-  options.clip = {data.num_frames, data.frame_interval, data.image_size, data.flip};
-  options.on_bad_video = data.skip_bad_videos ? data::OnBadVideo::skip : data::OnBadVideo::fail;
-  options.cache_frames = data.cache_frames;
-  return std::make_shared<const data::VideoDataset>(data.path.value(), options);
+  return std::make_shared<const data::VideoDataset>(settings.data.path.value(),
+                                                    diffusion_common::video_dataset_options(settings.data));
 }
 
 std::shared_ptr<const ClipSource> video_clips(std::shared_ptr<const data::VideoDataset> dataset) {
@@ -60,37 +55,6 @@ std::shared_ptr<const ClipSource> video_clips(std::shared_ptr<const data::VideoD
 std::shared_ptr<const ClipSource> latent_clips(std::shared_ptr<const data::LatentDataset> dataset,
                                               std::vector<int64_t> shape) {
   return std::make_shared<LatentClips>(std::move(dataset), std::move(shape));
-}
-
-ClipBatcher::ClipBatcher(std::shared_ptr<const ClipSource> source, int64_t batch_size, uint64_t seed)
-    : source_(std::move(source)), batch_size_(batch_size), seed_(seed) {}
-
-int64_t ClipBatcher::batches_per_epoch() const {
-  // Incomplete last batches are dropped, as Latte's DataLoader(drop_last=True): every batch has batch_size clips.
-  return std::max<int64_t>(1, source_->size() / batch_size_);
-}
-
-ClipBatch ClipBatcher::next() {
-  if (position_.batch_in_epoch >= batches_per_epoch()) {
-    ++position_.epoch;
-    position_.batch_in_epoch = 0;
-  }
-  if (planned_epoch_ != position_.epoch) {
-    order_ = data::seeded_permutation(source_->size(), seed_ * 1000003ULL + static_cast<uint64_t>(position_.epoch));
-    planned_epoch_ = position_.epoch;
-  }
-  std::vector<torch::Tensor> clips;
-  std::vector<int64_t> labels;
-  for (int64_t i = 0; i < batch_size_; ++i) {
-    const int64_t slot = (position_.batch_in_epoch * batch_size_ + i) % source_->size();
-    // A generator per clip, from where the clip sits in the stream: resuming reproduces crops and flips exactly.
-    std::mt19937_64 generator(seed_ ^ (static_cast<uint64_t>(position_.epoch) << 32) ^ static_cast<uint64_t>(slot));
-    auto clip = source_->get(order_[static_cast<size_t>(slot)], generator);
-    clips.push_back(clip.frames);
-    labels.push_back(clip.label);
-  }
-  ++position_.batch_in_epoch;
-  return {torch::stack(clips), torch::tensor(labels, torch::kLong)};
 }
 
 }  // namespace tune::recipes::latte

@@ -10,12 +10,13 @@
 #include "tune/core/progress.h"
 #include "tune/core/threads.h"
 #include "tune/recipes/common_schema.h"
+#include "tune/recipes/diffusion/latent_manifest.h"
 #include "tune/recipes/latte/latte_data.h"
-#include "tune/recipes/latte/latte_latents.h"
 #include "tune/models/vae.h"
 #include "tune/recipes/latte/latte_recipe.h"
 
 namespace tune::recipes::latte {
+using namespace diffusion_common;
 namespace {
 
 std::filesystem::path latent_file(const std::filesystem::path& out, const std::string& class_name,
@@ -23,25 +24,6 @@ std::filesystem::path latent_file(const std::filesystem::path& out, const std::s
   std::string name = video.filename().string();
   if (clips_per_video > 1) name += fmt::format("-c{}", clip);
   return out / class_name / (name + ".safetensors");
-}
-
-// Refuses to write into a folder that holds anything but an earlier, identical preparation.
-void check_output_folder(const std::filesystem::path& out, const LatentManifest& planned) {
-  if (!std::filesystem::exists(out)) return;
-  if (!std::filesystem::is_directory(out)) throw UsageError(fmt::format("--out {}: exists and is not a folder", out.string()));
-  if (std::filesystem::exists(out / kLatentManifestName)) {
-    const LatentManifest existing = read_latent_manifest(out);
-    if (!same_preparation(existing, planned)) {
-      throw UsageError(fmt::format("{} holds latents prepared with other settings ({}); choose another --out or "
-                                   "delete it (nothing was written)", out.string(), (out / kLatentManifestName).string()));
-    }
-    log::info("{}: continuing an earlier preparation with the same settings (existing files are kept)", out.string());
-    return;
-  }
-  if (!std::filesystem::is_empty(out)) {
-    throw UsageError(fmt::format("--out {}: folder is not empty and holds no {}; refusing to write into it",
-                                 out.string(), kLatentManifestName));
-  }
 }
 
 }  // namespace
@@ -86,7 +68,7 @@ int prepare(const PrepareRequest& request) {
   manifest.scaling_factor = vae_config.scaling_factor;
   manifest.shift_factor = vae_config.shift_factor;
   manifest.seed = run.seed;
-  check_output_folder(out, manifest);
+  check_prepare_output_folder(out, manifest);
   for (const auto& name : manifest.classes) std::filesystem::create_directories(out / name);
   write_latent_manifest(out, manifest);
 

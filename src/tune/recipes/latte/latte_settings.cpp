@@ -3,6 +3,7 @@
 
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/diffusion/guidance_settings.h"
+#include "tune/recipes/diffusion/video_data_settings.h"
 
 namespace tune::recipes::latte {
 
@@ -21,14 +22,8 @@ config::Schema latte_schema() {
   schema.path("model.vae", "diffusers AutoencoderKL directory; unset = diffusion in pixel space");
   schema.integer("model.vae_chunk_frames", 8, "frames per VAE encode/decode call (bounds memory)");
 
-  schema.path("data.path", "folder of class sub-folders holding videos or frame folders (UCF-101 layout)");
-  schema.path("data.latents", "VAE latents written by `tune prepare`; when set, training reads them (no VAE in memory)");
-  schema.integer("data.num_frames", 16, "frames per clip");
-  schema.integer("data.frame_interval", 3, "stride between sampled frames");
-  schema.integer("data.image_size", 256, "resize (short side) + center crop size");
-  schema.boolean("data.flip", true, "random horizontal flip");
-  schema.boolean("data.cache_frames", false, "decode each video once and keep its frames in memory (small datasets)");
-  schema.choice("data.on_bad_video", {"fail", "skip"}, "fail", "a corrupt or too-short video stops the run or is skipped");
+  diffusion_common::add_video_data_keys(schema, "folder of class sub-folders holding videos or frame folders "
+                                                "(UCF-101 layout)", /*flip=*/true);
 
   schema.integer("diffusion.num_timesteps", 1000, "training diffusion steps");
   schema.choice("diffusion.beta_schedule", {"linear", "squaredcos_cap_v2"}, "linear", "noise schedule");
@@ -64,18 +59,11 @@ LatteSettings read_latte_settings(const config::Config& config) {
   model.vae_chunk_frames = get_int_at_least(config, "model.vae_chunk_frames", 1);
 
   auto& data = settings.data;
-  if (config.has("data.path")) data.path = config.get_string("data.path");
-  if (config.has("data.latents")) data.latents = config.get_string("data.latents");
+  data = diffusion_common::read_video_data_settings(config);
   if (!data.path && !data.latents) {
     config.fail("data.path", "is required: a folder of class sub-folders of videos (or set data.latents to latents "
                              "written by `tune prepare`)");
   }
-  data.num_frames = get_int_at_least(config, "data.num_frames", 1);
-  data.frame_interval = get_int_at_least(config, "data.frame_interval", 1);
-  data.image_size = get_int_at_least(config, "data.image_size", 8);
-  data.flip = config.get_bool("data.flip");
-  data.skip_bad_videos = config.get_string("data.on_bad_video") == "skip";
-  data.cache_frames = config.get_bool("data.cache_frames");
 
   settings.diffusion.num_timesteps = get_int_at_least(config, "diffusion.num_timesteps", 2);
   settings.diffusion.beta_schedule = config.get_string("diffusion.beta_schedule");

@@ -10,6 +10,7 @@
 
 #include "tune/config/config.h"
 #include "tune/recipes/diffusion/guidance_settings.h"
+#include "tune/recipes/diffusion/video_data_settings.h"
 
 namespace tune::recipes::latte {
 
@@ -25,16 +26,7 @@ struct LatteModelSettings {
   int64_t vae_chunk_frames = 8;      // frames encoded/decoded at a time
 };
 
-struct VideoDataSettings {
-  std::optional<std::string> path;   // class sub-folders of videos or frame folders (UCF-101 layout)
-  std::optional<std::string> latents;  // `tune prepare`'s output: when set, training reads these, not the videos
-  int64_t num_frames = 16;
-  int64_t frame_interval = 3;
-  int64_t image_size = 256;
-  bool flip = true;
-  bool skip_bad_videos = false;      // on_bad_video: skip (logged and counted) or fail
-  bool cache_frames = false;         // decode each video once and keep its frames in memory
-};
+using diffusion_common::VideoDataSettings;  // data.path: class sub-folders of videos (UCF-101 layout)
 
 struct DiffusionSettings {
   int64_t num_timesteps = 1000;

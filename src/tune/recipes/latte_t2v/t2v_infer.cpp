@@ -19,6 +19,7 @@
 #include "tune/data/tokenizer.h"
 #include "tune/diffusion/scheduler_config.h"
 #include "tune/diffusion/scheduler_sampler.h"
+#include "tune/io/run_checkpoints.h"
 #include "tune/io/safetensors.h"
 #include "tune/io/weights.h"
 #include "tune/memory/checkpoint.h"
@@ -29,6 +30,7 @@
 #include "tune/precision/mixed_precision.h"
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/cpu_kernel_choice.h"
+#include "tune/recipes/diffusion/diffusion_checkpoint.h"
 #include "tune/recipes/diffusion/sample_files.h"
 #include "tune/recipes/diffusion/sampling_progress.h"
 #include "tune/recipes/diffusion/video_guidance.h"
@@ -55,11 +57,6 @@ void apply_request(const InferRequest& request, SamplingSettings& sampling) {
   if (request.width) sampling.width = *request.width;
 }
 
-torch::ScalarType text_encoder_dtype(const std::string& setting, precision::MixedPrecision mixed) {
-  if (setting == "fp32") return torch::kFloat32;
-  if (setting == "bf16") return torch::kBFloat16;
-  return mixed == precision::MixedPrecision::no ? torch::kFloat32 : torch::kBFloat16;
-}
 
 // The initial latents in diffusers' layout [B, C, F, h, w] (what --noise files hold and what torch.randn with a
 // torch.Generator seeded alike draws), returned in tune's [B, F, C, h, w].
@@ -119,7 +116,17 @@ int infer(const InferRequest& request) {
                                  "{} names {}: pass --no-grad, or model.scheduler=DIR with a DDIMScheduler config",
                                  (paths.scheduler / "scheduler_config.json").string(), scheduler.class_name));
   }
-  const auto config = models::read_latte_t2v_config(paths.transformer / "config.json");
+  // A run directory samples with its newest checkpoint's transformer (the EMA weights) in place of the pipeline's.
+  std::optional<std::filesystem::path> checkpoint;
+  if (request.run_dir) {
+    checkpoint = io::newest_complete_checkpoint(*request.run_dir);
+    if (!checkpoint) {
+      throw UsageError(fmt::format("no trained checkpoint in {}: train first (tune train), or sample from the "
+                                   "pipeline directory itself", request.run_dir->string()));
+    }
+  }
+  const auto config = models::read_latte_t2v_config(checkpoint ? *checkpoint / "config.json"
+                                                                : paths.transformer / "config.json");
   const auto vae_config = models::load_autoencoder_kl_config(paths.vae);
   const int64_t factor = vae_config.downscale_factor();
   if (vae_config.latent_channels != config.in_channels) {
@@ -159,8 +166,11 @@ int infer(const InferRequest& request) {
 
   // ---- the transformer, its blocks behind tune's checkpointing
   models::LatteT2V model(config);
-  io::load_into_module(*model, io::WeightSource::open_directory(paths.transformer, "diffusion_pytorch_model.safetensors",
-                                                                  "diffusion_pytorch_model.safetensors.index.json"));
+  io::load_into_module(*model, checkpoint ? io::WeightSource::open_file(diffusion_common::sampling_weights_file(*checkpoint))
+                                          : io::WeightSource::open_directory(paths.transformer,
+                                                                             "diffusion_pytorch_model.safetensors",
+                                                                             "diffusion_pytorch_model.safetensors.index.json"));
+  if (checkpoint) log::info("transformer: {} (the run's newest checkpoint)", checkpoint->string());
   if (run.frozen_weights_bf16) model->to(torch::kBFloat16);
   model->to(device);
   model->eval();

@@ -49,4 +49,10 @@ ComponentPaths resolve_components(const PipelineSettings& settings) {
   return paths;
 }
 
+torch::ScalarType text_encoder_dtype(const std::string& setting, precision::MixedPrecision mixed) {
+  if (setting == "fp32") return torch::kFloat32;
+  if (setting == "bf16") return torch::kBFloat16;
+  return mixed == precision::MixedPrecision::no ? torch::kFloat32 : torch::kBFloat16;
+}
+
 }  // namespace tune::recipes::latte_t2v

@@ -2,8 +2,12 @@
 // component's folder and class), each part replaceable by a directory of its own (model.transformer, ...).
 #pragma once
 
-#include <filesystem>
+#include <c10/core/ScalarType.h>
 
+#include <filesystem>
+#include <string>
+
+#include "tune/precision/mixed_precision.h"
 #include "tune/recipes/latte_t2v/t2v_settings.h"
 
 namespace tune::recipes::latte_t2v {
@@ -20,5 +24,8 @@ struct ComponentPaths {
 // component and its class otherwise), with the recipe's overrides in their place. Without model.path every
 // component must be given. Throws InputError / ConfigError naming the file or key.
 ComponentPaths resolve_components(const PipelineSettings& settings);
+
+// model.text_encoder_dtype: "fp32", "bf16", or "auto" (bf16 under bf16/fp16 autocast, fp32 without).
+torch::ScalarType text_encoder_dtype(const std::string& setting, precision::MixedPrecision mixed);
 
 }  // namespace tune::recipes::latte_t2v

@@ -36,6 +36,14 @@ torch::Tensor encode(models::T5EncoderImpl& encoder, const data::Tokenizer& toke
 
 }  // namespace
 
+CaptionEmbeddings encode_captions(models::T5EncoderImpl& encoder, const data::Tokenizer& tokenizer,
+                                  const std::vector<std::string>& captions, int64_t max_length) {
+  torch::NoGradGuard no_grad;
+  CaptionEmbeddings result;
+  result.text = encode(encoder, tokenizer, captions, max_length, &result.mask);
+  return result;
+}
+
 PromptEmbeddings encode_prompts(models::T5EncoderImpl& encoder, const data::Tokenizer& tokenizer,
                                 const std::vector<std::string>& prompts, const std::string& negative_prompt,
                                 bool classifier_free_guidance, int64_t max_length, bool mask_feature) {

@@ -25,6 +25,15 @@ struct PromptEmbeddings {
 // non-ASCII letters are kept as they are.
 std::string preprocess_prompt(const std::string& prompt);
 
+// Training captions: each preprocessed as a prompt, padded (or cut) to max_length tokens and encoded with its
+// attention mask; the padded rows are kept (the transformer masks them). Under no-grad.
+struct CaptionEmbeddings {
+  torch::Tensor text;  // [B, max_length, D], the T5 encoder's dtype
+  torch::Tensor mask;  // [B, max_length] int64, 1 = a real token (EOS included)
+};
+CaptionEmbeddings encode_captions(models::T5EncoderImpl& encoder, const data::Tokenizer& tokenizer,
+                                  const std::vector<std::string>& captions, int64_t max_length);
+
 // Runs under no-grad: the text encoder never takes part in a gradient.
 PromptEmbeddings encode_prompts(models::T5EncoderImpl& encoder, const data::Tokenizer& tokenizer,
                                 const std::vector<std::string>& prompts, const std::string& negative_prompt,

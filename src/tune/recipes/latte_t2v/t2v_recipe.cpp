@@ -1,5 +1,5 @@
-// The latte_t2v recipe's registration. Sampling (tune infer) works; training a text-to-video Latte is not built
-// yet and says so.
+// The latte_t2v recipe's registration: sampling (tune infer), tune prepare and training; export is not built yet
+// and says so.
 #include <fmt/format.h>
 
 #include "tune/core/error.h"
@@ -11,16 +11,14 @@ namespace tune::recipes::latte_t2v {
 Recipe make_recipe() {
   Recipe recipe;
   recipe.name = "latte_t2v";
-  recipe.description = "text-to-video Latte (Latte-1, a diffusers LattePipeline directory): sampling from prompts";
+  recipe.description = "text-to-video Latte (Latte-1, a diffusers LattePipeline directory): sampling from prompts, fine-tuning on captioned videos";
   recipe.schema = t2v_schema;
   recipe.infer = infer;
   recipe.validate = validate_t2v_config;
-  recipe.train = [](const TrainRequest&) -> int {
-    throw UsageError("recipe latte_t2v: text-to-video training is not implemented yet (tune infer samples from a "
-                     "Latte-1 pipeline); the class-conditional recipe `latte` trains");
-  };
+  recipe.train = train;
+  recipe.prepare = prepare;
   recipe.export_model = [](const ExportRequest& request) -> int {
-    throw UsageError(fmt::format("{}: recipe latte_t2v has nothing to export yet (no training)",
+    throw UsageError(fmt::format("{}: recipe latte_t2v cannot export yet (a pipeline directory is planned); sample from the run with `tune infer RUN_DIR --prompt ...`",
                                  request.checkpoint.string()));
   };
   return recipe;

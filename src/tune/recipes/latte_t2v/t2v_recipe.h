@@ -7,5 +7,7 @@ namespace tune::recipes::latte_t2v {
 
 Recipe make_recipe();
 int infer(const InferRequest& request);
+int train(const TrainRequest& request);
+int prepare(const PrepareRequest& request);  // VAE latents and T5 caption embeddings, for training without either
 
 }  // namespace tune::recipes::latte_t2v

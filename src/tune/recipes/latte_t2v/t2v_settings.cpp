@@ -1,6 +1,8 @@
 #include "tune/recipes/latte_t2v/t2v_settings.h"
 
+#include "tune/models/latte_t2v.h"
 #include "tune/recipes/common_schema.h"
+#include "tune/recipes/data_parallel.h"
 
 namespace tune::recipes::latte_t2v {
 
@@ -16,6 +18,13 @@ config::Schema t2v_schema() {
                 "T5 weights and compute; auto = bf16 under mixed_precision bf16/fp16, fp32 with no (fp16 T5 overflows)");
   schema.integer("model.vae_chunk_frames", 14, "frames per VAE decode call (LattePipeline's decode_chunk_size)");
 
+  diffusion_common::add_video_data_keys(
+      schema, "captioned videos: a JSONL of {\"video\": PATH, \"caption\": TEXT} rows, or a folder of videos each "
+              "with a same-named .txt caption", /*flip=*/false);
+  schema.real("data.caption_dropout", 0.1, "probability a clip trains on the empty prompt (for classifier-free guidance)");
+  schema.real("ema.decay", 0.9999, "EMA of the weights, used for sampling");
+  schema.integer("training.clip_start_step", 0, "clip gradients only from this step on");
+
   schema.integer("sampling.steps", 50, "tune infer: denoising steps");
   schema.real("sampling.cfg_scale", 7.5, "tune infer: classifier-free guidance scale; 1 = off");
   schema.real("sampling.eta", 0.0, "tune infer: DDIM eta");
@@ -23,7 +32,8 @@ config::Schema t2v_schema() {
   schema.integer("sampling.height", 512, "tune infer: height in pixels (a multiple of VAE factor x patch size)");
   schema.integer("sampling.width", 512, "tune infer: width in pixels");
   schema.string("sampling.negative_prompt", "", "tune infer: the unconditional prompt of classifier-free guidance");
-  schema.integer("sampling.max_text_tokens", 120, "tune infer: prompt tokens at most (LattePipeline: 120)");
+  schema.integer("sampling.max_text_tokens", 120,
+                 "prompt tokens at most (LattePipeline: 120); tune prepare pads captions to it");
   schema.boolean("sampling.mask_feature", true,
                  "one prompt: cut the text embeddings to its real tokens; several: zero the padded rows (LattePipeline)");
   schema.boolean("sampling.temporal_attention", true, "run the temporal blocks (off: frames sampled independently)");
@@ -47,6 +57,15 @@ T2VSettings read_t2v_settings(const config::Config& config) {
   model.text_encoder_dtype = config.get_string("model.text_encoder_dtype");
   model.vae_chunk_frames = get_int_at_least(config, "model.vae_chunk_frames", 1);
 
+  static_cast<diffusion_common::VideoDataSettings&>(settings.data) = diffusion_common::read_video_data_settings(config);
+  settings.data.caption_dropout = config.get_real("data.caption_dropout");
+  if (settings.data.caption_dropout < 0 || settings.data.caption_dropout >= 1) {
+    config.fail("data.caption_dropout", "must be in [0, 1)");
+  }
+  settings.ema_decay = config.get_real("ema.decay");
+  if (settings.ema_decay < 0 || settings.ema_decay >= 1) config.fail("ema.decay", "must be in [0, 1)");
+  settings.clip_start_step = get_int_at_least(config, "training.clip_start_step", 0);
+
   auto& sampling = settings.sampling;
   sampling.steps = get_int_at_least(config, "sampling.steps", 1);
   sampling.cfg_scale = config.get_real("sampling.cfg_scale");
@@ -66,8 +85,12 @@ T2VSettings read_t2v_settings(const config::Config& config) {
 }
 
 void validate_t2v_config(const config::Config& config) {
-  (void)read_run_settings(config);
+  const RunSettings run = read_run_settings(config);
+  (void)read_training_settings(config);
+  (void)read_distributed_settings(config);
   (void)read_t2v_settings(config);
+  if (run.frozen_weights_bf16) config.fail("param_dtype", "is 'bf16', but the transformer trains every weight; use fp32");
+  validate_shard_blocks(config, {models::LatteT2VImpl::block_type(0), models::LatteT2VImpl::block_type(1)});
 }
 
 }  // namespace tune::recipes::latte_t2v

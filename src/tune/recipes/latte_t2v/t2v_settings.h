@@ -8,6 +8,7 @@
 
 #include "tune/config/config.h"
 #include "tune/recipes/diffusion/guidance_settings.h"
+#include "tune/recipes/diffusion/video_data_settings.h"
 
 namespace tune::recipes::latte_t2v {
 
@@ -33,10 +34,19 @@ struct SamplingSettings {
   int64_t fps = 8;
 };
 
+// Training: captioned videos (data.path: a JSONL of {"video", "caption"} rows or a folder of videos with same-named
+// .txt captions), trained from the latents and caption embeddings `tune prepare` writes (data.latents).
+struct T2VDataSettings : diffusion_common::VideoDataSettings {
+  double caption_dropout = 0.1;  // probability a clip trains on the empty prompt's embedding (for guidance)
+};
+
 struct T2VSettings {
   PipelineSettings model;
+  T2VDataSettings data;
   SamplingSettings sampling;
   diffusion_common::GuidanceSettings guidance;
+  double ema_decay = 0.9999;
+  int64_t clip_start_step = 0;  // gradient clipping applies from this step on
 };
 
 config::Schema t2v_schema();

@@ -1,0 +1,90 @@
+// Reading and writing text-to-video Latte's prepared clips and caption embeddings.
+#include "tune/recipes/latte_t2v/t2v_latents.h"
+
+#include <fmt/format.h>
+
+#include "tune/core/error.h"
+#include "tune/data/video_dataset.h"
+#include "tune/io/safetensors.h"
+
+namespace tune::recipes::latte_t2v {
+
+std::filesystem::path caption_file(const std::filesystem::path& root, int64_t video) {
+  return root / "captions" / fmt::format("{:06d}.safetensors", video);
+}
+
+std::filesystem::path clip_file(const std::filesystem::path& root, int64_t video, int64_t clip, int64_t clips_per_video) {
+  return root / "clips" /
+         (clips_per_video > 1 ? fmt::format("{:06d}-c{}.safetensors", video, clip) : fmt::format("{:06d}.safetensors", video));
+}
+
+void save_caption(const std::filesystem::path& file, const torch::Tensor& text, const torch::Tensor& mask) {
+  io::save_safetensors(file, {{"text", text}, {"text_mask", mask.to(torch::kLong)}});
+}
+
+CaptionTensors load_caption(const std::filesystem::path& file, int64_t tokens, int64_t channels) {
+  if (!std::filesystem::exists(file)) {
+    throw InputError(fmt::format("{}: missing; the prepared captions are incomplete (run `tune prepare` again)",
+                                 file.string()));
+  }
+  const auto tensors = io::SafetensorsFile::open(file);
+  for (const char* name : {"text", "text_mask"}) {
+    if (tensors.entries().count(name) == 0) {
+      throw InputError(fmt::format("{}: no tensor '{}' (a caption file written by `tune prepare` has text and "
+                                   "text_mask)", file.string(), name));
+    }
+  }
+  CaptionTensors caption{tensors.load("text").to(torch::kFloat), tensors.load("text_mask").to(torch::kLong)};
+  if (caption.text.sizes() != c10::IntArrayRef{tokens, channels} || caption.mask.sizes() != c10::IntArrayRef{tokens}) {
+    throw InputError(fmt::format("{}: text {} and text_mask {}, expected [{}, {}] and [{}] (latents.json's text "
+                                 "section)", file.string(), c10::str(caption.text.sizes()),
+                                 c10::str(caption.mask.sizes()), tokens, channels, tokens));
+  }
+  return caption;
+}
+
+namespace {
+
+class CaptionedLatentClips final : public diffusion_common::ClipSource {
+ public:
+  CaptionedLatentClips(const std::filesystem::path& root, std::vector<int64_t> shape, int64_t tokens, int64_t channels,
+                       bool skip_bad)
+      : root_(root),
+        latents_(root / "clips", skip_bad ? data::OnBadVideo::skip : data::OnBadVideo::fail),
+        shape_(std::move(shape)),
+        tokens_(tokens),
+        channels_(channels) {}
+
+  int64_t size() const override { return latents_.size(); }
+
+  diffusion_common::Clip get(int64_t index, std::mt19937_64& /*crop and flip were drawn when prepared*/) const override {
+    const auto example = latents_.get(index);
+    if (example.latent.sizes() != c10::IntArrayRef(shape_)) {
+      throw InputError(fmt::format("{}: tensor 'latent' has shape {}, but the model takes {} (frames, channels, "
+                                   "height, width)", latents_.item_path(example.index).string(),
+                                   c10::str(example.latent.sizes()), c10::str(c10::IntArrayRef(shape_))));
+    }
+    const auto caption = load_caption(caption_file(root_, example.label), tokens_, channels_);
+    diffusion_common::Clip clip;
+    clip.frames = example.latent.to(torch::kFloat);
+    clip.text = caption.text;
+    clip.text_mask = caption.mask;
+    return clip;
+  }
+
+ private:
+  std::filesystem::path root_;
+  data::LatentDataset latents_;
+  std::vector<int64_t> shape_;
+  int64_t tokens_, channels_;
+};
+
+}  // namespace
+
+std::shared_ptr<const diffusion_common::ClipSource> captioned_latent_clips(const std::filesystem::path& root,
+                                                                          std::vector<int64_t> shape, int64_t tokens,
+                                                                          int64_t channels, bool skip_bad) {
+  return std::make_shared<CaptionedLatentClips>(root, std::move(shape), tokens, channels, skip_bad);
+}
+
+}  // namespace tune::recipes::latte_t2v

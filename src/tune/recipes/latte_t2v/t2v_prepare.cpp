@@ -1,0 +1,150 @@
+// `tune prepare` for text-to-video Latte: the captioned videos of data.path -> (1) every caption and the empty
+// prompt through the T5 encoder (padded to sampling.max_text_tokens, with masks), then the encoder is freed;
+// (2) clips drawn as training would draw them -> VAE latents. Written as t2v_latents.h lays out, with latents.json;
+// training with data.latents then loads neither encoder. Interrupted runs continue: files already written are kept
+// and skipped; a folder holding other latents or anything else is never written into.
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "tune/core/error.h"
+#include "tune/core/log.h"
+#include "tune/core/threads.h"
+#include "tune/data/captioned_videos.h"
+#include "tune/data/tokenizer.h"
+#include "tune/models/t5_encoder.h"
+#include "tune/models/vae.h"
+#include "tune/recipes/common_schema.h"
+#include "tune/recipes/diffusion/latent_manifest.h"
+#include "tune/recipes/latte_t2v/t2v_latents.h"
+#include "tune/recipes/latte_t2v/t2v_pipeline.h"
+#include "tune/recipes/latte_t2v/t2v_prompt.h"
+#include "tune/recipes/latte_t2v/t2v_recipe.h"
+
+namespace tune::recipes::latte_t2v {
+namespace {
+
+constexpr int64_t kCaptionBatch = 16;  // captions per T5 call
+
+// Phase 1: the captions not written yet, in batches, and the empty prompt; the encoder is gone on return.
+void encode_all_captions(const std::filesystem::path& out, const data::CaptionedVideoList& list,
+                         const ComponentPaths& paths, torch::ScalarType dtype, const torch::Device& device,
+                         int64_t max_tokens) {
+  const auto tokenizer = data::Tokenizer::load(paths.tokenizer);
+  auto encoder = models::load_t5_encoder(paths.text_encoder, dtype, device);
+  std::filesystem::create_directories(out / "captions");
+  if (!std::filesystem::exists(out / diffusion_common::kNullCaptionName)) {
+    const auto null = encode_captions(*encoder, tokenizer, {""}, max_tokens);
+    save_caption(out / diffusion_common::kNullCaptionName, null.text[0], null.mask[0]);
+  }
+  std::vector<int64_t> pending;
+  for (int64_t i = 0; i < static_cast<int64_t>(list.videos.size()); ++i) {
+    if (!std::filesystem::exists(caption_file(out, i))) pending.push_back(i);
+  }
+  for (size_t begin = 0; begin < pending.size(); begin += kCaptionBatch) {
+    const size_t end = std::min(pending.size(), begin + kCaptionBatch);
+    std::vector<std::string> captions;
+    for (size_t k = begin; k < end; ++k) captions.push_back(list.videos[static_cast<size_t>(pending[k])].caption);
+    const auto embedded = encode_captions(*encoder, tokenizer, captions, max_tokens);
+    for (size_t k = begin; k < end; ++k) {
+      const auto row = static_cast<int64_t>(k - begin);
+      save_caption(caption_file(out, pending[k]), embedded.text[row], embedded.mask[row]);
+    }
+  }
+  log::info("captions: {} encoded ({} kept from before) with T5 ({}), {} tokens each; text encoder freed",
+            pending.size(), list.videos.size() - pending.size(), paths.text_encoder.string(), max_tokens);
+}
+
+}  // namespace
+
+int prepare(const PrepareRequest& request) {
+  const config::Config& config = request.config;
+  const RunSettings run = read_run_settings(config);
+  const T2VSettings settings = read_t2v_settings(config);
+  const auto& data = settings.data;
+  if (!request.out && !data.latents) {
+    throw UsageError("where should the latents go? pass --out DIR or set data.latents in the recipe");
+  }
+  const std::filesystem::path out = request.out ? *request.out : std::filesystem::path(*data.latents);
+  if (!data.path) config.fail("data.path", "is required: tune prepare encodes the captioned videos found there");
+  if (!std::filesystem::exists(*data.path)) config.fail("data.path", fmt::format("names '{}', which does not exist", *data.path));
+  const ComponentPaths paths = resolve_components(settings.model);
+
+  const int threads = configure_threads(run.threads);
+  const torch::Device device(run.device);
+  const auto list = data::read_captioned_videos(*data.path, data.skip_bad_videos ? data::OnBadVideo::skip
+                                                                                 : data::OnBadVideo::fail);
+  const auto vae_config = models::load_autoencoder_kl_config(paths.vae);
+  if (data.image_size % vae_config.downscale_factor() != 0) {
+    config.fail("data.image_size", fmt::format("({}) must be divisible by the VAE's downsampling factor ({})",
+                                               data.image_size, vae_config.downscale_factor()));
+  }
+  const auto text_dtype = text_encoder_dtype(settings.model.text_encoder_dtype, run.mixed_precision);
+  const auto text_config = models::read_t5_encoder_config(paths.text_encoder / "config.json");
+
+  diffusion_common::LatentManifest manifest;
+  manifest.videos = static_cast<int64_t>(list.videos.size());
+  manifest.clips_per_video = request.clips_per_video;
+  manifest.num_frames = data.num_frames;
+  manifest.frame_interval = data.frame_interval;
+  manifest.image_size = data.image_size;
+  manifest.flip = data.flip;
+  manifest.vae = paths.vae.string();
+  manifest.latent_channels = vae_config.latent_channels;
+  manifest.latent_size = data.image_size / vae_config.downscale_factor();
+  manifest.scaling_factor = vae_config.scaling_factor;
+  manifest.shift_factor = vae_config.shift_factor;
+  manifest.seed = run.seed;
+  manifest.text = diffusion_common::TextManifest{*data.path, paths.text_encoder.string(),
+                                                 settings.sampling.max_text_tokens, text_config.d_model,
+                                                 text_dtype == torch::kBFloat16 ? "bf16" : "fp32"};
+  diffusion_common::check_prepare_output_folder(out, manifest);
+  std::filesystem::create_directories(out / "clips");
+  diffusion_common::write_latent_manifest(out, manifest);
+  log::info("preparing text-to-video latents: {} captioned videos from {} ({} skipped) -> {} ({} clip(s) per video of "
+            "{} frames at interval {}, {}x{} -> {} x {}x{} latents; device {}, {} threads)",
+            list.videos.size(), *data.path, list.skipped, out.string(), request.clips_per_video, manifest.num_frames,
+            manifest.frame_interval, manifest.image_size, manifest.image_size, manifest.latent_channels,
+            manifest.latent_size, manifest.latent_size, run.device, threads);
+
+  // ---- phase 1: text (T5 freed before the VAE loads)
+  encode_all_captions(out, list, paths, text_dtype, device, settings.sampling.max_text_tokens);
+
+  // ---- phase 2: VAE latents of every clip
+  std::vector<std::filesystem::path> videos;
+  for (const auto& item : list.videos) videos.push_back(item.video);
+  const data::VideoDataset dataset(videos, *data.path, diffusion_common::video_dataset_options(data));
+  auto vae = models::load_autoencoder_kl(paths.vae);
+  for (auto& param : vae->parameters()) param.set_requires_grad(false);
+  vae->to(device);
+  int64_t written = 0, kept = 0;
+  const int64_t report_every = std::max<int64_t>(1, dataset.size() / 10);
+  for (int64_t index = 0; index < dataset.size(); ++index) {
+    for (int64_t clip = 0; clip < request.clips_per_video; ++clip) {
+      const auto file = clip_file(out, index, clip, request.clips_per_video);
+      if (std::filesystem::exists(file)) {
+        ++kept;
+        continue;
+      }
+      // Each clip's crop, flip and posterior sample come from (seed, video, clip): a rerun writes the same files.
+      const uint64_t clip_seed = run.seed * 1000003ULL + static_cast<uint64_t>(index) * 64 + static_cast<uint64_t>(clip);
+      std::mt19937_64 generator(clip_seed);
+      const auto example = dataset.get(index, generator);
+      if (example.index != index) break;  // unreadable and skipped (logged and counted by the dataset)
+      at::Generator noise = at::detail::createCPUGenerator(clip_seed);
+      const auto latent = vae->encode_frames(example.video.unsqueeze(0).to(device), settings.model.vae_chunk_frames,
+                                             models::LatentSampling::kSample, noise);
+      data::save_latent(file, latent[0], index);
+      ++written;
+    }
+    if ((index + 1) % report_every == 0 || index + 1 == dataset.size()) {
+      log::info("  {}/{} videos ({} clip files written, {} kept from before)", index + 1, dataset.size(), written, kept);
+    }
+  }
+  manifest.videos = dataset.size() - dataset.skipped_count();
+  manifest.complete = true;
+  diffusion_common::write_latent_manifest(out, manifest);
+  log::info("done: {} clip files and {} captions in {} ({} videos skipped); train from them with data.latents={}",
+            written + kept, list.videos.size(), out.string(), dataset.skipped_count() + list.skipped, out.string());
+  return 0;
+}
+
+}  // namespace tune::recipes::latte_t2v
