@@ -1,8 +1,5 @@
-// The latte_t2v recipe's registration: sampling (tune infer), tune prepare and training; export is not built yet
-// and says so.
-#include <fmt/format.h>
-
-#include "tune/core/error.h"
+// The latte_t2v recipe's registration: sampling (tune infer), tune prepare, training and export to a pipeline
+// directory.
 #include "tune/recipes/latte_t2v/t2v_recipe.h"
 #include "tune/recipes/latte_t2v/t2v_settings.h"
 
@@ -17,10 +14,7 @@ Recipe make_recipe() {
   recipe.validate = validate_t2v_config;
   recipe.train = train;
   recipe.prepare = prepare;
-  recipe.export_model = [](const ExportRequest& request) -> int {
-    throw UsageError(fmt::format("{}: recipe latte_t2v cannot export yet (a pipeline directory is planned); sample from the run with `tune infer RUN_DIR --prompt ...`",
-                                 request.checkpoint.string()));
-  };
+  recipe.export_model = export_pipeline;
   return recipe;
 }
 
