@@ -59,7 +59,8 @@ void check_inputs(const LatteT2VConfig& config, const torch::Tensor& x, const to
 
 }  // namespace
 
-LatteT2VImpl::LatteT2VImpl(const LatteT2VConfig& config) : config_(config), runner_(std::make_shared<nn::PlainBlockRunner>()) {
+LatteT2VImpl::LatteT2VImpl(const LatteT2VConfig& config, const LatteT2VLora& lora)
+    : config_(config), lora_(lora), runner_(std::make_shared<nn::PlainBlockRunner>()) {
   config_.validate();
   const int64_t dim = config_.inner_dim();
   pos_embed = register_module("pos_embed", nn::PatchEmbed(nn::PatchEmbedOptions(config_.sample_size, config_.patch_size,
@@ -68,8 +69,8 @@ LatteT2VImpl::LatteT2VImpl(const LatteT2VConfig& config) : config_(config), runn
   transformer_blocks = register_module("transformer_blocks", torch::nn::ModuleList());
   temporal_transformer_blocks = register_module("temporal_transformer_blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < config_.num_layers; ++i) {
-    transformer_blocks->push_back(LatteT2VBlock(config_, /*cross_attention=*/true));
-    temporal_transformer_blocks->push_back(LatteT2VBlock(config_, /*cross_attention=*/false));
+    transformer_blocks->push_back(LatteT2VBlock(config_, /*cross_attention=*/true, lora_));
+    temporal_transformer_blocks->push_back(LatteT2VBlock(config_, /*cross_attention=*/false, lora_));
   }
   scale_shift_table = register_parameter("scale_shift_table", torch::zeros({2, dim}));
   proj_out = register_module("proj_out", torch::nn::Linear(torch::nn::LinearOptions(
@@ -81,10 +82,15 @@ LatteT2VImpl::LatteT2VImpl(const LatteT2VConfig& config) : config_(config), runn
 
 void LatteT2VImpl::reset_parameters() {
   torch::NoGradGuard no_grad;
-  for (auto& child : modules(/*include_self=*/false)) {
-    if (auto* linear = dynamic_cast<torch::nn::LinearImpl*>(child.get())) {
+  // Base weights only: an adapter keeps PEFT's initialisation (lora_B zero, so a fresh adapter changes nothing).
+  for (const auto& item : named_modules("", /*include_self=*/false)) {
+    if (item.key().find("lora_") != std::string::npos) continue;
+    if (auto* linear = dynamic_cast<torch::nn::LinearImpl*>(item.value().get())) {
       torch::nn::init::xavier_uniform_(linear->weight);
       if (linear->bias.defined()) torch::nn::init::zeros_(linear->bias);
+    } else if (auto* projection = dynamic_cast<nn::LoraLinearImpl*>(item.value().get())) {
+      torch::nn::init::xavier_uniform_(projection->weight);
+      if (projection->bias.defined()) torch::nn::init::zeros_(projection->bias);
     }
   }
   // The patch embedding initialised like a Linear over the flattened patch, not like a Conv2d.

@@ -27,7 +27,9 @@ namespace tune::models {
 class LatteT2VImpl : public torch::nn::Module {
  public:
   // Validates the config (InputError) and initialises with reset_parameters().
-  explicit LatteT2VImpl(const LatteT2VConfig& config);
+  // lora: adapters on the blocks' projections it targets (their lora_A / lora_B under PEFT's names); the base
+  // weights are still parameters (the caller freezes them).
+  explicit LatteT2VImpl(const LatteT2VConfig& config, const LatteT2VLora& lora = {});
   // Loosely PixArt's initialisation (the model is mostly loaded from files): xavier-uniform Linear weights with
   // zero biases, the patch embedding xavier-uniform on its [D, C*p*p] view, the timestep MLP, adaLN-single linear
   // and caption projection normal(0, 0.02), the scale-shift tables randn / sqrt(D) (diffusers'), the
@@ -70,6 +72,8 @@ class LatteT2VImpl : public torch::nn::Module {
   torch::Tensor position_table(int64_t grid_height, int64_t grid_width) const;
 
   const LatteT2VConfig& config() const { return config_; }
+  const LatteT2VLora& lora() const { return lora_; }
+  bool has_lora() const { return lora_.options.rank > 0; }
 
   // Submodules under diffusers' names.
   nn::PatchEmbed pos_embed{nullptr};
@@ -87,6 +91,7 @@ class LatteT2VImpl : public torch::nn::Module {
                            int64_t grid_width) const;
 
   LatteT2VConfig config_;
+  LatteT2VLora lora_;
   std::shared_ptr<nn::BlockRunner> runner_;
 };
 TORCH_MODULE(LatteT2V);

@@ -2,6 +2,7 @@
 // embeddings.py) on tune's shared pieces: nn::linear, nn::run_attention_core, nn::run_modulated_layer_norm.
 #include "tune/models/latte_t2v_layers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -23,12 +24,28 @@ std::shared_ptr<torch::nn::Module> holder() { return std::make_shared<torch::nn:
 
 }  // namespace
 
-LatteT2VAttentionImpl::LatteT2VAttentionImpl(int64_t dim, int64_t num_heads_, bool qkv_bias)
+const std::vector<std::string>& LatteT2VLora::known_targets() {
+  static const std::vector<std::string> names = {"to_q", "to_k", "to_v", "to_out.0", "ff.net.0.proj", "ff.net.2"};
+  return names;
+}
+
+bool LatteT2VLora::adapts(const std::string& name) const {
+  return options.rank > 0 && std::find(targets.begin(), targets.end(), name) != targets.end();
+}
+
+nn::LoraLinearOptions LatteT2VLora::layer(int64_t in, int64_t out, bool bias, const std::string& name) const {
+  nn::LoraLinearOptions layer_options(in, out);
+  layer_options.bias(bias);
+  if (adapts(name)) layer_options.lora(options);
+  return layer_options;
+}
+
+LatteT2VAttentionImpl::LatteT2VAttentionImpl(int64_t dim, int64_t num_heads_, bool qkv_bias, const LatteT2VLora& lora)
     : num_heads(num_heads_), head_dim(dim / num_heads_) {
-  to_q = register_module("to_q", make_linear(dim, dim, qkv_bias));
-  to_k = register_module("to_k", make_linear(dim, dim, qkv_bias));
-  to_v = register_module("to_v", make_linear(dim, dim, qkv_bias));
-  output = make_linear(dim, dim);
+  to_q = register_module("to_q", nn::LoraLinear(lora.layer(dim, dim, qkv_bias, "to_q")));
+  to_k = register_module("to_k", nn::LoraLinear(lora.layer(dim, dim, qkv_bias, "to_k")));
+  to_v = register_module("to_v", nn::LoraLinear(lora.layer(dim, dim, qkv_bias, "to_v")));
+  output = nn::LoraLinear(lora.layer(dim, dim, true, "to_out.0"));
   auto to_out = register_module("to_out", torch::nn::ModuleList());
   to_out->push_back(output);
 }
@@ -41,17 +58,17 @@ torch::Tensor LatteT2VAttentionImpl::forward(const torch::Tensor& x, const torch
   auto heads = [&](const torch::Tensor& projected) {
     return projected.reshape({rows, projected.size(1), num_heads, head_dim}).transpose(1, 2);
   };
-  const torch::Tensor query = heads(nn::linear(to_q, x));
-  const torch::Tensor key = heads(nn::linear(to_k, context));
-  const torch::Tensor value = heads(nn::linear(to_v, context));
+  const torch::Tensor query = heads(to_q->forward(x));
+  const torch::Tensor key = heads(to_k->forward(context));
+  const torch::Tensor value = heads(to_v->forward(context));
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   const torch::Tensor attended = nn::run_attention_core(runner, query, key, value, mask, scale);
-  return nn::linear(output, attended.transpose(1, 2).reshape({rows, length, num_heads * head_dim}));
+  return output->forward(attended.transpose(1, 2).reshape({rows, length, num_heads * head_dim}));
 }
 
-LatteT2VFeedForwardImpl::LatteT2VFeedForwardImpl(int64_t dim) {
-  up = make_linear(dim, 4 * dim);
-  down = make_linear(4 * dim, dim);
+LatteT2VFeedForwardImpl::LatteT2VFeedForwardImpl(int64_t dim, const LatteT2VLora& lora) {
+  up = nn::LoraLinear(lora.layer(dim, 4 * dim, true, "ff.net.0.proj"));
+  down = nn::LoraLinear(lora.layer(4 * dim, dim, true, "ff.net.2"));
   auto net = register_module("net", torch::nn::ModuleList());
   auto gelu_projection = holder();
   gelu_projection->register_module("proj", up);
@@ -62,18 +79,19 @@ LatteT2VFeedForwardImpl::LatteT2VFeedForwardImpl(int64_t dim) {
 
 torch::Tensor LatteT2VFeedForwardImpl::forward(const torch::Tensor& x, nn::BlockRunner* runner) {
   auto gelu = [](const std::vector<torch::Tensor>& inputs) { return torch::gelu(inputs[0], "tanh"); };
-  return nn::linear(down, nn::run_region(runner, nn::RegionKind::activation, gelu, {nn::linear(up, x)}));
+  return down->forward(nn::run_region(runner, nn::RegionKind::activation, gelu, {up->forward(x)}));
 }
 
-LatteT2VBlockImpl::LatteT2VBlockImpl(const LatteT2VConfig& config, bool cross_attention) : norm_eps(config.norm_eps) {
+LatteT2VBlockImpl::LatteT2VBlockImpl(const LatteT2VConfig& config, bool cross_attention, const LatteT2VLora& lora)
+    : norm_eps(config.norm_eps) {
   const int64_t dim = config.inner_dim();
   // Registration order follows diffusers' block (its scale_shift_table comes last, but a module lists its own
   // parameters before its children's either way).
-  attn1 = register_module("attn1", LatteT2VAttention(dim, config.num_attention_heads, config.attention_bias));
+  attn1 = register_module("attn1", LatteT2VAttention(dim, config.num_attention_heads, config.attention_bias, lora));
   if (cross_attention) {
-    attn2 = register_module("attn2", LatteT2VAttention(dim, config.num_attention_heads, config.attention_bias));
+    attn2 = register_module("attn2", LatteT2VAttention(dim, config.num_attention_heads, config.attention_bias, lora));
   }
-  ff = register_module("ff", LatteT2VFeedForward(dim));
+  ff = register_module("ff", LatteT2VFeedForward(dim, lora));
   scale_shift_table = register_parameter("scale_shift_table", torch::randn({6, dim}) / std::sqrt(static_cast<double>(dim)));
 }
 

@@ -9,28 +9,43 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "tune/models/latte_t2v_config.h"
 #include "tune/nn/block_runner.h"
+#include "tune/nn/lora_linear.h"
 #include "tune/nn/timestep_embedder.h"
 
 namespace tune::models {
+
+// LoRA on the blocks' projections, chosen as PEFT's target_modules chooses them, by the module name's suffix:
+// "to_q", "to_k", "to_v", "to_out.0" (in attn1 and attn2 alike), "ff.net.0.proj", "ff.net.2". Rank 0: no adapter.
+struct LatteT2VLora {
+  nn::LoraOptions options;
+  std::vector<std::string> targets;
+
+  static const std::vector<std::string>& known_targets();
+  bool adapts(const std::string& name) const;  // `name` one of known_targets()
+  // The layer's options: biased or not, with an adapter when `name` is targeted.
+  nn::LoraLinearOptions layer(int64_t in, int64_t out, bool bias, const std::string& name) const;
+};
 
 // diffusers' Attention with its default processor: to_q / to_k / to_v [D -> D] (biased when attention_bias),
 // to_out.0 [D -> D] with bias (to_out.1 is a parameter-free dropout), softmax(q k^T / sqrt(head_dim)) v through
 // nn::run_attention_core (recomputed in backward under selective checkpointing).
 class LatteT2VAttentionImpl : public torch::nn::Module {
  public:
-  LatteT2VAttentionImpl(int64_t dim, int64_t num_heads, bool qkv_bias);
+  LatteT2VAttentionImpl(int64_t dim, int64_t num_heads, bool qkv_bias, const LatteT2VLora& lora = {});
   // x [N, T, D] attends to context [N, S, D] (x itself for self-attention); mask additive, broadcastable to
   // [N, heads, T, S], or undefined. Returns [N, T, D].
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& context, const torch::Tensor& mask = {},
                         nn::BlockRunner* runner = nullptr);
 
   int64_t num_heads, head_dim;
-  torch::nn::Linear to_q{nullptr}, to_k{nullptr}, to_v{nullptr};
-  torch::nn::Linear output{nullptr};  // registered as to_out.0
+  nn::LoraLinear to_q{nullptr}, to_k{nullptr}, to_v{nullptr};
+  nn::LoraLinear output{nullptr};  // registered as to_out.0
 };
 TORCH_MODULE(LatteT2VAttention);
 
@@ -38,11 +53,11 @@ TORCH_MODULE(LatteT2VAttention);
 // region of the runner), net.2 [4D -> D] (net.1 is a parameter-free dropout).
 class LatteT2VFeedForwardImpl : public torch::nn::Module {
  public:
-  explicit LatteT2VFeedForwardImpl(int64_t dim);
+  explicit LatteT2VFeedForwardImpl(int64_t dim, const LatteT2VLora& lora = {});
   torch::Tensor forward(const torch::Tensor& x, nn::BlockRunner* runner = nullptr);
 
-  torch::nn::Linear up{nullptr};    // net.0.proj
-  torch::nn::Linear down{nullptr};  // net.2
+  nn::LoraLinear up{nullptr};    // net.0.proj
+  nn::LoraLinear down{nullptr};  // net.2
 };
 TORCH_MODULE(LatteT2VFeedForward);
 
@@ -55,7 +70,7 @@ TORCH_MODULE(LatteT2VFeedForward);
 // norm1 / norm2 are LayerNorms without affine (eps norm_eps), run as norm regions of the runner.
 class LatteT2VBlockImpl : public torch::nn::Module {
  public:
-  LatteT2VBlockImpl(const LatteT2VConfig& config, bool cross_attention);
+  LatteT2VBlockImpl(const LatteT2VConfig& config, bool cross_attention, const LatteT2VLora& lora = {});
   // x [B * R, T, D]: R rows of T tokens per sample, each row attending within itself (a spatial block: the frames
   // of a sample, T patches each; a temporal block: the patch positions, T frames each). timestep6 [B, 6, D].
   // caption [B, L, D] and caption_mask (additive, [B, 1, 1, L], or undefined): the cross-attention's context, its

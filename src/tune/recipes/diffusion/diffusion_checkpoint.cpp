@@ -11,7 +11,10 @@ void write_diffusion_checkpoint(const std::filesystem::path& dir, const Diffusio
                                 const TrainerProgress& state, bool optimizer_state_sharded) {
   std::filesystem::create_directories(dir);
   std::vector<std::pair<std::string, torch::Tensor>> weights;
-  for (const auto& item : objects.model->named_parameters()) weights.emplace_back(item.key(), item.value().detach());
+  for (const auto& item : objects.model->named_parameters()) {
+    if (objects.trainable_only && !item.value().requires_grad()) continue;
+    weights.emplace_back(item.key(), item.value().detach());
+  }
   io::save_safetensors(dir / "model.safetensors", weights, {{"format", "pt"}});
   // The EMA file is a whole model state (frozen weights included), loadable like the model's published weights.
   const auto& ema_state = objects.ema_whole_state != nullptr ? *objects.ema_whole_state : objects.ema->state();

@@ -24,6 +24,9 @@ struct DiffusionTrainingObjects {
   train::AdamW* optimizer = nullptr;
   train::ExponentialMovingAverage* ema = nullptr;
   at::Generator* noise_generator = nullptr;  // timesteps, noise and condition dropout of the diffusion loss
+  // model.safetensors and ema.safetensors hold the trained parameters only (LoRA: the adapters; the frozen base
+  // comes from the model's own files), not the whole model.
+  bool trainable_only = false;
   // full_shard (the EMA and optimizer hold flat shards): the EMA as whole per-parameter tensors, gathered by every
   // rank before saving; a whole EMA state turned into this rank's shards; the optimizer state reader. Unset: the
   // EMA and optimizer are whole.

@@ -73,7 +73,7 @@ int run_diffusion_training(const TrainRequest& request, const RunSettings& run, 
 
   TrainerProgress state;
   DiffusionTrainingObjects objects{&model, trainee.save_config, trainee.load_weights, &optimizer, &ema,
-                                   &noise_generator};
+                                   &noise_generator, trainee.save_trainable_only};
   std::vector<std::pair<std::string, torch::Tensor>> ema_whole_state;  // full_shard: gathered before each save
   if (parallel.fully_sharded()) {
     objects.ema_whole_state = &ema_whole_state;

@@ -40,6 +40,7 @@ struct DiffusionTrainee {
       forward;
   // The activation estimate (bytes) for a micro-batch under the runner's policy; unset: not estimated.
   std::function<int64_t(const memory::CheckpointRunner&)> activation_estimate;
+  bool save_trainable_only = false;  // checkpoints hold the trained parameters only (LoRA), not the frozen base
   std::function<void(const std::filesystem::path& dir)> save_config;    // written into every checkpoint
   std::function<void(const std::filesystem::path& file)> load_weights;  // model.safetensors of a checkpoint
 };

@@ -1,6 +1,6 @@
 // `tune export` for text-to-video Latte: a checkpoint -> a diffusers pipeline directory that LattePipeline.
-// from_pretrained loads. The trained transformer (the checkpoint's EMA weights, diffusers' names, fp32) with its
-// config.json replaces the pipeline's transformer/; every other component (vae, text_encoder, tokenizer,
+// from_pretrained loads. The trained transformer (the checkpoint's EMA weights, LoRA merged, diffusers' names, fp32)
+// with its config.json replaces the pipeline's transformer/ (a LoRA checkpoint is also a PEFT adapter as it is); every other component (vae, text_encoder, tokenizer,
 // scheduler) is the run's own, hard-linked where the filesystem allows (T5-XXL is ~9 GB) and copied otherwise.
 // Written to OUT.tmp and renamed, so an interrupted export never leaves a half pipeline under OUT.
 #include <fmt/format.h>
@@ -12,6 +12,7 @@
 #include "tune/io/json_file.h"
 #include "tune/io/safetensors.h"
 #include "tune/recipes/diffusion/diffusion_checkpoint.h"
+#include "tune/recipes/latte_t2v/t2v_model.h"
 #include "tune/recipes/latte_t2v/t2v_pipeline.h"
 #include "tune/recipes/latte_t2v/t2v_recipe.h"
 
@@ -56,8 +57,8 @@ nlohmann::json model_index(const T2VSettings& settings, const ComponentPaths& pa
 }  // namespace
 
 int export_pipeline(const ExportRequest& request) {
-  if (request.merge_lora || request.base) {
-    throw UsageError("recipe latte_t2v trains the whole transformer: --merge-lora and --base do not apply");
+  if (request.base) {
+    throw UsageError("--base does not apply to recipe latte_t2v: a LoRA run merges into its pipeline's transformer");
   }
   if (fs::exists(request.out) && !fs::is_empty(request.out)) {
     throw UsageError(fmt::format("--out {} exists and is not empty; choose a new directory (nothing was written)",
@@ -76,12 +77,17 @@ int export_pipeline(const ExportRequest& request) {
   fs::remove_all(temporary);
   fs::create_directories(temporary / "transformer");
   fs::copy_file(checkpoint / "config.json", temporary / "transformer" / "config.json");
+  // The transformer's weights under diffusers' names and file name: a full fine-tuning checkpoint's EMA weights as
+  // they are; a LoRA run's pipeline weights with the EMA adapters merged in (W + alpha/r B A).
   const fs::path weights = diffusion_common::sampling_weights_file(checkpoint);
-  // The checkpoint's tensors already carry diffusers' names; rewritten (not linked) so the file is diffusers' own name
-  // and metadata.
-  const auto file = io::SafetensorsFile::open(weights);
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
-  for (const auto& [name, entry] : file.entries()) tensors.emplace_back(name, file.load(name));
+  if (settings.lora.options.rank > 0) {
+    const auto model = load_transformer(checkpoint / "config.json", paths.transformer, settings.lora, checkpoint);
+    tensors = merged_state(*model);
+  } else {
+    const auto file = io::SafetensorsFile::open(weights);
+    for (const auto& [name, entry] : file.entries()) tensors.emplace_back(name, file.load(name));
+  }
   io::save_safetensors(temporary / "transformer" / "diffusion_pytorch_model.safetensors", tensors, {{"format", "pt"}});
   bool linked = true;
   for (const auto& [name, from] : {std::pair{"vae", paths.vae}, std::pair{"text_encoder", paths.text_encoder},
@@ -91,9 +97,10 @@ int export_pipeline(const ExportRequest& request) {
   io::write_json_file(temporary / "model_index.json", model_index(settings, paths));
   fs::remove_all(request.out);
   fs::rename(temporary, request.out);
-  log::info("exported {} to {}: a diffusers LattePipeline directory with the trained transformer ({}; {} tensors), "
+  log::info("exported {} to {}: a diffusers LattePipeline directory with the trained transformer ({}{}; {} tensors), "
             "the other components {} from the run's pipeline", checkpoint.string(), request.out.string(),
-            weights.filename().string(), tensors.size(), linked ? "hard-linked" : "copied");
+            weights.filename().string(), settings.lora.options.rank > 0 ? ", LoRA merged" : "", tensors.size(),
+            linked ? "hard-linked" : "copied");
   return 0;
 }
 

@@ -34,6 +34,7 @@
 #include "tune/recipes/diffusion/sample_files.h"
 #include "tune/recipes/diffusion/sampling_progress.h"
 #include "tune/recipes/diffusion/video_guidance.h"
+#include "tune/recipes/latte_t2v/t2v_model.h"
 #include "tune/recipes/latte_t2v/t2v_pipeline.h"
 #include "tune/recipes/latte_t2v/t2v_prompt.h"
 #include "tune/recipes/latte_t2v/t2v_recipe.h"
@@ -125,8 +126,8 @@ int infer(const InferRequest& request) {
                                    "pipeline directory itself", request.run_dir->string()));
     }
   }
-  const auto config = models::read_latte_t2v_config(checkpoint ? *checkpoint / "config.json"
-                                                                : paths.transformer / "config.json");
+  const auto transformer_config_file = checkpoint ? *checkpoint / "config.json" : paths.transformer / "config.json";
+  const auto config = models::read_latte_t2v_config(transformer_config_file);
   const auto vae_config = models::load_autoencoder_kl_config(paths.vae);
   const int64_t factor = vae_config.downscale_factor();
   if (vae_config.latent_channels != config.in_channels) {
@@ -165,11 +166,7 @@ int infer(const InferRequest& request) {
             fmt::join(text.token_counts, ", "));
 
   // ---- the transformer, its blocks behind tune's checkpointing
-  models::LatteT2V model(config);
-  io::load_into_module(*model, checkpoint ? io::WeightSource::open_file(diffusion_common::sampling_weights_file(*checkpoint))
-                                          : io::WeightSource::open_directory(paths.transformer,
-                                                                             "diffusion_pytorch_model.safetensors",
-                                                                             "diffusion_pytorch_model.safetensors.index.json"));
+  models::LatteT2V model = load_transformer(transformer_config_file, paths.transformer, settings.lora, checkpoint);
   if (checkpoint) log::info("transformer: {} (the run's newest checkpoint)", checkpoint->string());
   if (run.frozen_weights_bf16) model->to(torch::kBFloat16);
   model->to(device);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "tune/config/config.h"
+#include "tune/models/latte_t2v_layers.h"
 #include "tune/recipes/diffusion/guidance_settings.h"
 #include "tune/recipes/diffusion/video_data_settings.h"
 
@@ -45,6 +46,7 @@ struct T2VSettings {
   T2VDataSettings data;
   SamplingSettings sampling;
   diffusion_common::GuidanceSettings guidance;
+  models::LatteT2VLora lora;    // lora.rank 0: full fine-tuning of the transformer
   double ema_decay = 0.9999;
   int64_t clip_start_step = 0;  // gradient clipping applies from this step on
 };

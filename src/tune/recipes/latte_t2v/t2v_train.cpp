@@ -6,6 +6,7 @@
 // Checkpoints hold the transformer under diffusers' names and its config.json, so sampling from a run uses them in
 // place of the pipeline's transformer.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "tune/core/error.h"
 #include "tune/core/log.h"
@@ -21,7 +22,9 @@
 #include "tune/recipes/data_parallel.h"
 #include "tune/recipes/diffusion/diffusion_train.h"
 #include "tune/recipes/diffusion/latent_manifest.h"
+#include "tune/recipes/checkpoint_files.h"
 #include "tune/recipes/latte_t2v/t2v_latents.h"
+#include "tune/recipes/latte_t2v/t2v_model.h"
 #include "tune/recipes/latte_t2v/t2v_pipeline.h"
 #include "tune/recipes/latte_t2v/t2v_recipe.h"
 #include "tune/recipes/model_workloads.h"
@@ -91,7 +94,7 @@ int train(const TrainRequest& request) {
                                  scheduler.prediction_type));
   }
   const auto transformer_config_file = paths.transformer / "config.json";
-  const auto transformer_config = models::read_latte_t2v_config(transformer_config_file);
+  const auto transformer_config = models::read_latte_t2v_config(transformer_config_file);  // checked before any data
 
   // ---- setup
   const int threads = configure_threads(threads_for_this_rank(run.threads));
@@ -101,11 +104,12 @@ int train(const TrainRequest& request) {
   run_on_main_rank([&] { prepare_run_directory(request.output_dir, config, request.resume_from); },
                    "prepare the run directory");
 
-  models::LatteT2V model(transformer_config);
-  const size_t loaded = io::load_into_module(
-      *model, io::WeightSource::open_directory(paths.transformer, "diffusion_pytorch_model.safetensors",
-                                               "diffusion_pytorch_model.safetensors.index.json"));
-  log::info("loaded {} tensors from {}", loaded, paths.transformer.string());
+  models::LatteT2V model = load_transformer(transformer_config_file, paths.transformer, settings.lora);
+  if (model->has_lora()) {
+    const int64_t adapters = freeze_all_but_adapters(*model);
+    log::info("LoRA: rank {}, alpha {}, on {} ({} adapter tensors train; the transformer's weights are frozen)",
+              settings.lora.options.rank, settings.lora.options.alpha, fmt::join(settings.lora.targets, ", "), adapters);
+  }
   model->to(device);
   const auto& manifest = prepared.manifest;
   choose_cpu_kernels(latte_t2v_workload(transformer_config, training.batch_size, manifest.num_frames,
@@ -139,12 +143,20 @@ int train(const TrainRequest& request) {
     }
     return model->forward(x, t, text, mask);
   };
+  trainee.save_trainable_only = model->has_lora();
   trainee.save_config = [&](const std::filesystem::path& dir) {
     std::filesystem::copy_file(transformer_config_file, dir / "config.json",
                                std::filesystem::copy_options::overwrite_existing);
+    // A LoRA checkpoint is also a PEFT adapter: the EMA adapters (what sampling uses) under diffusers' names.
+    if (model->has_lora()) {
+      write_peft_adapter(dir, settings.lora, read_named_tensors(dir / "ema.safetensors"),
+                         settings.model.path.value_or(paths.transformer.string()));
+    }
   };
   trainee.load_weights = [&](const std::filesystem::path& file) {
-    io::load_into_module(*model, io::WeightSource::open_file(file));
+    io::LoadOptions options;
+    if (model->has_lora()) options.ignore_missing_containing = {""};  // adapters only; the base is the pipeline's
+    io::load_into_module(*model, io::WeightSource::open_file(file), options);
   };
 
   const diffusion_common::DiffusionTrainingData data{

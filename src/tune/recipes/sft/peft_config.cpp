@@ -11,6 +11,7 @@
 #include "tune/core/error.h"
 #include "tune/io/json_fields.h"
 #include "tune/io/json_file.h"
+#include "tune/recipes/peft_adapter_config.h"
 
 namespace tune::recipes::sft {
 namespace {
@@ -19,19 +20,6 @@ using nlohmann::json;
 
 const std::vector<std::string> kProjections = {"q_proj", "k_proj", "v_proj", "o_proj",
                                                "gate_proj", "up_proj", "down_proj"};
-
-// PEFT LoraConfig fields that change what a loaded adapter computes, each with the value under which it does not:
-// an adapter with any other value would load without error and compute something else, so it is refused.
-// (Fields that only affect how a new adapter is initialised or trained, such as init_lora_weights or loftq_config,
-// do not matter once the weights exist and are not listed.)
-const std::vector<std::pair<const char*, json>> kNeutralFields = {
-    {"use_rslora", false},         {"use_dora", false},           {"use_qalora", false},
-    {"lora_bias", false},          {"fan_in_fan_out", false},     {"bias", "none"},
-    {"rank_pattern", json::object()}, {"alpha_pattern", json::object()},
-    {"layers_to_transform", nullptr}, {"modules_to_save", nullptr}, {"exclude_modules", nullptr},
-    {"layer_replication", nullptr},   {"target_parameters", nullptr}, {"trainable_token_indices", nullptr},
-    {"alora_invocation_tokens", nullptr}, {"use_bdlora", nullptr},  {"megatron_config", nullptr},
-};
 
 // Empty lists and objects mean "none" as much as null does.
 bool is_neutral(const json& value, const json& neutral) {
@@ -61,19 +49,7 @@ std::vector<std::string> read_target_modules(const json& config, const io::JsonF
 }  // namespace
 
 json peft_adapter_config(const models::LlamaLoraOptions& lora, const std::string& base_model_path) {
-  json config = {{"peft_type", "LORA"},
-                 {"task_type", "CAUSAL_LM"},
-                 {"base_model_name_or_path", base_model_path},
-                 {"r", lora.lora.rank},
-                 {"lora_alpha", lora.lora.alpha},
-                 {"lora_dropout", lora.lora.dropout},
-                 {"target_modules", lora.target_modules},
-                 {"inference_mode", true},
-                 {"init_lora_weights", true},
-                 {"layers_pattern", nullptr},
-                 {"revision", nullptr}};
-  for (const auto& [field, neutral] : kNeutralFields) config[field] = neutral;
-  return config;
+  return peft_lora_config(lora.lora, lora.target_modules, base_model_path, "CAUSAL_LM");
 }
 
 models::LlamaLoraOptions lora_from_peft_config(const std::filesystem::path& adapter_config_json) {
@@ -83,7 +59,7 @@ models::LlamaLoraOptions lora_from_peft_config(const std::filesystem::path& adap
   const io::JsonFields reader(config, source);
   const std::string peft_type = reader.string("peft_type", "LORA");
   if (peft_type != "LORA") reader.fail("peft_type", fmt::format("is '{}'; tune loads LORA adapters only", peft_type));
-  for (const auto& [field, neutral] : kNeutralFields) {
+  for (const auto& [field, neutral] : peft_neutral_fields()) {
     if (config.contains(field) && !is_neutral(config.at(field), neutral)) {
       reader.fail(field, fmt::format("is {}, which tune does not implement (it would change the adapter's output); "
                                      "supported: {}", config.at(field).dump(), neutral.dump()));
