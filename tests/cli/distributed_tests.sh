@@ -89,6 +89,34 @@ case_ddp_latte_matches_single_process() {
     model.class_dropout_prob=0.5
 }
 
+# t2v_prepared DIR: with latte_t2v_tests.sh's helpers (its fixture pipeline, captioned shapes and recipe; skipped
+# without the fixture or FFmpeg), captioned shapes and their latents (tune prepare) in DIR, and DIR/t2v.yaml training
+# from them: 4 steps of 4 clips, checkpoints every 2, caption dropout 0.25.
+t2v_prepared() {
+  LATTE_T2V_TESTS_AS_LIBRARY=1 source "$(dirname "$0")/latte_t2v_tests.sh"
+  skip_without_fixture
+  need_video
+  rm -rf "$1"; mkdir -p "$1"
+  make_captioned_shapes "$1/shapes"
+  write_t2v_recipe "$1/t2v.yaml" "$WORK/runs/unused" "$1/shapes/captions.jsonl" "$1/latents"
+  expect_exit 0 "$TUNE" prepare "$1/t2v.yaml"
+}
+
+case_ddp_latte_t2v_matches_single_process() {
+  t2v_prepared "$WORK/ddp-t2v"
+  # The tolerances of the Latte case above: losses 1e-6, weights 5e-2. Here the widest weight differences are the
+  # attention key biases (to_k.bias), whose true gradient is zero (softmax ignores a constant added to every key's
+  # logit): AdamW's g / sqrt(v) turns their fp32 rounding noise into learning-rate-sized steps (measured up to 2.2e-4
+  # relative; every other tensor within 6.3e-6, losses within 2e-7).
+  WEIGHT_TOL=5e-2 ddp_matches "$WORK/runs/ddp-t2v" "$WORK/ddp-t2v/t2v.yaml" 4 "model.safetensors ema.safetensors" \
+    data.caption_dropout=0
+  # Caption dropout is drawn for the global batch by the loop: at p=0.5 one process and two drop the same rows.
+  WEIGHT_TOL=5e-2 ddp_matches "$WORK/runs/ddp-t2v-drop" "$WORK/ddp-t2v/t2v.yaml" 4 "model.safetensors ema.safetensors" \
+    data.caption_dropout=0.5
+  [ "$(losses "$WORK/runs/ddp-t2v-1/metrics.jsonl")" != "$(losses "$WORK/runs/ddp-t2v-drop-1/metrics.jsonl")" ] \
+    || fail "caption dropout 0.5 trained as dropout 0 did: the dropped rows were not seen"
+}
+
 # shard_grad_op (ZeRO-2) against ddp, both with two processes: the same updates (only the gradient norm is summed in
 # another order, so clipping may differ in the last bit), one optimizer file per rank whose union is ddp's state,
 # each rank's optimizer state about half, and a resume that re-shards: two processes -> one.
@@ -301,6 +329,28 @@ case_full_shard_latte() {
   expect_exit 2 "$TUNE" train "$WORK/zero3-latte.yaml" --output-dir "$WORK/runs/zero3-latte-bad" \
     'distributed.shard_blocks=[LlamaDecoderLayer]'
   contains "$ERR" "LatteSpatialBlock, LatteTemporalBlock"
+}
+
+case_full_shard_latte_t2v() {
+  t2v_prepared "$WORK/zero3-t2v"
+  local yaml="$WORK/zero3-t2v/t2v.yaml" files="model.safetensors ema.safetensors"
+  # With caption dropout (the recipe's 0.25) and no clipping, the EMA kept as flat shards and saved whole: ddp's, to
+  # the Latte case's tolerance (measured: equal, losses and every weight).
+  FILES=$files full_shard_matches_ddp "$WORK/runs/zero3-t2v" "$yaml" 4 training.clip_grad_norm=0
+  # Clipping (1.0, active at every step here): full_shard sums the gradient norm over flat shards, ddp per tensor, so
+  # the clip coefficients differ in the last bit (losses 1e-7) and, as in the ddp case, AdamW turns that into
+  # larger steps on the zero-gradient key biases (to_k.bias, measured 5.8e-5 relative; every other tensor 1e-7).
+  WEIGHT_TOL=1e-3 FILES=$files full_shard_matches_ddp "$WORK/runs/zero3-t2v-clip" "$yaml" 4
+  # Spatial blocks only wrapped: the temporal blocks' parameters are part of the rest unit.
+  FILES=$files full_shard_matches_ddp "$WORK/runs/zero3-t2v-spatial" "$yaml" 4 training.clip_grad_norm=0 \
+    'distributed.shard_blocks=[LatteSpatialBlock]'
+  contains "$ERR" "2 of 4 blocks wrapped"
+  # Resumed from step 2 with the same two processes (with clipping): the uninterrupted run's steps to 1e-6.
+  FILES=$files resume_matches "$WORK/runs/zero3-t2v-clip-sharded" 2 4 2 distributed.strategy=full_shard
+  expect_exit 2 "$TUNE" train "$yaml" --output-dir "$WORK/runs/zero3-t2v-bad" distributed.strategy=full_shard --nproc 2 \
+    'distributed.shard_blocks=[LlamaDecoderLayer]'
+  contains "$ERR" "distributed.shard_blocks"; contains "$ERR" "LatteSpatialBlock, LatteTemporalBlock"
+  [ ! -e "$WORK/runs/zero3-t2v-bad" ] || fail "a refused run wrote its directory"
 }
 
 case_full_shard_memory() {

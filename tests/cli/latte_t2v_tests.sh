@@ -2,7 +2,9 @@
 # End-to-end tests of text-to-video Latte (recipe latte_t2v) as a Latte-1 user calls it: `tune infer PIPELINE_DIR
 # --prompt ...` on a tiny Latte-1-shaped diffusers pipeline, compared with diffusers' own LattePipeline samples
 # (scripts/make_latte_t2v_pipeline_fixture.py, run by CTest into $TUNE_BUILD/latte_t2v_fixture); gradient-enabled
-# sampling with checkpointing on and off (measured peaks); and the errors of bad input.
+# sampling with checkpointing on and off (measured peaks); the errors of bad input; and training: `tune prepare` of
+# captioned videos (a JSONL or NAME.txt captions), `tune train` from the prepared latents, exact resume, sampling from
+# the run, and the errors of training input. distributed_tests.sh sources this file for its helpers.
 # Usage: latte_t2v_tests.sh CASE (environment as cli_tests.sh, whose helpers it uses).
 set -uo pipefail
 CLI_TESTS_AS_LIBRARY=1 source "$(dirname "$0")/cli_tests.sh"
@@ -135,6 +137,296 @@ PY
   contains "$ERR" "text-to-video"
 }
 
+# ---- Training: `tune prepare` (T5 embeddings and VAE latents) then `tune train` from data.latents
+
+# make_captioned_shapes DIR: 12 moving-square videos (3 a direction; 4 frames of 16 x 16; a colour a direction) as
+# frame folders, captioned twice alike: DIR/captions.jsonl with rows {"video": "0_right/v0000", "caption": "a red
+# square moving right"} (paths relative to the JSONL's folder), and DIR/0_right/v0000.txt beside each folder. The rows
+# are in the folder walk's sorted order, so both layouts number the videos alike.
+make_captioned_shapes() {
+  rm -rf "$1"
+  "$PYTHON" "$TUNE_SOURCE/scripts/make_moving_shapes.py" --out "$1" --videos-per-class 3 --num-frames 4 --size 16 \
+    --shape-size 4 --colours class >/dev/null || fail "shapes generation"
+  "$PYTHON" - "$1" <<'PY' || fail "captions of $1"
+import json, os, sys
+root = sys.argv[1]
+colours = ["red", "green", "blue", "yellow"]  # make_moving_shapes.py --colours class
+videos = sorted(json.load(open(os.path.join(root, "manifest.json")))["videos"], key=lambda v: v["path"])
+with open(os.path.join(root, "captions.jsonl"), "w") as rows:
+    for v in videos:
+        caption = f"a {colours[v['label']]} square moving {v['class'].split('_')[1]}"
+        rows.write(json.dumps({"video": v["path"], "caption": caption}) + "\n")
+        with open(os.path.join(root, v["path"] + ".txt"), "w") as text:
+            text.write(caption + "\n")
+PY
+}
+
+# write_t2v_recipe FILE OUTPUT_DIR DATA_PATH LATENTS [extra yaml lines...]: fp32 on two threads, the fixture
+# pipeline's transformer trained for 4 steps of 4 clips (12 clips: step 2 ends mid-epoch), checkpoints every 2;
+# captions padded to 12 tokens, a quarter of them dropped to the empty prompt.
+write_t2v_recipe() {
+  local file=$1 out=$2 data=$3 latents=$4; shift 4
+  cat > "$file" <<YAML
+recipe: latte_t2v
+output_dir: $out
+seed: 5
+threads: 2
+mixed_precision: "no"
+model:
+  path: $PIPELINE
+data:
+  path: $data
+  latents: $latents
+  num_frames: 4
+  frame_interval: 1
+  image_size: 16
+  caption_dropout: 0.25
+sampling:
+  max_text_tokens: 12
+training:
+  batch_size: 4
+  max_steps: 4
+optimizer:
+  lr: 1.0e-3
+logging:
+  every: 1
+checkpoint:
+  every: 2
+  keep_last: 0
+YAML
+  for line in "$@"; do echo "$line" >> "$file"; done
+}
+
+# prepared_files DIR: every file tune prepare wrote under DIR with its modification time (to tell kept from rewritten).
+prepared_files() { find "$1" -name '*.safetensors' -printf '%P %T@ %s\n' | sort; }
+
+case_latte_t2v_prepare_train_resume_sample() {
+  skip_without_fixture
+  need_video
+  local dir="$WORK/t2v-train"
+  local shapes="$dir/shapes" latents="$dir/latents" run="$dir/run" resumed="$dir/run-resumed"
+  rm -rf "$dir"; mkdir -p "$dir"
+  make_captioned_shapes "$shapes"
+  write_t2v_recipe "$dir/t2v.yaml" "$run" "$shapes/captions.jsonl" "$latents" "ema:" "  decay: 0.5"
+  # ---- prepare from the JSONL: T5 embeddings of every caption and of the empty prompt, then the VAE latents
+  expect_exit 0 "$TUNE" prepare "$dir/t2v.yaml"
+  contains "$ERR" "captioned videos $shapes/captions.jsonl: 12 videos"
+  contains "$ERR" "captions: 12 encoded (0 kept from before)"; contains "$ERR" "text encoder freed"
+  contains "$ERR" "12 clip files written, 0 kept from before"
+  "$PYTHON" - "$latents" "$shapes/captions.jsonl" "$PIPELINE" "$TUNE_SOURCE/scripts" <<'PY' || fail "prepared files"
+import glob, json, os, sys
+sys.path.insert(0, sys.argv[4])
+import safetensors_io
+latents, captions, pipeline = sys.argv[1:4]
+m = json.load(open(os.path.join(latents, "latents.json")))
+assert m["complete"] and m["videos"] == 12 and m["classes"] == [], m
+assert (m["num_frames"], m["image_size"], m["latent_channels"], m["latent_size"]) == (4, 16, 4, 8), m
+text = m["text"]
+assert text["captions"] == captions and text["channels"] == 32 and text["max_tokens"] == 12, text
+assert text["dtype"] == "fp32" and text["text_encoder"] == os.path.join(pipeline, "text_encoder"), text
+names = lambda sub: sorted(os.path.basename(f) for f in glob.glob(os.path.join(latents, sub, "*.safetensors")))
+assert names("captions") == names("clips") == [f"{i:06d}.safetensors" for i in range(12)], (names("captions"), names("clips"))
+null = safetensors_io.load(os.path.join(latents, "null_caption.safetensors"))
+caption = safetensors_io.load(os.path.join(latents, "captions", "000005.safetensors"))
+clip = safetensors_io.load(os.path.join(latents, "clips", "000005.safetensors"))
+assert sorted(null) == sorted(caption), (sorted(null), sorted(caption))
+for name, t in caption.items():
+    assert t.shape[0] == 12 and t.isfinite().all(), (name, t.shape)
+assert list(clip["latent"].shape) == [4, 4, 8, 8] and clip["latent"].isfinite().all(), clip["latent"].shape
+print(f"prepared: {sorted((k, list(v.shape)) for k, v in caption.items())} a caption, latent {list(clip['latent'].shape)}")
+PY
+  # ---- a second prepare keeps every file (nothing rewritten)
+  local before; before=$(prepared_files "$latents")
+  expect_exit 0 "$TUNE" prepare "$dir/t2v.yaml"
+  contains "$ERR" "captions: 0 encoded (12 kept from before)"; contains "$ERR" "0 clip files written, 12 kept from before"
+  [ "$(prepared_files "$latents")" = "$before" ] || fail "a second tune prepare rewrote files"
+  # ---- the folder layout (NAME.txt beside each video) numbers the videos alike: the very same files
+  expect_exit 0 "$TUNE" prepare "$dir/t2v.yaml" data.path="$shapes" --out "$dir/latents-folder"
+  contains "$ERR" "captioned videos $shapes: 12 videos"
+  local f
+  for f in null_caption.safetensors captions/000000.safetensors captions/000011.safetensors clips/000000.safetensors \
+           clips/000011.safetensors; do
+    cmp -s "$latents/$f" "$dir/latents-folder/$f" || fail "$f differs between the JSONL and the folder of .txt captions"
+  done
+  [ "$(find "$dir/latents-folder" -name '*.safetensors' | wc -l)" = 25 ] || fail "the folder layout: expected 25 files"
+  # ---- train 4 steps (checkpoints at 2 and 4) from the latents alone
+  expect_exit 0 "$TUNE" train "$dir/t2v.yaml"
+  contains "$ERR" "12 prepared clips of 12 captioned videos from $latents (caption dropout 0.25)"
+  contains "$ERR" "neither T5 nor the VAE in memory"
+  for f in model.safetensors ema.safetensors config.json optimizer.safetensors rng_state.safetensors trainer_state.json; do
+    [ -s "$run/checkpoints/step-2/$f" ] && [ -s "$run/checkpoints/step-4/$f" ] || fail "missing $f"
+  done
+  cmp -s "$run/checkpoints/step-4/config.json" "$PIPELINE/transformer/config.json" || fail "checkpoint config.json"
+  [ "$(wc -l < "$run/metrics.jsonl")" = 4 ] || fail "expected 4 logged steps"
+  # ---- a run that stopped after its step-2 checkpoint, resumed: steps 3-4 and the final weights bit for bit
+  mkdir -p "$resumed/checkpoints"
+  cp -r "$run/checkpoints/step-2" "$resumed/checkpoints/"
+  head -n 2 "$run/metrics.jsonl" > "$resumed/metrics.jsonl"
+  sed "s|output_dir: .*|output_dir: $resumed|" "$run/config.yaml" > "$resumed/config.yaml"
+  expect_exit 0 "$TUNE" train "$resumed/config.yaml" --resume
+  echo "losses: straight $(losses "$run/metrics.jsonl"); resumed $(losses "$resumed/metrics.jsonl")"
+  [ "$(losses "$run/metrics.jsonl")" = "$(losses "$resumed/metrics.jsonl")" ] || fail "resumed losses differ"
+  for f in model.safetensors ema.safetensors; do
+    cmp -s "$run/checkpoints/step-4/$f" "$resumed/checkpoints/step-4/$f" || fail "$f differs after resume"
+  done
+  # ---- sampling from the run: the newest checkpoint's EMA transformer in place of the pipeline's
+  local sample=(--prompt "a green square moving left" --frames 4 --height 16 --width 16 --steps 5 --seed 3 --no-grad)
+  expect_exit 0 "$TUNE" infer "$run" "${sample[@]}" --out "$dir/sample.safetensors"
+  contains "$ERR" "transformer: $run/checkpoints/step-4 (the run's newest checkpoint)"
+  # the same sampling from the pipeline with the checkpoint's EMA (and, to tell them apart, its raw) weights as
+  # model.transformer: the run's sample is the EMA one
+  local w
+  for w in ema model; do
+    mkdir -p "$dir/transformer-$w"
+    cp "$run/checkpoints/step-4/config.json" "$dir/transformer-$w/"
+    cp "$run/checkpoints/step-4/$w.safetensors" "$dir/transformer-$w/diffusion_pytorch_model.safetensors"
+    expect_exit 0 "$TUNE" infer "$PIPELINE" "${sample[@]}" model.transformer="$dir/transformer-$w" \
+      mixed_precision=no threads=2 sampling.max_text_tokens=12 --out "$dir/sample-$w.safetensors"
+  done
+  "$PYTHON" - "$dir" "$TUNE_SOURCE/scripts" <<'PY' || fail "the run's sample"
+import sys
+sys.path.insert(0, sys.argv[2])
+import safetensors_io
+run, ema, raw = (safetensors_io.load(f"{sys.argv[1]}/{name}.safetensors") for name in ("sample", "sample-ema", "sample-model"))
+v = run["video"]
+assert list(v.shape) == [4, 3, 16, 16], v.shape
+assert bool(v.isfinite().all()) and float(v.abs().max()) <= 1 and float(v.std()) > 0, v
+assert all((run[k] == ema[k]).all() for k in run), "the run's sample is not the EMA transformer's"
+diff = float((run["latents"] - raw["latents"]).abs().max())
+print(f"sample: video {list(v.shape)}; equal to the EMA transformer's; differs from the raw weights' by {diff:.2e}")
+assert diff > 0, "the EMA and raw weights sampled alike: the check cannot tell them apart"
+PY
+}
+
+# LoRA on the transformer: the adapters train and the base stays frozen; a checkpoint holds only the adapters and
+# is a PEFT adapter that peft loads onto diffusers' LatteTransformer3DModel; resume is exact; sampling from the run
+# uses the adapters; tune export writes a LattePipeline directory whose transformer is the merge, equal to PEFT's
+# adapted model; a full fine-tuning run exports its EMA transformer as is.
+case_latte_t2v_lora_peft_export() {
+  skip_without_fixture
+  need_video
+  local dir="$WORK/t2v-lora"
+  local shapes="$dir/shapes" latents="$dir/latents" run="$dir/run" resumed="$dir/run-resumed"
+  rm -rf "$dir"; mkdir -p "$dir"
+  make_captioned_shapes "$shapes"
+  write_t2v_recipe "$dir/t2v.yaml" "$run" "$shapes/captions.jsonl" "$latents" "lora:" "  rank: 4" "  alpha: 8" \
+    "  target_modules: [to_q, to_v, to_out.0, ff.net.2]"
+  sed -i 's/lr: 1.0e-3/lr: 2.0e-2/' "$dir/t2v.yaml"
+  expect_exit 0 "$TUNE" prepare "$dir/t2v.yaml"
+  expect_exit 0 "$TUNE" train "$dir/t2v.yaml"
+  contains "$ERR" "LoRA: rank 4, alpha 8, on to_q, to_v, to_out.0, ff.net.2"
+  local step4="$run/checkpoints/step-4"
+  for f in adapter_config.json adapter_model.safetensors model.safetensors ema.safetensors config.json; do
+    [ -s "$step4/$f" ] || fail "missing $f in a LoRA checkpoint"
+  done
+  # ---- resumed from step 2: the same adapters bit for bit
+  mkdir -p "$resumed/checkpoints"
+  cp -r "$run/checkpoints/step-2" "$resumed/checkpoints/"
+  head -n 2 "$run/metrics.jsonl" > "$resumed/metrics.jsonl"
+  sed "s|output_dir: .*|output_dir: $resumed|" "$run/config.yaml" > "$resumed/config.yaml"
+  expect_exit 0 "$TUNE" train "$resumed/config.yaml" --resume
+  [ "$(losses "$run/metrics.jsonl")" = "$(losses "$resumed/metrics.jsonl")" ] || fail "resumed LoRA losses differ"
+  cmp -s "$step4/ema.safetensors" "$resumed/checkpoints/step-4/ema.safetensors" || fail "LoRA EMA differs after resume"
+  # ---- sampling from the run, and the export
+  expect_exit 0 "$TUNE" infer "$run" --prompt "a red square moving up" --frames 4 --height 16 --width 16 --steps 3 \
+    --seed 1 --no-grad --out "$dir/sample.safetensors"
+  contains "$ERR" "(LoRA adapters)"
+  expect_exit 0 "$TUNE" export "$run" --out "$dir/exported"
+  contains "$ERR" "LoRA merged"
+  [ -f "$dir/exported/model_index.json" ] && [ -f "$dir/exported/text_encoder/model.safetensors" ] || fail "pipeline files"
+  expect_exit 2 "$TUNE" export "$run" --out "$dir/exported"  # never written over
+  contains "$ERR" "exists and is not empty"
+  "$PYTHON" - "$step4" "$PIPELINE" "$dir/exported" "$TUNE_SOURCE/scripts" <<'PY' || fail "PEFT and the exported pipeline"
+import json, sys
+sys.path.insert(0, sys.argv[4])
+import torch
+import safetensors_io
+from diffusers import LattePipeline, LatteTransformer3DModel
+from peft import PeftModel
+checkpoint, pipeline, exported = sys.argv[1:4]
+saved = safetensors_io.load(f"{checkpoint}/model.safetensors")
+assert saved and all("lora_" in k for k in saved), sorted(saved)[:4]
+config = json.load(open(f"{checkpoint}/adapter_config.json"))
+assert config["r"] == 4 and config["lora_alpha"] == 8 and config["peft_type"] == "LORA", config
+assert sorted(config["target_modules"]) == sorted(["to_q", "to_v", "to_out.0", "ff.net.2"]), config
+adapted = PeftModel.from_pretrained(LatteTransformer3DModel.from_pretrained(f"{pipeline}/transformer"), checkpoint).eval()
+loaded = {n for n, p in adapted.named_parameters() if "lora_" in n}
+assert len(loaded) == len(safetensors_io.load(f"{checkpoint}/adapter_model.safetensors")), len(loaded)
+base = LatteTransformer3DModel.from_pretrained(f"{pipeline}/transformer").eval()
+merged = LattePipeline.from_pretrained(exported).transformer.eval()
+generator = torch.Generator().manual_seed(0)
+x, text = torch.randn(2, 4, 4, 8, 8, generator=generator), torch.randn(2, 12, 32, generator=generator)
+t = torch.tensor([10, 700])
+with torch.no_grad():
+    out = {name: m(x, encoder_hidden_states=text, timestep=t, return_dict=False)[0]
+           for name, m in (("peft", adapted), ("merged", merged), ("base", base))}
+scale = out["peft"].abs().max()
+merge_diff = float((out["peft"] - out["merged"]).abs().max() / scale)
+effect = float((out["peft"] - out["base"]).abs().max() / scale)
+print(f"LoRA: PEFT's adapted transformer vs tune's merged export {merge_diff:.2e}; adapters' effect {effect:.2e}")
+assert merge_diff <= 1e-5 and effect > 1e-4, (merge_diff, effect)
+PY
+}
+
+case_latte_t2v_train_input_errors() {
+  skip_without_fixture
+  need_video
+  local dir="$WORK/t2v-train-errors"
+  local shapes="$dir/shapes" latents="$dir/latents"
+  rm -rf "$dir"; mkdir -p "$dir"
+  make_captioned_shapes "$shapes"
+  write_t2v_recipe "$dir/t2v.yaml" "$dir/run" "$shapes/captions.jsonl" "$latents"
+  # ---- before tune prepare: data.latents names no folder, or is unset
+  expect_exit 2 "$TUNE" train "$dir/t2v.yaml"
+  contains "$ERR" "data.latents"; contains "$ERR" "$latents"; contains "$ERR" "tune prepare"
+  [ ! -e "$dir/run" ] || fail "a refused run wrote its directory"
+  expect_exit 2 "$TUNE" train "$dir/t2v.yaml" data.latents=null
+  contains "$ERR" "data.latents"; contains "$ERR" "is required"
+  # ---- caption dropout outside [0, 1)
+  expect_exit 2 "$TUNE" train "$dir/t2v.yaml" data.caption_dropout=1.5
+  contains "$ERR" "data.caption_dropout"; contains "$ERR" "[0, 1)"
+  expect_exit 2 "$TUNE" validate "$dir/t2v.yaml" data.caption_dropout=-0.1; contains "$ERR" "data.caption_dropout"
+  # ---- latents that disagree with the recipe
+  expect_exit 0 "$TUNE" prepare "$dir/t2v.yaml"
+  expect_exit 2 "$TUNE" train "$dir/t2v.yaml" data.num_frames=8
+  contains "$ERR" "data.num_frames"; contains "$ERR" "prepared with 4"
+  [ ! -e "$dir/run" ] || fail "a refused run wrote its directory"
+  # ---- class-conditional latents, prepared by recipe latte from the same folder (its classes; no "text" section)
+  write_latte_recipe "$dir/latte.yaml" "$dir/latte-run"
+  sed -i "s|  patch_size: 4|  patch_size: 2\n  vae: $PIPELINE/vae|; s|  flip: false|  flip: false\n  latents: $dir/latents-class|; \
+          s|path: $SHAPES|path: $shapes|; s|image_size: 8|image_size: 16|" "$dir/latte.yaml"
+  expect_exit 0 "$TUNE" prepare "$dir/latte.yaml"; contains "$ERR" "12 videos in 4 classes"
+  expect_exit 1 "$TUNE" train "$dir/t2v.yaml" data.latents="$dir/latents-class"
+  contains "$ERR" "$dir/latents-class/latents.json"; contains "$ERR" "no captions"; contains "$ERR" "latte_t2v"
+  # and the other way round: recipe latte on the captioned latents
+  expect_exit 1 "$TUNE" train "$dir/latte.yaml" data.latents="$latents"
+  contains "$ERR" "$latents/latents.json"; contains "$ERR" "caption embeddings"; contains "$ERR" "latte_t2v"
+  [ ! -e "$dir/run" ] && [ ! -e "$dir/latte-run" ] || fail "a refused run wrote its directory"
+  # ---- a JSONL row with an empty caption: prepare names FILE:LINE; with on_bad_video skip it counts the skip
+  "$PYTHON" - "$shapes/captions.jsonl" "$shapes/bad.jsonl" <<'PY' || fail "bad.jsonl"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+rows[4]["caption"] = "   "
+open(sys.argv[2], "w").write("".join(json.dumps(r) + "\n" for r in rows))
+PY
+  expect_exit 1 "$TUNE" prepare "$dir/t2v.yaml" data.path="$shapes/bad.jsonl" --out "$dir/latents-bad"
+  contains "$ERR" "$shapes/bad.jsonl:5"; contains "$ERR" "field 'caption' is empty"; contains "$ERR" "on_bad_video"
+  [ ! -e "$dir/latents-bad" ] || fail "a refused tune prepare wrote its folder"
+  expect_exit 0 "$TUNE" prepare "$dir/t2v.yaml" data.path="$shapes/bad.jsonl" data.on_bad_video=skip \
+    --out "$dir/latents-skip"
+  contains "$ERR" "skipping $shapes/bad.jsonl:5 (1 skipped so far)"; contains "$ERR" "11 videos (1 skipped)"
+  contains "$ERR" "(1 videos skipped)"
+  [ "$(find "$dir/latents-skip/clips" -name '*.safetensors' | wc -l)" = 11 ] || fail "expected 11 clips"
+  grep -q '"videos": 11' "$dir/latents-skip/latents.json" || fail "latents.json does not count 11 videos"
+  # ---- tune infer RUN_DIR of a run with no complete checkpoint (killed while saving its only one)
+  expect_exit 0 "$TUNE" train "$dir/t2v.yaml" training.max_steps=1
+  rm "$dir/run/checkpoints/step-1/COMPLETE"
+  expect_exit 2 "$TUNE" infer "$dir/run" --prompt "a red square moving up" --frames 4 --height 16 --width 16 --steps 2
+  contains "$ERR" "no trained checkpoint in $dir/run"
+}
+
+# Sourced by distributed_tests.sh for the helpers above: stop before running a case.
+[ "${LATTE_T2V_TESTS_AS_LIBRARY:-0}" = 1 ] && return 0
 case="${1:?case name}"
 mkdir -p "$WORK"
 "case_$case"
