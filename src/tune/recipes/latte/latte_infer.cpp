@@ -22,6 +22,7 @@
 #include "tune/memory/checkpoint.h"
 #include "tune/precision/mixed_precision.h"
 #include "tune/recipes/common_schema.h"
+#include "tune/recipes/diffusion/reference_frame.h"
 #include "tune/recipes/diffusion/sample_files.h"
 #include "tune/recipes/diffusion/sampling_progress.h"
 #include "tune/recipes/diffusion/video_guidance.h"
@@ -36,14 +37,7 @@ namespace {
 // The reference frame as the model sees it: [C, h, w] in model space.
 torch::Tensor load_reference(const GuidanceSettings& guidance, const LatteSettings& settings, LatteParts& parts,
                              const torch::Device& device) {
-  const std::filesystem::path path = *guidance.reference;
-  torch::Tensor frame;  // uint8 [1, H, W, 3]
-  if (data::FrameFolderReader::is_frame_file(path)) {
-    frame = data::read_image(path).unsqueeze(0);
-  } else {
-    frame = data::open_video(path)->read_frames({0});
-  }
-  const auto pixels = data::transform_clip(frame, settings.data.image_size, /*flip=*/false);  // [1, 3, S, S]
+  const auto pixels = diffusion_common::read_reference_pixels(*guidance.reference, settings.data.image_size);
   return to_model_space(parts, pixels.unsqueeze(0).to(device), 1)[0][0];
 }
 

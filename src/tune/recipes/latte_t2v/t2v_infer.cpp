@@ -31,6 +31,7 @@
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/cpu_kernel_choice.h"
 #include "tune/recipes/diffusion/diffusion_checkpoint.h"
+#include "tune/recipes/diffusion/reference_frame.h"
 #include "tune/recipes/diffusion/sample_files.h"
 #include "tune/recipes/diffusion/sampling_progress.h"
 #include "tune/recipes/diffusion/video_guidance.h"
@@ -165,6 +166,26 @@ int infer(const InferRequest& request) {
             format_bytes(static_cast<double>(text_encoder_bytes)), format_bytes(static_cast<double>(text_peak)), batch,
             fmt::join(text.token_counts, ", "));
 
+  // ---- guidance.reference (--grad): its frame in latent space, the VAE's posterior mean; the VAE is freed again
+  // before the transformer loads (it decodes at the end)
+  torch::Tensor reference_latents;
+  if (request.grad && settings.guidance.reference) {
+    if (sampling.height != sampling.width) {
+      throw UsageError(fmt::format("guidance.reference needs a square sample for now (--height {} --width {})",
+                                   sampling.height, sampling.width));
+    }
+    if (settings.guidance.reference_frame >= sampling.frames) {
+      throw UsageError(fmt::format("guidance.reference_frame ({}) is not a frame of the {} sampled",
+                                   settings.guidance.reference_frame, sampling.frames));
+    }
+    torch::NoGradGuard no_grad;
+    auto vae = models::load_autoencoder_kl(paths.vae);
+    vae->to(device);
+    vae->eval();
+    const auto pixels = diffusion_common::read_reference_pixels(*settings.guidance.reference, sampling.height);
+    reference_latents = vae->encode_frames(pixels.unsqueeze(0).to(device), 1, models::LatentSampling::kMean)[0][0];
+  }
+
   // ---- the transformer, its blocks behind tune's checkpointing
   models::LatteT2V model = load_transformer(transformer_config_file, paths.transformer, settings.lora, checkpoint);
   if (checkpoint) log::info("transformer: {} (the run's newest checkpoint)", checkpoint->string());
@@ -204,7 +225,9 @@ int infer(const InferRequest& request) {
   if (request.grad) {
     diffusion_common::VideoGuidanceObjective objective;
     if (settings.guidance.reference) {
-      throw UsageError("guidance.reference is not supported by text-to-video Latte yet; temporal smoothness is");
+      objective.reference = reference_latents;
+      objective.reference_frame = settings.guidance.reference_frame;
+      objective.reference_weight = settings.guidance.reference_weight;
     }
     objective.smoothness_weight = settings.guidance.smoothness_weight;
     sampler_options.guidance = diffusion_common::make_video_guidance(objective);

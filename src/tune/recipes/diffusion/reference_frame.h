@@ -1,0 +1,14 @@
+// guidance.reference as pixels: the image file, or a video's first frame, resized (short side) and centre-cropped
+// to the sample's square size, as training clips are cut. The recipe takes it to its model's space.
+#pragma once
+
+#include <torch/types.h>
+
+#include <filesystem>
+
+namespace tune::recipes::diffusion_common {
+
+// [1, 3, size, size] float in [-1, 1]. Throws tune::InputError naming the file when it cannot be read.
+torch::Tensor read_reference_pixels(const std::filesystem::path& path, int64_t size);
+
+}  // namespace tune::recipes::diffusion_common
