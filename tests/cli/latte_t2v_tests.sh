@@ -102,6 +102,21 @@ case_latte_t2v_grad_inference_checkpointing() {
   contains "$ERR" "gradient checkpointing: off"
   local off; off=$(peak_of "$OUT")
   echo "infer --grad peak: checkpointing full $full bytes, off $off bytes"
+  # The memory plan (transformer weights + the activation estimate of a guided step) against the tracked peak, in
+  # fp32 and under bf16 autocast, checkpointing full and off: within 10%.
+  local policy precision
+  for policy in true false; do
+    for precision in no bf16; do
+      expect_exit 0 "$TUNE" infer "$PIPELINE" "${args[@]/mixed_precision=no/mixed_precision=$precision}" \
+        --out "$out/plan.safetensors" gradient_checkpointing=$policy
+      contains "$ERR" "memory plan while denoising"
+      "$PYTHON" -c "
+import json, sys
+d = json.loads(sys.argv[1]); plan = d['weights_bytes'] + d['activations_estimate_bytes']; ratio = plan / d['peak_mem_bytes']
+print(f'plan vs measured (checkpointing $policy, mixed_precision $precision): {plan} / {d[\"peak_mem_bytes\"]} = {ratio:.3f}')
+assert 0.9 <= ratio <= 1.1, ratio" "$OUT" || fail "the memory plan of infer --grad is more than 10% off the measured peak"
+    done
+  done
   "$PYTHON" -c "import sys; f, o = int(sys.argv[1]), int(sys.argv[2]); assert f < 0.8 * o, (f, o)" "$full" "$off" \
     || fail "checkpointing did not lower the measured peak of infer --grad (full $full, off $off)"
 }

@@ -27,6 +27,7 @@
 #include "tune/models/latte_t2v_config.h"
 #include "tune/models/t5_encoder.h"
 #include "tune/models/vae.h"
+#include "tune/nn/attention_core.h"
 #include "tune/precision/mixed_precision.h"
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/cpu_kernel_choice.h"
@@ -35,6 +36,8 @@
 #include "tune/recipes/diffusion/sample_files.h"
 #include "tune/recipes/diffusion/sampling_progress.h"
 #include "tune/recipes/diffusion/video_guidance.h"
+#include "tune/recipes/activation_estimate.h"
+#include "tune/recipes/latte_t2v/t2v_memory_report.h"
 #include "tune/recipes/latte_t2v/t2v_model.h"
 #include "tune/recipes/latte_t2v/t2v_pipeline.h"
 #include "tune/recipes/latte_t2v/t2v_prompt.h"
@@ -203,6 +206,24 @@ int infer(const InferRequest& request) {
   const std::string checkpoint_description = describe_checkpointing(*checkpointing, *model, sampling.temporal_attention);
   log::info("gradient checkpointing: {} (active whenever gradients are on, in training and in infer --grad)",
             checkpoint_description);
+  // The memory plan of a guided step: the transformer's weights and the activations of one forward + backward
+  // through it (t2v_memory_report.h), for the CFG-doubled batch; checked against the tracked peak in the tests.
+  int64_t weight_bytes = 0;
+  for (const auto& p : model->parameters()) weight_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  int64_t activation_estimate = 0;
+  if (request.grad && sampling.temporal_attention) {
+    T2VActivationShape shape{cfg ? 2 * batch : batch, sampling.frames, latent_h, latent_w, text.text.size(1),
+                             run.mixed_precision == precision::MixedPrecision::no ? 4 : 2,
+                             nn::uses_fused_attention(device.type(), compute_dtype), /*training_loss=*/false};
+    T2VActivationShape selective = shape;
+    selective.fused_attention = nn::uses_fused_attention(device.type(), compute_dtype, /*recomputing=*/true);
+    activation_estimate = estimate_for_runner(latte_t2v_stack(config, shape, false),
+                                              latte_t2v_stack(config, selective, true), *checkpointing);
+    log::info("memory plan while denoising: transformer weights {}, activations of a guided step ~{} (batch {}{}): "
+              "~{} in all; the text encoder is gone", format_bytes(static_cast<double>(weight_bytes)),
+              format_bytes(static_cast<double>(activation_estimate)), shape.batch, cfg ? ", CFG-doubled" : "",
+              format_bytes(static_cast<double>(weight_bytes + activation_estimate)));
+  }
 
   // ---- denoising: classifier-free guidance on the noise channels, the learned-sigma channels dropped (as
   // Vchitect/Latte's pipeline always does for out_channels = 2 x in_channels)
@@ -283,6 +304,8 @@ int infer(const InferRequest& request) {
                                     {"grad", request.grad},
                                     {"guidance", guidance_description},
                                     {"gradient_checkpointing", checkpoint_description},
+                                    {"weights_bytes", weight_bytes},
+                                    {"activations_estimate_bytes", activation_estimate},
                                     {"mixed_precision", precision::to_string(run.mixed_precision)},
                                     {"text_encoder_bytes", text_encoder_bytes},
                                     {"text_encoder_peak_bytes", text_peak},
