@@ -36,7 +36,6 @@
 #include "tune/recipes/diffusion/sample_files.h"
 #include "tune/recipes/diffusion/sampling_progress.h"
 #include "tune/recipes/diffusion/video_guidance.h"
-#include "tune/recipes/activation_estimate.h"
 #include "tune/recipes/latte_t2v/t2v_memory_report.h"
 #include "tune/recipes/latte_t2v/t2v_model.h"
 #include "tune/recipes/latte_t2v/t2v_pipeline.h"
@@ -212,13 +211,10 @@ int infer(const InferRequest& request) {
   for (const auto& p : model->parameters()) weight_bytes += p.numel() * static_cast<int64_t>(p.element_size());
   int64_t activation_estimate = 0;
   if (request.grad && sampling.temporal_attention) {
-    T2VActivationShape shape{cfg ? 2 * batch : batch, sampling.frames, latent_h, latent_w, text.text.size(1),
-                             run.mixed_precision == precision::MixedPrecision::no ? 4 : 2,
-                             nn::uses_fused_attention(device.type(), compute_dtype), /*training_loss=*/false};
-    T2VActivationShape selective = shape;
-    selective.fused_attention = nn::uses_fused_attention(device.type(), compute_dtype, /*recomputing=*/true);
-    activation_estimate = estimate_for_runner(latte_t2v_stack(config, shape, false),
-                                              latte_t2v_stack(config, selective, true), *checkpointing);
+    const T2VActivationShape shape{cfg ? 2 * batch : batch, sampling.frames, latent_h, latent_w, text.text.size(1),
+                                   run.mixed_precision == precision::MixedPrecision::no ? 4 : 2, false,
+                                   /*training_loss=*/false};
+    activation_estimate = t2v_activation_estimate(config, shape, device.type(), compute_dtype, *checkpointing);
     log::info("memory plan while denoising: transformer weights {}, activations of a guided step ~{} (batch {}{}): "
               "~{} in all; the text encoder is gone", format_bytes(static_cast<double>(weight_bytes)),
               format_bytes(static_cast<double>(activation_estimate)), shape.batch, cfg ? ", CFG-doubled" : "",

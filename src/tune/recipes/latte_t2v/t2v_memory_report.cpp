@@ -3,6 +3,8 @@
 // recipes/latte/latte_memory_report.cpp.
 #include "tune/recipes/latte_t2v/t2v_memory_report.h"
 
+#include "tune/nn/attention_core.h"
+
 #include <algorithm>
 #include <initializer_list>
 #include <vector>
@@ -295,6 +297,15 @@ StackMemory latte_t2v_stack(const models::LatteT2VConfig& config, const T2VActiv
   stack.head_peak = head_peak(s);
   stack.alive_throughout = embedding_saved(s);
   return stack;
+}
+
+int64_t t2v_activation_estimate(const models::LatteT2VConfig& config, T2VActivationShape shape,
+                                c10::DeviceType device, c10::ScalarType compute_dtype,
+                                const memory::CheckpointRunner& runner) {
+  shape.fused_attention = nn::uses_fused_attention(device, compute_dtype);
+  T2VActivationShape selective = shape;
+  selective.fused_attention = nn::uses_fused_attention(device, compute_dtype, /*recomputing=*/true);
+  return estimate_for_runner(latte_t2v_stack(config, shape, false), latte_t2v_stack(config, selective, true), runner);
 }
 
 }  // namespace tune::recipes::latte_t2v

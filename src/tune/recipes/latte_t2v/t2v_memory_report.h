@@ -8,6 +8,10 @@
 
 #include <cstdint>
 
+#include <c10/core/DeviceType.h>
+#include <c10/core/ScalarType.h>
+
+#include "tune/memory/checkpoint.h"
 #include "tune/models/latte_t2v_config.h"
 #include "tune/recipes/activation_estimate.h"
 
@@ -34,5 +38,12 @@ struct T2VActivationShape {
 // probabilities; the modulated norms keep only their inputs; the GELU region keeps what a plain block keeps, its
 // output being the second FF linear's input).
 StackMemory latte_t2v_stack(const models::LatteT2VConfig& config, const T2VActivationShape& shape, bool selective);
+
+// The estimate for the policy `runner` applies (estimate_for_runner), with the attention cores
+// nn::run_attention_core takes on `device` in `compute_dtype`: for plainly run blocks, and for selective's.
+// shape.fused_attention is set here.
+int64_t t2v_activation_estimate(const models::LatteT2VConfig& config, T2VActivationShape shape,
+                                c10::DeviceType device, c10::ScalarType compute_dtype,
+                                const memory::CheckpointRunner& runner);
 
 }  // namespace tune::recipes::latte_t2v

@@ -24,8 +24,6 @@
 #include "tune/recipes/diffusion/latent_manifest.h"
 #include "tune/recipes/checkpoint_files.h"
 #include "tune/recipes/latte_t2v/t2v_latents.h"
-#include "tune/nn/attention_core.h"
-#include "tune/recipes/activation_estimate.h"
 #include "tune/recipes/latte_t2v/t2v_memory_report.h"
 #include "tune/recipes/latte_t2v/t2v_model.h"
 #include "tune/recipes/latte_t2v/t2v_pipeline.h"
@@ -146,17 +144,13 @@ int train(const TrainRequest& request) {
     }
     return model->forward(x, t, text, mask);
   };
-  // The attention core nn::run_attention_core will take: for plainly run blocks, and for selective's. The estimate
-  // counts full fine-tuning (LoRA keeps about as much: the adapters' inputs are the frozen layers' own).
-  const c10::ScalarType compute_dtype = precision::compute_dtype(run.mixed_precision);
+  // The estimate counts full fine-tuning (LoRA keeps about as much: the adapters' inputs are the frozen layers' own).
   const T2VActivationShape shape{training.batch_size, manifest.num_frames, manifest.latent_size, manifest.latent_size,
                                  manifest.text->max_tokens, run.mixed_precision == precision::MixedPrecision::no ? 4 : 2,
-                                 nn::uses_fused_attention(device.type(), compute_dtype), /*training_loss=*/true};
-  T2VActivationShape selective_shape = shape;
-  selective_shape.fused_attention = nn::uses_fused_attention(device.type(), compute_dtype, /*recomputing=*/true);
+                                 false, /*training_loss=*/true};
   trainee.activation_estimate = [&](const memory::CheckpointRunner& runner) {
-    return estimate_for_runner(latte_t2v_stack(transformer_config, shape, false),
-                               latte_t2v_stack(transformer_config, selective_shape, true), runner);
+    return t2v_activation_estimate(transformer_config, shape, device.type(),
+                                   precision::compute_dtype(run.mixed_precision), runner);
   };
   trainee.save_trainable_only = model->has_lora();
   trainee.save_config = [&](const std::filesystem::path& dir) {
