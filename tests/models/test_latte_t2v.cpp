@@ -325,6 +325,26 @@ TEST_CASE("read_latte_t2v_config reads Latte-1's config.json", "[latte_t2v][conf
   CHECK(config.interpolation_scale() == 1);
 }
 
+TEST_CASE("read_latte_t2v_config reads the official LatteT2V's config as diffusers' (the same parameter names)",
+          "[latte_t2v][config]") {
+  // What Vchitect/Latte's LatteT2V.save_pretrained writes for Latte-1: its own class name and the Transformer2DModel
+  // keys it registers (norm_num_groups, use_linear_projection act on non-patch inputs only).
+  auto official = latte1_config();
+  official["_class_name"] = "LatteT2V";
+  official["norm_num_groups"] = 32;
+  official["use_linear_projection"] = false;
+  official["num_vector_embeds"] = nullptr;
+  official["video_length"] = 16;
+  const auto config = models::read_latte_t2v_config(TempConfig(official, "official").path);
+  const auto diffusers = models::read_latte_t2v_config(TempConfig(latte1_config(), "diffusers").path);
+  CHECK(config.inner_dim() == diffusers.inner_dim());
+  CHECK(config.num_layers == diffusers.num_layers);
+  CHECK(config.caption_channels == diffusers.caption_channels);
+  CHECK(config.sample_size == diffusers.sample_size);
+  official["sample_size"] = 128;  // the official class then conditions on resolution (use_additional_conditions)
+  CHECK_THAT(refusal_of(official, "official128"), Catch::Contains("'sample_size'") && Catch::Contains("additional"));
+}
+
 TEST_CASE("read_latte_t2v_config refuses what tune does not implement, naming file and key", "[latte_t2v][config]") {
   auto with = [](const char* key, const nlohmann::json& value) {
     auto config = latte1_config();

@@ -100,10 +100,14 @@ LatteT2VConfig read_latte_t2v_config(const std::filesystem::path& config_json_pa
     throw InputError(fmt::format("{}: expected a JSON object, got {}", source, config_json.type_name()));
   }
   const io::JsonFields reader(config_json, source);
+  // The official Vchitect/Latte class (models/latte_t2v.py) saves its config under its own name: its parameters are
+  // named as diffusers' (diffusers' BasicTransformerBlock, Attention, FeedForward, CaptionProjection and
+  // CombinedTimestepSizeEmbeddings; the temporal blocks' norm3 has no parameters), so its checkpoints load as they
+  // are. Its extra keys (norm_num_groups, use_linear_projection) only act on non-patch inputs.
   const std::string class_name = reader.string("_class_name", "LatteTransformer3DModel");
-  if (class_name != "LatteTransformer3DModel") {
+  if (class_name != "LatteTransformer3DModel" && class_name != "LatteT2V") {
     reader.fail("_class_name", fmt::format("is '{}'; this reader takes diffusers' LatteTransformer3DModel configs "
-                                           "only (Latte-1's transformer/config.json)", class_name));
+                                           "(Latte-1's transformer/config.json) and the official LatteT2V's", class_name));
   }
 
   // "is 'x'", or for a key the file leaves out, the diffusers default that then applies.
@@ -153,6 +157,10 @@ LatteT2VConfig read_latte_t2v_config(const std::filesystem::path& config_json_pa
   config.cross_attention_dim = reader.positive("cross_attention_dim", 0);
   config.attention_bias = reader.boolean("attention_bias", false);
   config.sample_size = reader.positive("sample_size", 64);
+  if (class_name == "LatteT2V" && config.sample_size == 128) {
+    reader.fail("sample_size", "is 128: the official LatteT2V then adds PixArt's resolution and aspect-ratio "
+                               "conditioning (use_additional_conditions), which tune does not implement");
+  }
   config.patch_size = required("patch_size");
   config.num_embeds_ada_norm = reader.integer("num_embeds_ada_norm", 0);
   config.norm_eps = reader.real("norm_eps", 1e-5);

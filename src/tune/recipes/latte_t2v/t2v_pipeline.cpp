@@ -24,7 +24,7 @@ struct Component {
 ComponentPaths resolve_components(const PipelineSettings& settings) {
   ComponentPaths paths;
   const std::vector<Component> components = {
-      {"transformer", {"LatteTransformer3DModel"}, &settings.transformer, &paths.transformer},
+      {"transformer", {"LatteTransformer3DModel", "LatteT2V"}, &settings.transformer, &paths.transformer},
       {"vae", {"AutoencoderKL"}, &settings.vae, &paths.vae},
       {"text_encoder", {"T5EncoderModel"}, &settings.text_encoder, &paths.text_encoder},
       {"tokenizer", {"T5Tokenizer", "T5TokenizerFast"}, &settings.tokenizer, &paths.tokenizer},
