@@ -245,6 +245,9 @@ prepared_files() { find "$1" -name '*.safetensors' -printf '%P %T@ %s\n' | sort;
 case_latte_t2v_prepare_train_resume_sample() {
   skip_without_fixture
   need_video
+  # The attention core pinned: the straight and the resumed run must take the same kernels, and the measured choice
+  # (cached in $TUNE_CACHE_DIR) can be rewritten meanwhile by a concurrent case measuring the same shapes.
+  export TUNE_CPU_ATTENTION=plain TUNE_CPU_GEMM=fp32
   local dir="$WORK/t2v-train"
   local shapes="$dir/shapes" latents="$dir/latents" run="$dir/run" resumed="$dir/run-resumed"
   rm -rf "$dir"; mkdir -p "$dir"
@@ -347,6 +350,9 @@ PY
 case_latte_t2v_lora_peft_export() {
   skip_without_fixture
   need_video
+  # The attention core pinned: the straight and the resumed run must take the same kernels, and the measured choice
+  # (cached in $TUNE_CACHE_DIR) can be rewritten meanwhile by a concurrent case measuring the same shapes.
+  export TUNE_CPU_ATTENTION=plain TUNE_CPU_GEMM=fp32
   local dir="$WORK/t2v-lora"
   local shapes="$dir/shapes" latents="$dir/latents" run="$dir/run" resumed="$dir/run-resumed"
   rm -rf "$dir"; mkdir -p "$dir"
