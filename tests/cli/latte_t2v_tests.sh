@@ -242,12 +242,28 @@ YAML
 # prepared_files DIR: every file tune prepare wrote under DIR with its modification time (to tell kept from rewritten).
 prepared_files() { find "$1" -name '*.safetensors' -printf '%P %T@ %s\n' | sort; }
 
-case_latte_t2v_prepare_train_resume_sample() {
+# The prologue of the training cases: the fixture and a video reader are needed, and the CPU kernels are pinned (the
+# straight and the resumed run must take the same kernels, and the measured choice, cached in $TUNE_CACHE_DIR, can
+# be rewritten meanwhile by a concurrent case measuring the same shapes).
+start_training_case() {
   skip_without_fixture
   need_video
-  # The attention core pinned: the straight and the resumed run must take the same kernels, and the measured choice
-  # (cached in $TUNE_CACHE_DIR) can be rewritten meanwhile by a concurrent case measuring the same shapes.
   export TUNE_CPU_ATTENTION=plain TUNE_CPU_GEMM=fp32
+}
+
+# resume_from_step2 RUN RESUMED: a run that stopped after RUN's step-2 checkpoint (its checkpoint, the first two
+# metrics lines, its config pointed at RESUMED), resumed to the end.
+resume_from_step2() {
+  local run=$1 resumed=$2
+  mkdir -p "$resumed/checkpoints"
+  cp -r "$run/checkpoints/step-2" "$resumed/checkpoints/"
+  head -n 2 "$run/metrics.jsonl" > "$resumed/metrics.jsonl"
+  sed "s|output_dir: .*|output_dir: $resumed|" "$run/config.yaml" > "$resumed/config.yaml"
+  expect_exit 0 "$TUNE" train "$resumed/config.yaml" --resume
+}
+
+case_latte_t2v_prepare_train_resume_sample() {
+  start_training_case
   local dir="$WORK/t2v-train"
   local shapes="$dir/shapes" latents="$dir/latents" run="$dir/run" resumed="$dir/run-resumed"
   rm -rf "$dir"; mkdir -p "$dir"
@@ -304,11 +320,7 @@ PY
   cmp -s "$run/checkpoints/step-4/config.json" "$PIPELINE/transformer/config.json" || fail "checkpoint config.json"
   [ "$(wc -l < "$run/metrics.jsonl")" = 4 ] || fail "expected 4 logged steps"
   # ---- a run that stopped after its step-2 checkpoint, resumed: steps 3-4 and the final weights bit for bit
-  mkdir -p "$resumed/checkpoints"
-  cp -r "$run/checkpoints/step-2" "$resumed/checkpoints/"
-  head -n 2 "$run/metrics.jsonl" > "$resumed/metrics.jsonl"
-  sed "s|output_dir: .*|output_dir: $resumed|" "$run/config.yaml" > "$resumed/config.yaml"
-  expect_exit 0 "$TUNE" train "$resumed/config.yaml" --resume
+  resume_from_step2 "$run" "$resumed"
   echo "losses: straight $(losses "$run/metrics.jsonl"); resumed $(losses "$resumed/metrics.jsonl")"
   [ "$(losses "$run/metrics.jsonl")" = "$(losses "$resumed/metrics.jsonl")" ] || fail "resumed losses differ"
   for f in model.safetensors ema.safetensors; do
@@ -348,11 +360,7 @@ PY
 # uses the adapters; tune export writes a LattePipeline directory whose transformer is the merge, equal to PEFT's
 # adapted model; a full fine-tuning run exports its EMA transformer as is.
 case_latte_t2v_lora_peft_export() {
-  skip_without_fixture
-  need_video
-  # The attention core pinned: the straight and the resumed run must take the same kernels, and the measured choice
-  # (cached in $TUNE_CACHE_DIR) can be rewritten meanwhile by a concurrent case measuring the same shapes.
-  export TUNE_CPU_ATTENTION=plain TUNE_CPU_GEMM=fp32
+  start_training_case
   local dir="$WORK/t2v-lora"
   local shapes="$dir/shapes" latents="$dir/latents" run="$dir/run" resumed="$dir/run-resumed"
   rm -rf "$dir"; mkdir -p "$dir"
@@ -368,11 +376,7 @@ case_latte_t2v_lora_peft_export() {
     [ -s "$step4/$f" ] || fail "missing $f in a LoRA checkpoint"
   done
   # ---- resumed from step 2: the same adapters bit for bit
-  mkdir -p "$resumed/checkpoints"
-  cp -r "$run/checkpoints/step-2" "$resumed/checkpoints/"
-  head -n 2 "$run/metrics.jsonl" > "$resumed/metrics.jsonl"
-  sed "s|output_dir: .*|output_dir: $resumed|" "$run/config.yaml" > "$resumed/config.yaml"
-  expect_exit 0 "$TUNE" train "$resumed/config.yaml" --resume
+  resume_from_step2 "$run" "$resumed"
   [ "$(losses "$run/metrics.jsonl")" = "$(losses "$resumed/metrics.jsonl")" ] || fail "resumed LoRA losses differ"
   cmp -s "$step4/ema.safetensors" "$resumed/checkpoints/step-4/ema.safetensors" || fail "LoRA EMA differs after resume"
   # ---- sampling from the run, and the export
