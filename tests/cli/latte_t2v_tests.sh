@@ -242,9 +242,9 @@ YAML
 # prepared_files DIR: every file tune prepare wrote under DIR with its modification time (to tell kept from rewritten).
 prepared_files() { find "$1" -name '*.safetensors' -printf '%P %T@ %s\n' | sort; }
 
-# The prologue of the training cases: the fixture and a video reader are needed, and the CPU kernels are pinned (the
-# straight and the resumed run must take the same kernels, and the measured choice, cached in $TUNE_CACHE_DIR, can
-# be rewritten meanwhile by a concurrent case measuring the same shapes).
+# The prologue of the training cases: the fixture and a video reader are needed, and the CPU kernels are pinned. The
+# cases run in fp32, where nothing is measured; under bf16 the straight and the resumed run could otherwise take
+# different kernels, the measured choice (cached in $TUNE_CACHE_DIR) being rewritable by a concurrent case.
 start_training_case() {
   skip_without_fixture
   need_video
