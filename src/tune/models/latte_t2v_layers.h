@@ -1,7 +1,6 @@
-// The building blocks of the text-to-video Latte (Latte-1) as diffusers builds them: Attention, FeedForward
-// ("gelu-approximate"), BasicTransformerBlock with norm_type "ada_norm_single" (PixArt), AdaLayerNormSingle and
-// PixArtAlphaTextProjection. Module names are diffusers', so named_parameters() equal the checkpoint's keys.
-// AdaLayerNormSingle and CaptionProjection are PixArt's and Sana's too (diffusers reuses them there).
+// The building blocks of the text-to-video Latte (Latte-1) as diffusers builds them: FeedForward ("gelu-approximate")
+// and BasicTransformerBlock with norm_type "ada_norm_single" (PixArt), on the layers diffusers' PixArt family shares
+// (diffusers_layers.h). Module names are diffusers', so named_parameters() equal the checkpoint's keys.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -10,44 +9,18 @@
 #include <torch/nn/pimpl.h>
 
 #include <string>
-#include <utility>
 #include <vector>
 
+#include "tune/models/diffusers_layers.h"
 #include "tune/models/latte_t2v_config.h"
 #include "tune/nn/block_runner.h"
-#include "tune/nn/lora_linear.h"
-#include "tune/nn/timestep_embedder.h"
 
 namespace tune::models {
 
-// LoRA on the blocks' projections, chosen as PEFT's target_modules chooses them, by the module name's suffix:
-// "to_q", "to_k", "to_v", "to_out.0" (in attn1 and attn2 alike), "ff.net.0.proj", "ff.net.2". Rank 0: no adapter.
-struct LatteT2VLora {
-  nn::LoraOptions options;
-  std::vector<std::string> targets;
-
-  static const std::vector<std::string>& known_targets();
-  bool adapts(const std::string& name) const;  // `name` one of known_targets()
-  // The layer's options: biased or not, with an adapter when `name` is targeted.
-  nn::LoraLinearOptions layer(int64_t in, int64_t out, bool bias, const std::string& name) const;
-};
-
-// diffusers' Attention with its default processor: to_q / to_k / to_v [D -> D] (biased when attention_bias),
-// to_out.0 [D -> D] with bias (to_out.1 is a parameter-free dropout), softmax(q k^T / sqrt(head_dim)) v through
-// nn::run_attention_core (recomputed in backward under selective checkpointing).
-class LatteT2VAttentionImpl : public torch::nn::Module {
- public:
-  LatteT2VAttentionImpl(int64_t dim, int64_t num_heads, bool qkv_bias, const LatteT2VLora& lora = {});
-  // x [N, T, D] attends to context [N, S, D] (x itself for self-attention); mask additive, broadcastable to
-  // [N, heads, T, S], or undefined. Returns [N, T, D].
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& context, const torch::Tensor& mask = {},
-                        nn::BlockRunner* runner = nullptr);
-
-  int64_t num_heads, head_dim;
-  nn::LoraLinear to_q{nullptr}, to_k{nullptr}, to_v{nullptr};
-  nn::LoraLinear output{nullptr};  // registered as to_out.0
-};
-TORCH_MODULE(LatteT2VAttention);
+// LoRA on the blocks' projections: "to_q", "to_k", "to_v", "to_out.0" (in attn1 and attn2 alike), "ff.net.0.proj",
+// "ff.net.2" (latte_t2v_lora_targets()).
+using LatteT2VLora = DiffusersLora;
+const std::vector<std::string>& latte_t2v_lora_targets();
 
 // diffusers' FeedForward with activation_fn "gelu-approximate": net.0.proj [D -> 4D], tanh GELU (an activation
 // region of the runner), net.2 [4D -> D] (net.1 is a parameter-free dropout).
@@ -83,34 +56,10 @@ class LatteT2VBlockImpl : public torch::nn::Module {
 
   double norm_eps;
   torch::Tensor scale_shift_table;  // [6, D]: shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp
-  LatteT2VAttention attn1{nullptr};
-  LatteT2VAttention attn2{nullptr};  // null in temporal blocks
+  DiffusersAttention attn1{nullptr};
+  DiffusersAttention attn2{nullptr};  // null in temporal blocks
   LatteT2VFeedForward ff{nullptr};
 };
 TORCH_MODULE(LatteT2VBlock);
-
-// diffusers' AdaLayerNormSingle without additional conditions: embedded_timestep = emb.timestep_embedder(t)
-// (the [cos, sin] sinusoid of width 256 -> Linear -> SiLU -> Linear, nn::TimestepEmbedder with diffusers' names)
-// and timestep6 = linear(silu(embedded_timestep)) [6 * D], the blocks' shared modulation.
-class AdaLayerNormSingleImpl : public torch::nn::Module {
- public:
-  explicit AdaLayerNormSingleImpl(int64_t dim);
-  // t [B] (integer or fractional) -> {timestep6 [B, 6 * D], embedded_timestep [B, D]}.
-  std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& t);
-
-  nn::TimestepEmbedder timestep_embedder{nullptr};  // registered as emb.timestep_embedder
-  torch::nn::Linear linear{nullptr};
-};
-TORCH_MODULE(AdaLayerNormSingle);
-
-// diffusers' PixArtAlphaTextProjection: linear_1 [caption_channels -> D], tanh GELU, linear_2 [D -> D].
-class CaptionProjectionImpl : public torch::nn::Module {
- public:
-  CaptionProjectionImpl(int64_t caption_channels, int64_t dim);
-  torch::Tensor forward(const torch::Tensor& caption);  // [B, L, caption_channels] -> [B, L, D]
-
-  torch::nn::Linear linear_1{nullptr}, linear_2{nullptr};
-};
-TORCH_MODULE(CaptionProjection);
 
 }  // namespace tune::models

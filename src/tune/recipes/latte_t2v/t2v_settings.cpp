@@ -78,7 +78,7 @@ T2VSettings read_t2v_settings(const config::Config& config) {
   lora.options.dropout = config.get_real("lora.dropout");
   if (lora.options.dropout < 0 || lora.options.dropout >= 1) config.fail("lora.dropout", "must be in [0, 1)");
   lora.targets = config.get_strings("lora.target_modules");
-  const auto& known = models::LatteT2VLora::known_targets();
+  const auto& known = models::latte_t2v_lora_targets();
   for (const auto& target : lora.targets) {
     if (std::find(known.begin(), known.end(), target) == known.end()) {
       config.fail("lora.target_modules", fmt::format("has unknown module '{}'; valid: {}", target, fmt::join(known, ", ")));
