@@ -24,6 +24,12 @@ As the Latte-1 fixture: diffusers computes the timestep sinusoid (get_timestep_e
 table in float32 whatever the model's dtype; "output" patches both to float64 from diffusers' own formulas so the
 comparison can be tight (tune computes both in float64). "output_stock" is diffusers untouched.
 
+The official checkpoint layout: DIR/official_{plain,qk_norm}.pth hold the plain and qk_norm models' weights under
+the official NVlabs names (fused attn.qkv and cross_attn.kv_linear, mlp.*_conv.conv, t_embedder, y_embedder, ...,
+plus the y_embedding / pos_embed tensors diffusers' converter drops), written here from the official module layout,
+and DIR/converted_{plain,qk_norm}/ is what scripts/convert_sana_official.py makes of them: test_sana loads those and
+compares with the "main" and "qk_norm" outputs.
+
 If torch or diffusers is not installed, writes DIR/SKIPPED with the reason instead and exits 0; the test then exits 77
 (reported skipped by CTest, never passed).
 """
@@ -92,6 +98,43 @@ def set_float64_table(model, grid_height, grid_width):
                                               output_type="pt").to(torch.float64).unsqueeze(0)
 
 
+def official_state_dict(weights, layers, qk_norm):
+    """The diffusers weights under the official SanaMS names (NVlabs/Sana diffusion/model/nets/sana_multi_scale.py)."""
+    w = dict(weights)
+    out = {"x_embedder.proj.weight": w.pop("patch_embed.proj.weight"), "x_embedder.proj.bias": w.pop("patch_embed.proj.bias"),
+           "t_block.1.weight": w.pop("time_embed.linear.weight"), "t_block.1.bias": w.pop("time_embed.linear.bias"),
+           "attention_y_norm.weight": w.pop("caption_norm.weight"),
+           "final_layer.linear.weight": w.pop("proj_out.weight"), "final_layer.linear.bias": w.pop("proj_out.bias"),
+           "final_layer.scale_shift_table": w.pop("scale_shift_table")}
+    for i, mlp in ((1, "0"), (2, "2")):
+        for kind in ("weight", "bias"):
+            out[f"t_embedder.mlp.{mlp}.{kind}"] = w.pop(f"time_embed.emb.timestep_embedder.linear_{i}.{kind}")
+            out[f"y_embedder.y_proj.fc{i}.{kind}"] = w.pop(f"caption_projection.linear_{i}.{kind}")
+    for i in range(layers):
+        b, o = f"transformer_blocks.{i}", f"blocks.{i}"
+        out[f"{o}.scale_shift_table"] = w.pop(f"{b}.scale_shift_table")
+        out[f"{o}.attn.qkv.weight"] = torch.cat([w.pop(f"{b}.attn1.to_{n}.weight") for n in "qkv"])
+        out[f"{o}.attn.proj.weight"] = w.pop(f"{b}.attn1.to_out.0.weight")
+        out[f"{o}.attn.proj.bias"] = w.pop(f"{b}.attn1.to_out.0.bias")
+        for new, old in (("conv_inverted", "inverted_conv"), ("conv_depth", "depth_conv"), ("conv_point", "point_conv")):
+            for kind in ("weight", "bias"):
+                if f"{b}.ff.{new}.{kind}" in w:
+                    out[f"{o}.mlp.{old}.conv.{kind}"] = w.pop(f"{b}.ff.{new}.{kind}")
+        out[f"{o}.cross_attn.q_linear.weight"] = w.pop(f"{b}.attn2.to_q.weight")
+        out[f"{o}.cross_attn.q_linear.bias"] = w.pop(f"{b}.attn2.to_q.bias")
+        out[f"{o}.cross_attn.kv_linear.weight"] = torch.cat([w.pop(f"{b}.attn2.to_k.weight"), w.pop(f"{b}.attn2.to_v.weight")])
+        out[f"{o}.cross_attn.kv_linear.bias"] = torch.cat([w.pop(f"{b}.attn2.to_k.bias"), w.pop(f"{b}.attn2.to_v.bias")])
+        out[f"{o}.cross_attn.proj.weight"] = w.pop(f"{b}.attn2.to_out.0.weight")
+        out[f"{o}.cross_attn.proj.bias"] = w.pop(f"{b}.attn2.to_out.0.bias")
+        if qk_norm:
+            for attn, old in (("attn1", "attn"), ("attn2", "cross_attn")):
+                out[f"{o}.{old}.q_norm.weight"] = w.pop(f"{b}.{attn}.norm_q.weight")
+                out[f"{o}.{old}.k_norm.weight"] = w.pop(f"{b}.{attn}.norm_k.weight")
+    assert not w, sorted(w)
+    out["y_embedder.y_embedding"] = torch.zeros(TEXT_LENGTH, BASE["caption_channels"])  # dropped by the converter
+    return out
+
+
 def run(model, x, t, text, mask):
     with torch.no_grad():
         return model(x, encoder_hidden_states=text, timestep=t, encoder_attention_mask=mask, return_dict=False)[0]
@@ -113,6 +156,15 @@ def main():
         randomise(model, 20251126 + seed)
         model.save_pretrained(os.path.join(out, name), safe_serialization=True)
         weights[name] = {k: v.clone() for k, v in model.state_dict().items()}
+
+    import subprocess
+    converter = os.path.join(os.path.dirname(os.path.abspath(__file__)), "convert_sana_official.py")
+    for name in ("plain", "qk_norm"):
+        official = os.path.join(out, f"official_{name}.pth")
+        torch.save({"state_dict": official_state_dict(weights[name], BASE["num_layers"], name == "qk_norm")}, official)
+        subprocess.run([sys.executable, converter, official, os.path.join(out, f"converted_{name}"), "--image-size", "512",
+                        "--cross-heads", str(BASE["num_cross_attention_heads"]),
+                        "--linear-head-dim", str(BASE["attention_head_dim"])], check=True)
 
     generator = torch.Generator().manual_seed(7)
     B, C, L = 2, BASE["in_channels"], TEXT_LENGTH

@@ -33,6 +33,7 @@ std::filesystem::path fixture_dir() { return test::reference_fixture_dir("diffus
 
 using test::relative_max_diff;
 
+// `name`: a model folder of the fixture (plain, qk_norm, pos_embed, converted_plain, converted_qk_norm).
 models::Sana load_model(const std::string& name) {
   test::skip_if_fixture_skipped(fixture_dir());
   const auto dir = fixture_dir() / name;
@@ -177,6 +178,19 @@ TEST_CASE("Sana matches diffusers' SanaTransformer2DModel in float32", "[sana][d
                 diff_stock);
     CHECK(diff < 1e-5);
     CHECK(diff_stock < 1e-5);
+  }
+}
+
+TEST_CASE("Official Sana checkpoints converted by scripts/convert_sana_official.py load and match diffusers",
+          "[sana][diffusers]") {
+  for (const auto& c : load_cases()) {
+    if (c.name != "main" && c.name != "qk_norm") continue;
+    INFO("case " << c.name);
+    auto model = load_model("converted_" + c.model);
+    model->to(torch::kFloat64);
+    const double diff = relative_max_diff(run_case(model, c, torch::kFloat64), c.output);
+    std::printf("official checkpoint, converted: case %-8s float64 rel. max diff %.3g\n", c.name.c_str(), diff);
+    CHECK(diff < 1e-6);
   }
 }
 
