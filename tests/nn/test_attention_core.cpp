@@ -305,3 +305,27 @@ TEST_CASE("fused attention on CUDA under bf16 autocast agrees with the plain cor
     CHECK(relative < 1e-2);  // bf16 operands: ~3e-3 expected
   }
 }
+
+TEST_CASE("recomputing attention: a padding mask broadcast over the queries, across several query chunks",
+          "[nn][attention]") {
+  // A cross-attention's text mask is [B, 1, 1, S]: one row for every query. With more than 512 queries (Sana's image
+  // tokens) the chunks must keep that row rather than slice it by their query range.
+  torch::manual_seed(17);
+  const int64_t queries = 1100, keys = 9;
+  const auto options = torch::TensorOptions().dtype(torch::kDouble).requires_grad(true);
+  const auto query = torch::randn({2, 2, queries, 4}, options);
+  const auto key = torch::randn({2, 2, keys, 4}, options);
+  const auto value = torch::randn({2, 2, keys, 4}, options);
+  auto mask = torch::zeros({2, 1, 1, keys}, torch::kDouble);
+  mask[1].slice(-1, 5).fill_(-10000.0);  // sample 1's last 4 caption tokens are padding
+  const auto upstream = torch::randn({2, 2, queries, 4}, torch::kDouble);
+  const auto plain = attention_core(query, key, value, mask, 0.5);
+  const auto recomputing = attention_core_recomputing_probabilities(query, key, value, mask, 0.5);
+  CHECK(max_diff(plain, recomputing) < 1e-12);
+  const auto got = torch::autograd::grad({recomputing}, {query, key, value}, {upstream});
+  const auto expected = torch::autograd::grad({plain}, {query, key, value}, {upstream});
+  for (size_t i = 0; i < 3; ++i) {
+    INFO("input " << i);
+    CHECK(max_diff(got[i], expected[i]) < 1e-12);
+  }
+}

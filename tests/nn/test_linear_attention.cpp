@@ -5,6 +5,7 @@
 
 #include "tune/nn/glumb_conv.h"
 #include "tune/nn/linear_attention.h"
+#include "tune/precision/mixed_precision.h"
 
 namespace {
 
@@ -45,6 +46,13 @@ TEST_CASE("relu_linear_attention equals the quadratic form in float64", "[nn][li
   const auto low = tune::nn::relu_linear_attention(q.to(torch::kBFloat16), k.to(torch::kBFloat16),
                                                    v.to(torch::kBFloat16), 1e-15);
   CHECK(low.scalar_type() == torch::kBFloat16);
+  // Under bf16 autocast the products stay fp32 (autocast would otherwise cast their fp32 operands to bf16).
+  torch::Tensor under_autocast;
+  {
+    tune::precision::AutocastScope autocast(tune::precision::MixedPrecision::bf16, torch::Device(torch::kCPU));
+    under_autocast = tune::nn::relu_linear_attention(q, k, v, 1e-15);
+  }
+  CHECK(torch::equal(under_autocast, got));
   // A query orthogonal to every key (all zero after ReLU) gives 0 / eps = 0, not NaN.
   auto zero_q = q.clone();
   zero_q[0][0][0].zero_();

@@ -109,10 +109,12 @@ std::vector<KeyRange> visible_key_ranges(const torch::Tensor& mask, int64_t quer
   return ranges;
 }
 
-// The mask's block for `range` (undefined stays undefined).
+// The mask's block for `range` (undefined stays undefined). A mask broadcast over the queries (one row, as a
+// cross-attention's padding mask [B, 1, 1, S]) keeps its row: slicing it by the chunk's rows would empty it.
 torch::Tensor mask_block(const torch::Tensor& mask, const KeyRange& range) {
   if (!mask.defined()) return mask;
-  return mask.slice(-2, range.query_begin, range.query_end).slice(-1, range.key_begin, range.key_end);
+  const torch::Tensor rows = mask.size(-2) == 1 ? mask : mask.slice(-2, range.query_begin, range.query_end);
+  return rows.slice(-1, range.key_begin, range.key_end);
 }
 
 // The recomputing form's forward: the plain form's ops, chunk by chunk over the same ranges backward will use, so

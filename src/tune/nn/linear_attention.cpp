@@ -1,5 +1,6 @@
 #include "tune/nn/linear_attention.h"
 
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/torch.h>
 
 #include <stdexcept>
@@ -11,7 +12,10 @@ torch::Tensor relu_linear_attention(const torch::Tensor& query, const torch::Ten
   if (query.dim() != 4 || key.sizes() != query.sizes() || value.sizes() != query.sizes()) {
     throw std::invalid_argument("relu_linear_attention: query, key and value must all be [B, H, N, d]");
   }
-  // fp32 at least; a float64 reference stays float64.
+  // fp32 at least; a float64 reference stays float64. Autocast is off in here, or it would cast the fp32 operands
+  // of the two matmuls back to bf16 (the official Sana code turns it off around its linear attention for the same
+  // reason: NaN losses).
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   const auto compute = query.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
   const auto q = query.to(compute);
   const auto k = key.to(compute);
