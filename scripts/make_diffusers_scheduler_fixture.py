@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Reference schedules and sampling runs from Hugging Face diffusers' own DDIMScheduler and
-DPMSolverMultistepScheduler, for tune's scheduler_config reader and sampler (read by
+"""Reference schedules and sampling runs from Hugging Face diffusers' own DDIMScheduler,
+DPMSolverMultistepScheduler (DDPM and flow sigmas) and FlowMatchEulerDiscreteScheduler, for tune's scheduler_config
+reader and sampler (read by
 tests/diffusion/test_scheduler_config.cpp), and a diffusers pipeline directory (model_index.json, read by
 tests/io/test_pipeline_index.cpp).
 
@@ -17,15 +18,19 @@ Writes, under DIR:
                            "eta_one_seed": ..., "x_shape": [...]}
   reference.safetensors   x_T (float64); per case NAME:
                             NAME/betas, NAME/alphas_cumprod           float32, diffusers' tables
-                            NAME/timesteps/N                           int64, set_timesteps(N); scheduler.timesteps
-                            NAME/sigmas/N                              float32, DPM-Solver only: scheduler.sigmas
+                            NAME/timesteps/N                           set_timesteps(N); scheduler.timesteps: int64,
+                                                                       float32 for FlowMatchEuler
+                            NAME/sigmas/N                              float32, DPM-Solver and FlowMatchEuler:
+                                                                       scheduler.sigmas
                             NAME/trajectory/N/float64, .../float32     [N + 1, *x_shape]: the sample passed to the
                                                                        model at each step, then the result
                             NAME/eta_one/N                             float64 DDIM with eta 1 (noise from a
                                                                        torch.Generator seeded eta_one_seed)
-The model is the toy eps (or v, or x_0) predictor  0.9 * tanh(x) + 1e-4 * t  (t the timestep as a float, per
-sample), which the C++ test repeats with the same LibTorch ops. The pipeline's loop is diffusers' own: x = x_T;
-for t in scheduler.timesteps: x = scheduler.step(model(x, t), t, x).prev_sample.
+The model is the toy eps (or v, or x_0, or flow velocity) predictor  0.9 * tanh(x) + 1e-4 * t  (t the timestep
+as a float, per sample), which the C++ test repeats with the same LibTorch ops. The flow cases (Sana's
+DPM-Solver config with flow_shift 3 and 1, and FlowMatchEuler with shift 1 and 3) have their own step counts.
+The pipeline's loop is diffusers' own: x = x_T; for t in scheduler.timesteps: x = scheduler.step(model(x, t), t,
+x).prev_sample.
 
 If diffusers is not installed, writes DIR/SKIPPED with the reason (beside latte1_pipeline/) and exits 0; the
 scheduler tests then exit 77 (reported skipped by CTest, never passed).
@@ -45,6 +50,16 @@ X_SEED = 20240823
 ETA_ONE_SEED = 1234
 TIMESTEP_COUNTS = [1, 2, 3, 7, 13, 25, 50, 100, 250]
 TRAJECTORY_COUNTS = [50, 25, 7]
+# Sana samples with 20 steps; 1000 (every training timestep) makes shifted flow sigmas repeat a truncated timestep.
+FLOW_TIMESTEP_COUNTS = [1, 2, 3, 7, 13, 20, 50, 250, 1000]
+FLOW_TRAJECTORY_COUNTS = [20, 7]
+
+# Sana's scheduler/scheduler_config.json (Efficient-Large-Model/Sana_1600M_512px_diffusers), the keys that differ
+# from DPMSolverMultistepScheduler's defaults spelled out.
+SANA_DPM_FLOW = dict(algorithm_type="dpmsolver++", solver_order=2, solver_type="midpoint",
+                     prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0,
+                     final_sigmas_type="zero", lower_order_final=True, timestep_spacing="linspace",
+                     num_train_timesteps=1000)
 
 # Latte-1's scheduler/scheduler_config.json (maxin-cn/Latte-1, after the commit that replaced DPMSolverMultistep),
 # with the keys diffusers writes for DDIMScheduler; variance_type is DDPMScheduler's, kept by diffusers as a hidden
@@ -104,7 +119,16 @@ CASES = {
                                                                     final_sigmas_type="sigma_min")),
     "dpm_first_order_sample": ("DPMSolverMultistepScheduler", dict(solver_order=1, prediction_type="sample",
                                                                    beta_schedule="squaredcos_cap_v2")),
+    "dpm_flow_sana": ("DPMSolverMultistepScheduler", SANA_DPM_FLOW),
+    "dpm_flow_shift1": ("DPMSolverMultistepScheduler", dict(SANA_DPM_FLOW, flow_shift=1.0)),
+    # the final sigma from the DDPM betas (as diffusers takes it), heun, no lower-order final step
+    "dpm_flow_sigma_min_heun": ("DPMSolverMultistepScheduler", dict(SANA_DPM_FLOW, final_sigmas_type="sigma_min",
+                                                                    solver_type="heun", lower_order_final=False)),
+    "flow_euler_shift1": ("FlowMatchEulerDiscreteScheduler", dict(shift=1.0)),
+    "flow_euler_shift3": ("FlowMatchEulerDiscreteScheduler", dict(shift=3.0)),
 }
+FLOW_CASES = {"dpm_flow_sana", "dpm_flow_shift1", "dpm_flow_sigma_min_heun", "flow_euler_shift1",
+              "flow_euler_shift3"}
 
 
 def toy_model(x, t):
@@ -165,15 +189,18 @@ def main():
     for name, (class_name, arguments) in CASES.items():
         cls, directory = make_scheduler(diffusers, name, class_name, arguments, out)
         scheduler = cls.from_pretrained(directory)
-        tensors[f"{name}/betas"] = scheduler.betas.clone()
-        tensors[f"{name}/alphas_cumprod"] = scheduler.alphas_cumprod.clone()
-        for steps in TIMESTEP_COUNTS:
+        if class_name != "FlowMatchEulerDiscreteScheduler":  # it has no DDPM process
+            tensors[f"{name}/betas"] = scheduler.betas.clone()
+            tensors[f"{name}/alphas_cumprod"] = scheduler.alphas_cumprod.clone()
+        timestep_counts = FLOW_TIMESTEP_COUNTS if name in FLOW_CASES else TIMESTEP_COUNTS
+        trajectory_counts = FLOW_TRAJECTORY_COUNTS if name in FLOW_CASES else TRAJECTORY_COUNTS
+        for steps in timestep_counts:
             scheduler = cls.from_pretrained(directory)
             scheduler.set_timesteps(steps)
             tensors[f"{name}/timesteps/{steps}"] = scheduler.timesteps.clone()
-            if class_name == "DPMSolverMultistepScheduler":
+            if class_name != "DDIMScheduler":
                 tensors[f"{name}/sigmas/{steps}"] = scheduler.sigmas.clone()
-        for steps in TRAJECTORY_COUNTS:
+        for steps in trajectory_counts:
             for dtype, label in ((torch.float64, "float64"), (torch.float32, "float32")):
                 tensors[f"{name}/trajectory/{steps}/{label}"] = run(cls, directory, steps, x_T.to(dtype))
         eta_one_counts = []
@@ -181,8 +208,8 @@ def main():
             eta_one_counts = [25]
             generator = torch.Generator().manual_seed(ETA_ONE_SEED)
             tensors[f"{name}/eta_one/25"] = run(cls, directory, 25, x_T, eta=1.0, generator=generator)
-        cases.append(dict(name=name, class_name=class_name, timestep_counts=TIMESTEP_COUNTS,
-                          trajectory_counts=TRAJECTORY_COUNTS, eta_one_counts=eta_one_counts))
+        cases.append(dict(name=name, class_name=class_name, timestep_counts=timestep_counts,
+                          trajectory_counts=trajectory_counts, eta_one_counts=eta_one_counts))
 
     safetensors_io.save(os.path.join(out, "reference.safetensors"),
                         {k: v.contiguous() for k, v in tensors.items()})

@@ -1,5 +1,6 @@
-// tune's reading of diffusers' scheduler_config.json and its sampling with DDIMScheduler and
-// DPMSolverMultistepScheduler semantics, against diffusers itself: scripts/make_diffusers_scheduler_fixture.py
+// tune's reading of diffusers' scheduler_config.json and its sampling with DDIMScheduler,
+// DPMSolverMultistepScheduler (DDPM and flow sigmas) and FlowMatchEulerDiscreteScheduler semantics, against
+// diffusers itself: scripts/make_diffusers_scheduler_fixture.py
 // (run by CTest as diffusers_scheduler_fixture_setup into the build tree) records diffusers' tables, timesteps,
 // sigmas and whole sampling trajectories of a toy model. Without diffusers the fixture holds SKIPPED and the
 // fixture-based cases exit 77 (reported skipped by CTest, never passed); the error cases need no fixture.
@@ -67,6 +68,7 @@ double relative_difference(const torch::Tensor& a, const torch::Tensor& b) {
 struct Run {
   torch::Tensor trajectory;         // [steps + 1, ...]: the model's input at each step, then the result
   std::vector<int64_t> reported;    // on_step's timesteps
+  std::vector<torch::Tensor> model_timesteps;  // what the model was called with, [B] each
 };
 
 Run sample(const SchedulerConfig& config, int64_t steps, const torch::Tensor& x_T, SamplerOptions options = {},
@@ -75,6 +77,7 @@ Run sample(const SchedulerConfig& config, int64_t steps, const torch::Tensor& x_
   std::vector<torch::Tensor> states;
   const ModelFn model = [&](const torch::Tensor& x, const torch::Tensor& t) {
     states.push_back(x.detach().clone());
+    run.model_timesteps.push_back(t.clone());
     return toy_model(x, t);
   };
   options.on_step = [&](int64_t, int64_t, int64_t timestep) { run.reported.push_back(timestep); };
@@ -118,6 +121,7 @@ TEST_CASE("scheduler tables are diffusers' float32 tables bit for bit", "[diffus
     INFO(name);
     const auto config = read_scheduler_config(config_path(name));
     CHECK(config.class_name == entry.at("class_name").get<std::string>());
+    if (config.kind == SchedulerKind::flow_match_euler) continue;  // no DDPM process
     const auto betas = torch::tensor(scheduler_betas(config), torch::kDouble).to(torch::kFloat);
     const auto alphas_cumprod = torch::tensor(scheduler_alphas_cumprod(config), torch::kDouble).to(torch::kFloat);
     CHECK(torch::equal(betas, data.reference.load(name + "/betas")));
@@ -125,31 +129,58 @@ TEST_CASE("scheduler tables are diffusers' float32 tables bit for bit", "[diffus
   }
 }
 
-TEST_CASE("scheduler timesteps and DPM-Solver sigmas equal diffusers' set_timesteps", "[diffusion][scheduler]") {
+TEST_CASE("scheduler timesteps and sigmas equal diffusers' set_timesteps", "[diffusion][scheduler]") {
   const auto& data = fixture();
+  double worst_flow_timestep = 0, worst_flow_sigma = 0;  // relative, the flow cases
+  int flow_tables = 0;
   for (const auto& entry : data.cases.at("cases")) {
     const auto name = entry.at("name").get<std::string>();
     const auto config = read_scheduler_config(config_path(name));
     for (int64_t steps : entry.at("timestep_counts").get<std::vector<int64_t>>()) {
       INFO(name << ", " << steps << " steps");
-      const auto expected = longs(data.reference.load(fmt::format("{}/timesteps/{}", name, steps)));
-      CHECK(scheduler_timesteps(config, steps) == expected);
-      if (config.kind == SchedulerKind::dpm_solver_multistep) {
-        const auto sigmas = torch::tensor(scheduler_sigmas(config, steps), torch::kDouble).to(torch::kFloat);
-        CHECK(torch::equal(sigmas, data.reference.load(fmt::format("{}/sigmas/{}", name, steps))));
+      const auto expected = data.reference.load(fmt::format("{}/timesteps/{}", name, steps));
+      const auto timesteps = scheduler_model_timesteps(config, steps);
+      // int64 (truncated or rounded timesteps) for DDIM and DPM-Solver, float32 for FlowMatchEuler, as diffusers
+      CHECK(timesteps.scalar_type() == expected.scalar_type());
+      if (config.kind != SchedulerKind::flow_match_euler) {
+        CHECK(scheduler_timesteps(config, steps) == longs(expected));
       }
+      if (config.kind == SchedulerKind::ddim) {
+        CHECK(torch::equal(timesteps, expected));
+        continue;
+      }
+      const auto sigmas = torch::tensor(scheduler_sigmas(config, steps), torch::kDouble).to(torch::kFloat);
+      const auto expected_sigmas = data.reference.load(fmt::format("{}/sigmas/{}", name, steps));
+      REQUIRE(sigmas.sizes() == expected_sigmas.sizes());
+      if (!config.flow()) {
+        CHECK(torch::equal(timesteps, expected));
+        CHECK(torch::equal(sigmas, expected_sigmas));
+        continue;
+      }
+      // flow sigmas: numpy's float64 arithmetic redone in double, so bit-equal is expected; 1e-6 is the bound
+      const double timestep_difference = relative_difference(timesteps, expected);
+      const double sigma_difference = relative_difference(sigmas, expected_sigmas);
+      CHECK(timestep_difference <= 1e-6);
+      CHECK(sigma_difference <= 1e-6);
+      worst_flow_timestep = std::max(worst_flow_timestep, timestep_difference);
+      worst_flow_sigma = std::max(worst_flow_sigma, sigma_difference);
+      ++flow_tables;
     }
   }
+  CHECK(flow_tables == 5 * 9);
+  std::cout << fmt::format("flow schedules ({} tables): largest relative difference to diffusers {:.2e} "
+                           "(timesteps), {:.2e} (sigmas)\n",
+                           flow_tables, worst_flow_timestep, worst_flow_sigma);
 }
 
-TEST_CASE("sampling trajectories match diffusers' DDIM and DPM-Solver++ loops", "[diffusion][scheduler]") {
+TEST_CASE("sampling trajectories match diffusers' DDIM, DPM-Solver++ and flow-matching loops",
+          "[diffusion][scheduler]") {
   const auto& data = fixture();
   const auto x_T = data.reference.load("x_T");
-  double worst_ddim[2] = {0, 0}, worst_dpm[2] = {0, 0};  // float64, float32
+  double worst_ddim[2] = {0, 0}, worst_dpm[2] = {0, 0}, worst_flow_dpm[2] = {0, 0}, worst_flow_euler[2] = {0, 0};
   for (const auto& entry : data.cases.at("cases")) {
     const auto name = entry.at("name").get<std::string>();
     const auto config = read_scheduler_config(config_path(name));
-    const bool ddim = config.kind == SchedulerKind::ddim;
     for (int64_t steps : entry.at("trajectory_counts").get<std::vector<int64_t>>()) {
       for (int precision = 0; precision < 2; ++precision) {
         const auto dtype = precision == 0 ? torch::kDouble : torch::kFloat;
@@ -159,18 +190,32 @@ TEST_CASE("sampling trajectories match diffusers' DDIM and DPM-Solver++ loops", 
         const auto run = sample(config, steps, x_T.to(dtype));
         REQUIRE(run.trajectory.sizes() == expected.sizes());
         CHECK(run.trajectory.scalar_type() == dtype);
-        CHECK(run.reported == scheduler_timesteps(config, steps));
+        // the model sees diffusers' timesteps, in diffusers' dtype, for every sample of the batch
+        const auto expected_timesteps = data.reference.load(fmt::format("{}/timesteps/{}", name, steps));
+        REQUIRE(run.model_timesteps.size() == static_cast<size_t>(steps));
+        for (int64_t i = 0; i < steps; ++i) {
+          const auto& seen = run.model_timesteps[static_cast<size_t>(i)];
+          CHECK(seen.scalar_type() == expected_timesteps.scalar_type());
+          CHECK(torch::equal(seen, expected_timesteps[i].expand({x_T.size(0)})));
+        }
+        CHECK(run.reported == longs(expected_timesteps.to(torch::kDouble).round()));
         const double difference = relative_difference(run.trajectory, expected);
         // float64: diffusers computes its per-step coefficients (and DPM-Solver its sample) in float32
         CHECK(difference < (precision == 0 ? 1e-5 : 2e-5));
-        auto& worst = ddim ? worst_ddim[precision] : worst_dpm[precision];
+        auto& worst = config.kind == SchedulerKind::ddim               ? worst_ddim[precision]
+                      : config.kind == SchedulerKind::flow_match_euler ? worst_flow_euler[precision]
+                      : config.use_flow_sigmas                         ? worst_flow_dpm[precision]
+                                                                       : worst_dpm[precision];
         worst = std::max(worst, difference);
       }
     }
   }
   std::cout << fmt::format("largest relative trajectory difference to diffusers: DDIM {:.2e} (float64), {:.2e} "
-                           "(float32); DPM-Solver++ {:.2e} (float64), {:.2e} (float32)\n",
-                           worst_ddim[0], worst_ddim[1], worst_dpm[0], worst_dpm[1]);
+                           "(float32); DPM-Solver++ {:.2e} (float64), {:.2e} (float32); DPM-Solver++ on flow "
+                           "sigmas {:.2e} (float64), {:.2e} (float32); FlowMatchEuler {:.2e} (float64), {:.2e} "
+                           "(float32)\n",
+                           worst_ddim[0], worst_ddim[1], worst_dpm[0], worst_dpm[1], worst_flow_dpm[0],
+                           worst_flow_dpm[1], worst_flow_euler[0], worst_flow_euler[1]);
 }
 
 TEST_CASE("DDIM with eta 1 draws diffusers' noise from the same generator", "[diffusion][scheduler]") {
@@ -219,6 +264,8 @@ TEST_CASE("scheduler configs: what tune refuses names the file and the key", "[d
   tune::testing::ScratchDir dir;
   const std::string ddim = R"("_class_name": "DDIMScheduler", "clip_sample": false)";
   const std::string dpm = R"("_class_name": "DPMSolverMultistepScheduler")";
+  const std::string flow = R"(, "use_flow_sigmas": true, "prediction_type": "flow_prediction")";
+  const std::string euler = R"("_class_name": "FlowMatchEulerDiscreteScheduler")";
   struct Refusal {
     std::string body, key, reason;
   };
@@ -239,8 +286,32 @@ TEST_CASE("scheduler configs: what tune refuses names the file and the key", "[d
       {dpm + R"(, "solver_order": 3)", "solver_order", "3"},
       {dpm + R"(, "algorithm_type": "sde-dpmsolver++")", "algorithm_type", "sde-dpmsolver++"},
       {dpm + R"(, "solver_type": "logrho")", "solver_type", "logrho"},
-      {dpm + R"(, "use_flow_sigmas": true)", "use_flow_sigmas", "does not implement"},
       {dpm + R"(, "final_sigmas_type": "denoise_to_zero")", "final_sigmas_type", "denoise_to_zero"},
+      // flow sigmas: only with a flow prediction, and the reverse; no dynamic shifting or other sigma schedules
+      {dpm + R"(, "use_flow_sigmas": true)", "prediction_type", "\"epsilon\" with use_flow_sigmas true"},
+      {dpm + R"(, "use_flow_sigmas": true, "prediction_type": "v_prediction")", "prediction_type", "v_prediction"},
+      {dpm + R"(, "prediction_type": "flow_prediction")", "use_flow_sigmas", "is false"},
+      {dpm + flow + R"(, "use_dynamic_shifting": true)", "use_dynamic_shifting", "does not implement"},
+      {dpm + flow + R"(, "use_karras_sigmas": true)", "use_karras_sigmas", "does not implement"},
+      {dpm + flow + R"(, "use_exponential_sigmas": true)", "use_exponential_sigmas", "does not implement"},
+      {dpm + flow + R"(, "use_beta_sigmas": true)", "use_beta_sigmas", "does not implement"},
+      {dpm + flow + R"(, "time_shift_type": "linear")", "time_shift_type", "linear"},
+      {dpm + flow + R"(, "flow_shift": 0)", "flow_shift", "must be a number > 0"},
+      {dpm + flow + R"(, "flow_shift": "3")", "flow_shift", "must be a number"},
+      {ddim + R"(, "prediction_type": "flow_prediction", "use_flow_sigmas": true)", "prediction_type",
+       "flow_prediction"},
+      // FlowMatchEulerDiscreteScheduler
+      {euler + R"(, "use_dynamic_shifting": true)", "use_dynamic_shifting", "does not implement"},
+      {euler + R"(, "use_karras_sigmas": true)", "use_karras_sigmas", "does not implement"},
+      {euler + R"(, "use_exponential_sigmas": true)", "use_exponential_sigmas", "does not implement"},
+      {euler + R"(, "use_beta_sigmas": true)", "use_beta_sigmas", "does not implement"},
+      {euler + R"(, "stochastic_sampling": true)", "stochastic_sampling", "does not implement"},
+      {euler + R"(, "invert_sigmas": true)", "invert_sigmas", "does not implement"},
+      {euler + R"(, "shift_terminal": 0.1)", "shift_terminal", "0.1"},
+      {euler + R"(, "shift": -1.0)", "shift", "must be a number > 0"},
+      {euler + R"(, "time_shift_type": "cubic")", "time_shift_type", "cubic"},
+      {euler + R"(, "flow_shift": 3.0)", "flow_shift", "reads its shift from 'shift'"},
+      {euler + R"(, "shift_scale": 3.0)", "shift_scale", "not a setting"},
   };
   for (size_t i = 0; i < refusals.size(); ++i) {
     const auto& refusal = refusals[i];
@@ -277,6 +348,19 @@ TEST_CASE("scheduler configs: what tune refuses names the file and the key", "[d
                Contains("gradient guidance") && Contains("DPMSolverMultistepScheduler"));
     CHECK_THAT(usage_error([&] { scheduler_diffusion(config, 3); }), Contains("DDIMScheduler"));
   }
+  SECTION("FlowMatchEuler: float timesteps, no DDIM process, no guidance in the loop") {
+    const auto config = read_scheduler_config(dir.write("euler/scheduler_config.json", "{" + euler + "}"));
+    CHECK_THAT(usage_error([&] { scheduler_timesteps(config, 3); }), Contains("scheduler_model_timesteps"));
+    CHECK_THAT(usage_error([&] { scheduler_model_timesteps(config, 1001); }), Contains("1001"));
+    CHECK_THAT(usage_error([&] { scheduler_diffusion(config, 3); }), Contains("DDIMScheduler"));
+    SamplerOptions options;
+    options.eta = 1.0;
+    CHECK_THAT(usage_error([&] {
+                 sample_with_scheduler(config, 3, toy_model, torch::zeros({1, 2}), at::detail::createCPUGenerator(0),
+                                       options);
+               }),
+               Contains("eta") && Contains("flow-matching Euler"));
+  }
 }
 
 TEST_CASE("scheduler configs: keys of other diffusers schedulers are accepted, as diffusers does",
@@ -301,4 +385,55 @@ TEST_CASE("scheduler configs: keys of other diffusers schedulers are accepted, a
   CHECK(dpm.timestep_spacing == "linspace");
   CHECK(std::isinf(dpm.lambda_min_clipped));
   CHECK_FALSE(dpm.learned_variance());
+  CHECK_FALSE(dpm.flow());
+
+  // A FlowMatchEuler file may carry DDPM keys (hidden, without effect); a flow_shift equal to its shift is harmless.
+  const auto euler = read_scheduler_config(dir.write("euler/scheduler_config.json", R"({
+    "_class_name": "FlowMatchEulerDiscreteScheduler", "shift": 3.0, "flow_shift": 3.0, "beta_start": 0.5,
+    "prediction_type": "epsilon", "shift_terminal": null, "time_shift_type": "linear"})"));
+  CHECK(euler.kind == SchedulerKind::flow_match_euler);
+  CHECK(euler.flow_shift == 3.0);
+  CHECK(euler.prediction_type == "flow_prediction");
+  CHECK(euler.flow());
+}
+
+TEST_CASE("SchedulerStepper: a step at a time, as sample_with_scheduler, with the x_0 prediction differentiable",
+          "[diffusion][scheduler]") {
+  const auto& data = fixture();
+  const auto x_T = data.reference.load("x_T");
+  for (const std::string name : {"dpm_flow_sana", "flow_euler_shift3", "dpm_latte1_earlier"}) {
+    INFO(name);
+    const auto config = read_scheduler_config(config_path(name));
+    const auto expected = data.reference.load(fmt::format("{}/trajectory/7/float64", name));
+    SchedulerStepper stepper(config, 7);
+    REQUIRE(stepper.num_steps() == 7);
+    CHECK(torch::equal(stepper.timesteps(), data.reference.load(fmt::format("{}/timesteps/7", name))));
+    CHECK(stepper.sigma(7) == 0.0);
+    auto x = x_T.clone();
+    for (int64_t i = 0; i < stepper.num_steps(); ++i) {
+      CHECK(relative_difference(x, expected[i]) < 1e-5);
+      // the caller's model, run with autograd so that guidance can differentiate the x_0 prediction
+      const auto leaf = x.detach().requires_grad_(true);
+      const auto output = toy_model(leaf, stepper.model_timesteps(i, leaf.size(0), leaf.device()));
+      const auto result = stepper.step(i, leaf, output);
+      CHECK_FALSE(result.sample.requires_grad());
+      if (config.flow()) {
+        // x_0 = x - sigma v, so d(sum x_0)/dx = 1 - sigma 0.9 (1 - tanh(x)^2) for the toy model
+        const double sigma = stepper.sigma(i);
+        CHECK(relative_difference(result.predicted_x0, leaf - sigma * output) < 1e-15);
+        const auto gradient = torch::autograd::grad({result.predicted_x0.sum()}, {leaf})[0];
+        const auto formula = 1.0 - sigma * 0.9 * (1.0 - torch::tanh(x).pow(2));
+        CHECK(relative_difference(gradient, formula) < 1e-12);
+      }
+      x = result.sample;
+    }
+    CHECK(relative_difference(x, expected[7]) < 1e-5);
+    CHECK_THROWS_AS(stepper.step(7, x, x), Error);
+  }
+  SECTION("steps out of order, a wrong output shape, a DDIM config") {
+    SchedulerStepper stepper(read_scheduler_config(config_path("flow_euler_shift1")), 3);
+    CHECK_THROWS_AS(stepper.step(1, x_T, x_T), Error);
+    CHECK_THROWS_AS(stepper.step(0, x_T, x_T[0]), Error);
+    CHECK_THROWS_AS(SchedulerStepper(read_scheduler_config(config_path("latte1_ddim")), 3), UsageError);
+  }
 }

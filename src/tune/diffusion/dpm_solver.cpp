@@ -12,18 +12,6 @@
 namespace tune::diffusion {
 namespace {
 
-struct NoiseLevel {
-  double alpha;   // scale of x_0 in x_t
-  double scale;   // scale of the noise in x_t
-  double lambda;  // log(alpha / scale), the half log-SNR; +infinity at sigma 0
-};
-
-NoiseLevel noise_level(double sigma) {
-  const double alpha = 1.0 / std::sqrt(sigma * sigma + 1.0);
-  const double scale = sigma * alpha;
-  const double lambda = scale > 0.0 ? std::log(alpha) - std::log(scale) : std::numeric_limits<double>::infinity();
-  return {alpha, scale, lambda};
-}
 
 // Sample coefficient s_next / s_now and e^-h - 1, which expm1 keeps accurate for the small h of many steps.
 struct StepCoefficients {
@@ -32,6 +20,8 @@ struct StepCoefficients {
   double h;
 };
 
+using NoiseLevel = DpmSolverMultistep::NoiseLevel;
+
 StepCoefficients coefficients(const NoiseLevel& now, const NoiseLevel& next) {
   const double h = next.lambda - now.lambda;
   return {next.scale / now.scale, std::expm1(-h), h};
@@ -39,12 +29,21 @@ StepCoefficients coefficients(const NoiseLevel& now, const NoiseLevel& next) {
 
 }  // namespace
 
+DpmSolverMultistep::NoiseLevel DpmSolverMultistep::noise_level(double sigma) const {
+  // DDPM: sigma = s / alpha with alpha^2 + s^2 = 1; flow: the straight path from x_0 (sigma 0) to eps (sigma 1)
+  const double alpha = options_.flow_sigmas ? 1.0 - sigma : 1.0 / std::sqrt(sigma * sigma + 1.0);
+  const double scale = options_.flow_sigmas ? sigma : sigma * alpha;
+  const double lambda = scale > 0.0 ? std::log(alpha) - std::log(scale) : std::numeric_limits<double>::infinity();
+  return {alpha, scale, lambda};
+}
+
 DpmSolverMultistep::DpmSolverMultistep(std::vector<double> sigmas, DpmSolverOptions options)
     : sigmas_(std::move(sigmas)), options_(options) {
   if (sigmas_.size() < 2) throw Error("DPM-Solver: needs at least one step (two sigmas)");
   for (size_t i = 0; i < sigmas_.size(); ++i) {
     // Only the final sigma may be 0: a step from sigma 0 would divide by it.
-    const bool ok = i + 1 == sigmas_.size() ? sigmas_[i] >= 0.0 : sigmas_[i] > 0.0;
+    bool ok = i + 1 == sigmas_.size() ? sigmas_[i] >= 0.0 : sigmas_[i] > 0.0;
+    if (options_.flow_sigmas) ok = ok && sigmas_[i] < 1.0;  // sigma 1 is pure noise: alpha 0, lambda -infinity
     if (!ok || !std::isfinite(sigmas_[i])) throw Error(fmt::format("DPM-Solver: sigma[{}] = {}", i, sigmas_[i]));
   }
   if (options_.order != 1 && options_.order != 2) {

@@ -36,7 +36,14 @@ const std::set<std::string> kOtherSchedulerKeys = {
     "lower_order_final", "predict_x0", "rho", "set_alpha_to_one", "shift_terminal", "sigma_data", "sigma_max",
     "sigma_min", "sigma_schedule", "skip_prk_steps", "solver_order", "solver_p", "solver_type", "thresholding",
     "time_shift_type", "timestep_type", "use_beta_sigmas", "use_dynamic_shifting", "use_exponential_sigmas",
-    "use_flow_sigmas", "use_karras_sigmas", "use_lu_lambdas", "variance_type"};
+    "use_flow_sigmas", "use_karras_sigmas", "use_lu_lambdas", "variance_type", "shift", "base_shift", "max_shift",
+    "base_image_seq_len", "max_image_seq_len", "invert_sigmas", "stochastic_sampling"};
+// FlowMatchEulerDiscreteScheduler's own keys; it has no DDPM process, so the common keys above are other
+// schedulers' keys to it.
+const std::set<std::string> kFlowMatchEulerKeys = {
+    "num_train_timesteps", "shift", "use_dynamic_shifting", "base_shift", "max_shift", "base_image_seq_len",
+    "max_image_seq_len", "invert_sigmas", "shift_terminal", "use_karras_sigmas", "use_exponential_sigmas",
+    "use_beta_sigmas", "time_shift_type", "stochastic_sampling"};
 // DDPMScheduler's variance types, the values a hidden variance_type can hold.
 const std::vector<std::string> kVarianceTypes = {"fixed_small", "fixed_small_log", "fixed_large", "fixed_large_log",
                                                  "learned",     "learned_range"};
@@ -73,7 +80,9 @@ void require_flag(const JsonFields& fields, const std::string& key, bool diffuse
 // scheduler, so likely a typo or a newer diffusers feature.
 void check_keys(const nlohmann::json& json, const JsonFields& fields, SchedulerKind kind,
                 const std::string& class_name) {
-  const auto& own = kind == SchedulerKind::ddim ? kDdimKeys : kDpmKeys;
+  const auto& own = kind == SchedulerKind::ddim                   ? kDdimKeys
+                    : kind == SchedulerKind::dpm_solver_multistep ? kDpmKeys
+                                                                  : kFlowMatchEulerKeys;
   for (const auto& [key, value] : json.items()) {
     if (!key.empty() && key[0] == '_') continue;  // _class_name, _diffusers_version, _name_or_path
     if (kCommonKeys.count(key) || own.count(key) || kOtherSchedulerKeys.count(key)) continue;
@@ -83,6 +92,13 @@ void check_keys(const nlohmann::json& json, const JsonFields& fields, SchedulerK
   }
 }
 
+// A flow shift: positive, or sigma' = s sigma / (1 + (s - 1) sigma) leaves (0, 1].
+double read_shift(const JsonFields& fields, const std::string& key) {
+  const double shift = fields.real(key, 1.0);
+  if (!(shift > 0.0) || !std::isfinite(shift)) fields.fail(key, fmt::format("must be a number > 0, got {}", shift));
+  return shift;
+}
+
 void read_common(const JsonFields& fields, SchedulerConfig& config) {
   const auto& name = config.class_name;
   config.num_train_timesteps = fields.positive("num_train_timesteps", config.num_train_timesteps);
@@ -90,8 +106,10 @@ void read_common(const JsonFields& fields, SchedulerConfig& config) {
   config.beta_end = fields.real("beta_end", config.beta_end);
   config.beta_schedule =
       one_of(fields, "beta_schedule", config.beta_schedule, {"linear", "scaled_linear", "squaredcos_cap_v2"}, name);
-  config.prediction_type =
-      one_of(fields, "prediction_type", config.prediction_type, {"epsilon", "v_prediction", "sample"}, name);
+  // flow_prediction only means something on flow sigmas; read_dpm checks the pair
+  std::vector<std::string> predictions = {"epsilon", "v_prediction", "sample"};
+  if (config.kind == SchedulerKind::dpm_solver_multistep) predictions.push_back("flow_prediction");
+  config.prediction_type = one_of(fields, "prediction_type", config.prediction_type, predictions, name);
   config.timestep_spacing =
       one_of(fields, "timestep_spacing", config.timestep_spacing, {"leading", "trailing", "linspace"}, name);
   config.steps_offset = fields.integer("steps_offset", config.steps_offset);
@@ -144,11 +162,56 @@ void read_dpm(const JsonFields& fields, SchedulerConfig& config) {
   config.lambda_min_clipped = fields.real("lambda_min_clipped", config.lambda_min_clipped);
   if (std::isnan(config.lambda_min_clipped)) fields.fail("lambda_min_clipped", "is NaN");
   for (const char* key : {"use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "use_lu_lambdas",
-                          "use_flow_sigmas", "use_dynamic_shifting"}) {
+                          "use_dynamic_shifting"}) {
     require_flag(fields, key, false, false, name);
   }
-  fields.real("flow_shift", 1.0);  // used with flow sigmas only
-  fields.string("time_shift_type", "exponential");
+  config.use_flow_sigmas = fields.boolean("use_flow_sigmas", config.use_flow_sigmas);
+  config.flow_shift = read_shift(fields, "flow_shift");  // used with flow sigmas only, as in diffusers
+  // time_shift_type only acts with use_dynamic_shifting (refused above); "exponential" is DPM-Solver's only value
+  one_of(fields, "time_shift_type", "exponential", {"exponential"}, name);
+  // diffusers converts a flow prediction with the flow sigma (x_0 = x - sigma v) and any other with alpha_t and
+  // sigma_t of whichever sigmas it has; tune implements the two pairings a model is trained for.
+  const bool flow_prediction = config.prediction_type == "flow_prediction";
+  if (config.use_flow_sigmas && !flow_prediction) {
+    fields.fail("prediction_type", fmt::format("is \"{}\" with use_flow_sigmas true, which tune's {} does not "
+                                               "implement (flow sigmas take \"flow_prediction\")",
+                                               config.prediction_type, name));
+  }
+  if (flow_prediction && !config.use_flow_sigmas) {
+    fields.fail("use_flow_sigmas", fmt::format("is false with prediction_type \"flow_prediction\", which tune's {} "
+                                               "does not implement (a flow model samples on flow sigmas: set "
+                                               "\"use_flow_sigmas\": true)",
+                                               name));
+  }
+}
+
+void read_flow_match_euler(const JsonFields& fields, SchedulerConfig& config) {
+  const auto& name = config.class_name;
+  config.num_train_timesteps = fields.positive("num_train_timesteps", config.num_train_timesteps);
+  config.prediction_type = "flow_prediction";  // the class has no such key: its step is x + (sigma' - sigma) v
+  config.flow_shift = read_shift(fields, "shift");
+  // diffusers' FlowMatchEuler keeps a DPM-Solver flow_shift as a hidden key and samples unshifted (shift 1): the
+  // silent mistake of loading it from Sana's DPM-Solver config; tune names it instead.
+  if (fields.has("flow_shift") && fields.real("flow_shift", 1.0) != config.flow_shift) {
+    fields.fail("flow_shift", fmt::format("is {}, but {} reads its shift from 'shift' ({}) and ignores flow_shift "
+                                          "(DPMSolverMultistepScheduler's key): set \"shift\" or remove flow_shift",
+                                          fields.real("flow_shift", 1.0), name, config.flow_shift));
+  }
+  for (const char* key : {"use_dynamic_shifting", "invert_sigmas", "use_karras_sigmas", "use_exponential_sigmas",
+                          "use_beta_sigmas", "stochastic_sampling"}) {
+    require_flag(fields, key, false, false, name);
+  }
+  // diffusers stretches the schedule only for a shift_terminal that is truthy: null and 0 leave it as it is
+  if (fields.real("shift_terminal", 0.0) != 0.0) {
+    fields.fail("shift_terminal", fmt::format("is {}, which tune's {} does not implement yet (it needs null)",
+                                              fields.real("shift_terminal", 0.0), name));
+  }
+  // used with use_dynamic_shifting only (refused above); type-checked
+  fields.real("base_shift", 0.5);
+  fields.real("max_shift", 1.15);
+  fields.integer("base_image_seq_len", 256);
+  fields.integer("max_image_seq_len", 4096);
+  one_of(fields, "time_shift_type", "exponential", {"exponential", "linear"}, name);
 }
 
 }  // namespace
@@ -168,12 +231,19 @@ SchedulerConfig parse_scheduler_config(const nlohmann::json& json, const std::fi
   } else if (config.class_name == "DPMSolverMultistepScheduler") {
     config.kind = SchedulerKind::dpm_solver_multistep;
     config.timestep_spacing = "linspace";  // the class's default
+  } else if (config.class_name == "FlowMatchEulerDiscreteScheduler") {
+    config.kind = SchedulerKind::flow_match_euler;
   } else {
-    fields.fail("_class_name", fmt::format("is \"{}\": not implemented yet; tune samples with DDIMScheduler and "
-                                           "DPMSolverMultistepScheduler",
+    fields.fail("_class_name", fmt::format("is \"{}\": not implemented yet; tune samples with DDIMScheduler, "
+                                           "DPMSolverMultistepScheduler and FlowMatchEulerDiscreteScheduler",
                                            config.class_name));
   }
   check_keys(json, fields, config.kind, config.class_name);
+  if (config.kind == SchedulerKind::flow_match_euler) {
+    // no DDPM process: the betas, spacing and prediction keys are other schedulers' (hidden, without effect)
+    read_flow_match_euler(fields, config);
+    return config;
+  }
   read_common(fields, config);
   read_trained_betas(json, fields, config);
   if (config.kind == SchedulerKind::ddim) {

@@ -1,9 +1,12 @@
-// A scheduler config turned into a sampling run: the DDIM process for ddim_sample_loop, or a DPM-Solver++ loop.
+// A scheduler config turned into a sampling run: the DDIM process for ddim_sample_loop, or a loop over
+// SchedulerStepper's DPM-Solver++ or flow-matching Euler steps.
 #include "tune/diffusion/scheduler_sampler.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/torch.h>
+
+#include <cmath>
 
 #include "tune/core/error.h"
 #include "tune/diffusion/dpm_solver.h"
@@ -22,48 +25,30 @@ torch::Tensor alpha_bar_at(const torch::Tensor& table, const torch::Tensor& t, c
   return table.to(x.device()).index_select(0, t.to(x.device(), torch::kLong)).to(x.scalar_type()).reshape(shape);
 }
 
-torch::Tensor sample_dpm_solver(const SchedulerConfig& config, int64_t num_inference_steps, const ModelFn& model,
-                                const torch::Tensor& x_T, const SamplerOptions& options) {
+torch::Tensor sample_stepwise(const SchedulerConfig& config, int64_t num_inference_steps, const ModelFn& model,
+                              const torch::Tensor& x_T, const SamplerOptions& options) {
   const char* refused = options.eta != 0.0           ? "eta other than 0"
                         : options.guidance           ? "gradient guidance"
                         : options.clip_denoised      ? "clip_denoised"
                                                      : nullptr;
   if (refused) {
-    throw UsageError(fmt::format("{}: {} is not implemented for DPM-Solver++ sampling; use a DDIMScheduler config",
-                                 describe(config), refused));
+    throw UsageError(fmt::format("{}: {} is not implemented for {} sampling; use a DDIMScheduler config",
+                                 describe(config), refused,
+                                 config.kind == SchedulerKind::flow_match_euler ? "flow-matching Euler"
+                                                                                : "DPM-Solver++"));
   }
-  const auto timesteps = scheduler_timesteps(config, num_inference_steps);
-  DpmSolverOptions solver_options;
-  solver_options.order = config.solver_order;
-  solver_options.second_order = config.solver_type == "heun" ? DpmSecondOrder::heun : DpmSecondOrder::midpoint;
-  solver_options.lower_order_final = config.lower_order_final;
-  solver_options.euler_at_final = config.euler_at_final;
-  DpmSolverMultistep solver(scheduler_sigmas(config, num_inference_steps), solver_options);
-
+  SchedulerStepper stepper(config, num_inference_steps);
   auto x = x_T.to(compute_dtype(x_T.scalar_type()));
-  const int64_t total = solver.num_steps();
+  const int64_t total = stepper.num_steps();
   for (int64_t i = 0; i < total; ++i) {
-    const auto t = torch::full({x.size(0)}, timesteps[static_cast<size_t>(i)],
-                               torch::TensorOptions().dtype(torch::kLong).device(x.device()));
+    const auto t = stepper.model_timesteps(i, x.size(0), x.device());
     torch::Tensor output;
     {
       torch::NoGradGuard no_grad;
       output = model(x, t).to(x.scalar_type());
     }
-    if (output.sizes() != x.sizes()) {
-      throw Error(fmt::format("{}: the model returned shape {} for a sample of shape {}", describe(config),
-                              fmt::join(output.sizes(), "x"), fmt::join(x.sizes(), "x")));
-    }
-    torch::Tensor predicted_x0;
-    if (config.prediction_type == "epsilon") {
-      predicted_x0 = (x - solver.noise_scale(i) * output) / solver.alpha(i);
-    } else if (config.prediction_type == "v_prediction") {
-      predicted_x0 = solver.alpha(i) * x - solver.noise_scale(i) * output;
-    } else {  // sample
-      predicted_x0 = output;
-    }
-    x = solver.step(i, x, predicted_x0);
-    if (options.on_step) options.on_step(i + 1, total, timesteps[static_cast<size_t>(i)]);
+    x = stepper.step(i, x, output).sample;
+    if (options.on_step) options.on_step(i + 1, total, std::llround(stepper.timesteps()[i].item<double>()));
   }
   return x;
 }
@@ -103,12 +88,62 @@ ModelFn scheduler_process_model(const SchedulerConfig& config, ModelFn model) {
   };
 }
 
+SchedulerStepper::SchedulerStepper(const SchedulerConfig& config, int64_t num_inference_steps) : config_(config) {
+  if (config.kind == SchedulerKind::ddim) {
+    throw UsageError(fmt::format("{}: DDIM steps through scheduler_diffusion (ddim_sample_loop), not a stepper",
+                                 describe(config)));
+  }
+  sigmas_ = scheduler_sigmas(config, num_inference_steps);
+  timesteps_ = scheduler_model_timesteps(config, num_inference_steps);
+  if (config.kind == SchedulerKind::dpm_solver_multistep) {
+    DpmSolverOptions options;
+    options.order = config.solver_order;
+    options.second_order = config.solver_type == "heun" ? DpmSecondOrder::heun : DpmSecondOrder::midpoint;
+    options.lower_order_final = config.lower_order_final;
+    options.euler_at_final = config.euler_at_final;
+    options.flow_sigmas = config.use_flow_sigmas;
+    dpm_solver_.emplace(sigmas_, options);
+  }
+}
+
+torch::Tensor SchedulerStepper::model_timesteps(int64_t step, int64_t batch, torch::Device device) const {
+  return timesteps_.index({step}).expand({batch}).to(device).contiguous();
+}
+
+torch::Tensor SchedulerStepper::predicted_x0(int64_t step, const torch::Tensor& x, const torch::Tensor& output) const {
+  if (config_.prediction_type == "flow_prediction") return x - sigma(step) * output;  // v = eps - x_0
+  if (config_.prediction_type == "sample") return output;
+  const double alpha = dpm_solver_->alpha(step), scale = dpm_solver_->noise_scale(step);
+  if (config_.prediction_type == "epsilon") return (x - scale * output) / alpha;
+  return alpha * x - scale * output;  // v_prediction
+}
+
+SchedulerStepper::Result SchedulerStepper::step(int64_t step, const torch::Tensor& x,
+                                                const torch::Tensor& model_output) {
+  if (step != next_step_ || step >= num_steps()) {
+    throw Error(fmt::format("{}: step {} taken, expected step {} of {}", describe(config_), step, next_step_,
+                            num_steps()));
+  }
+  if (model_output.sizes() != x.sizes()) {
+    throw Error(fmt::format("{}: the model returned shape {} for a sample of shape {}", describe(config_),
+                            fmt::join(model_output.sizes(), "x"), fmt::join(x.sizes(), "x")));
+  }
+  Result result;
+  result.predicted_x0 = predicted_x0(step, x, model_output.to(x.scalar_type()));
+  if (dpm_solver_) {
+    result.sample = dpm_solver_->step(step, x.detach(), result.predicted_x0.detach());
+  } else {
+    torch::NoGradGuard no_grad;  // Euler: x' = x + (sigma_next - sigma) v
+    result.sample = x.detach() + (sigma(step + 1) - sigma(step)) * model_output.detach().to(x.scalar_type());
+  }
+  ++next_step_;
+  return result;
+}
+
 torch::Tensor sample_with_scheduler(const SchedulerConfig& config, int64_t num_inference_steps, const ModelFn& model,
                                     const torch::Tensor& x_T, at::Generator generator,
                                     const SamplerOptions& options) {
-  if (config.kind == SchedulerKind::dpm_solver_multistep) {
-    return sample_dpm_solver(config, num_inference_steps, model, x_T, options);
-  }
+  if (config.kind != SchedulerKind::ddim) return sample_stepwise(config, num_inference_steps, model, x_T, options);
   return ddim_sample_loop(scheduler_diffusion(config, num_inference_steps), scheduler_process_model(config, model),
                           x_T, std::move(generator), options);
 }

@@ -115,6 +115,13 @@ int infer(const InferRequest& request) {
   apply_request(request, sampling);
   const ComponentPaths paths = resolve_components(settings.model);
   const auto scheduler = diffusion::read_scheduler_config(paths.scheduler / "scheduler_config.json");
+  // Latte predicts noise on a DDPM process; a flow-matching config (Sana's) would turn its output into nonsense
+  if (scheduler.flow()) {
+    throw UsageError(fmt::format("{} is a flow-matching scheduler ({}{}), but Latte predicts noise on a DDPM "
+                                 "process: use the pipeline's DDIMScheduler or DPMSolverMultistepScheduler config",
+                                 (paths.scheduler / "scheduler_config.json").string(), scheduler.class_name,
+                                 scheduler.use_flow_sigmas ? " with use_flow_sigmas" : ""));
+  }
   if (request.grad && scheduler.kind != diffusion::SchedulerKind::ddim) {
     throw UsageError(fmt::format("gradient-guided sampling (--grad, the default from grad_inference) steps with DDIM; "
                                  "{} names {}: pass --no-grad, or model.scheduler=DIR with a DDIMScheduler config",
