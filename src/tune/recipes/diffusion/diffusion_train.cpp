@@ -1,11 +1,13 @@
 // The video-diffusion training loop, top to bottom: setup -> what one step is -> the step loop.
 // One step as Latte's train.py: clips -> (VAE latents) -> uniform timesteps -> hybrid diffusion loss -> backward ->
-// clip (from clip_start_step) -> AdamW -> EMA update.
+// clip (from clip_start_step) -> AdamW -> EMA update; for flow matching (Sana's official trainer) the timesteps come
+// from the objective's density and the loss is the velocity's MSE.
 #include "tune/recipes/diffusion/diffusion_train.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
+#include <optional>
 
 #include "tune/core/log.h"
 #include "tune/core/memory_tracker.h"
@@ -58,6 +60,8 @@ int run_diffusion_training(const TrainRequest& request, const RunSettings& run, 
       trainee.learned_sigma ? diffusion::ModelVarType::LearnedRange : diffusion::ModelVarType::FixedLarge;
   const auto diffusion = diffusion::create_diffusion(diffusion_options);
   const diffusion::UniformTimestepSampler timesteps(settings.num_timesteps);
+  std::optional<diffusion::FlowMatchingObjective> flow;
+  if (settings.objective == DiffusionObjectiveKind::flow_matching) flow.emplace(settings.flow);
   at::Generator noise_generator = at::detail::createCPUGenerator(run.seed + 1);
 
   // Under shard_grad_op this process's optimizer holds its share of the parameters only; the EMA stays whole
@@ -140,14 +144,21 @@ int run_diffusion_training(const TrainRequest& request, const RunSettings& run, 
       // generator, so a multi-process run is not bitwise the single-process one there (latents from
       // `tune prepare` are; README).
       const auto x_start = data.to_model_space ? data.to_model_space(clips.to(device)) : clips.to(device);
-      const auto draw = timesteps.sample(global_rows, noise_generator, device);
-      // Drawn on the CPU generator, then moved: the same noise on every device (a CPU generator cannot fill a CUDA
-      // tensor; this line failed on the first CUDA run). Drawn for the global batch, then this rank's rows.
+      // Timesteps, then noise, drawn on the CPU generator for the global batch and moved: the same noise on every
+      // device (a CPU generator cannot fill a CUDA tensor; this line failed on the first CUDA run), then this
+      // rank's rows.
+      torch::Tensor t, flow_sigma;
+      if (flow) {
+        const auto flow_draw = flow->draw(global_rows, noise_generator, device).rows(rows.begin, rows.end);
+        t = flow_draw.model_timesteps;
+        flow_sigma = flow_draw.sigma;
+      } else {
+        t = timesteps.sample(global_rows, noise_generator, device).timesteps.slice(0, rows.begin, rows.end);
+      }
       auto global_shape = x_start.sizes().vec();
       global_shape[0] = global_rows;
       const auto noise = diffusion::standard_normal(global_shape, noise_generator, x_start.options())
                              .slice(0, rows.begin, rows.end);
-      const auto t = draw.timesteps.slice(0, rows.begin, rows.end);
       const Conditioning condition = global.condition.rows(rows.begin, rows.end).to(device);
       // Condition dropout (classifier-free guidance), drawn like the timesteps and noise: per global row from the
       // step's generator, then this rank's rows, so which rows lose their condition does not depend on the process
@@ -168,7 +179,13 @@ int run_diffusion_training(const TrainRequest& request, const RunSettings& run, 
           return trainee.forward(x, t, condition, drop);
         };
         // This rank's share of the mean over the global batch (the plain mean in a single process).
-        const auto per_sample = diffusion.training_losses(model_fn, x_start, t, noise).loss;
+        torch::Tensor per_sample;
+        if (flow) {
+          const auto pair = diffusion::flow_matching_pair(x_start, noise, flow_sigma);
+          per_sample = diffusion::flow_matching_loss_per_sample(model_fn(pair.noisy, t), pair.target);
+        } else {
+          per_sample = diffusion.training_losses(model_fn, x_start, t, noise).loss;
+        }
         const auto batch_loss = parallel.active() ? per_sample.sum() / static_cast<double>(global_rows)
                                                   : per_sample.mean();
         loss = batch_loss / static_cast<double>(training.gradient_accumulation_steps);

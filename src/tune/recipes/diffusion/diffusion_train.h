@@ -3,8 +3,9 @@
 // and its clips; the loop does the rest the same way for all of them: gradient checkpointing over the family's
 // blocks, data parallel (ddp, shard_grad_op, full_shard by the block types the model really has), global-batch
 // timesteps, noise and condition dropout drawn by the loop's own generator (so a run does not depend on the
-// process count and the model draws nothing random), the IDDPM loss (eps MSE plus the variational bound of a learned
-// variance), AdamW, EMA, fp16 loss scaling, exact resume and the memory plan.
+// process count and the model draws nothing random), the family's objective (the IDDPM loss: eps MSE plus the
+// variational bound of a learned variance; or flow matching: the velocity's MSE), AdamW, EMA, fp16 loss scaling,
+// exact resume and the memory plan.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "tune/diffusion/flow_matching.h"
 #include "tune/memory/checkpoint.h"
 #include "tune/nn/block_runner.h"
 #include "tune/recipes/common_schema.h"
@@ -33,8 +35,9 @@ struct DiffusionTrainee {
   std::function<void(std::shared_ptr<nn::BlockRunner>)> set_block_runner;
   bool learned_sigma = true;        // the output's second half is the variance (learned range)
   double condition_dropout = 0.0;   // probability a row trains unconditionally (for guidance); 0: none drawn
-  // The prediction for x [B, F, C, H, W] at integer timesteps t [B]: `condition` holds this rank's rows on the
-  // device; `drop` [B] int64 (1 = this row trains unconditionally) or undefined (none).
+  // The prediction for x at integer timesteps t [B] (the objective's: IDDPM's indices, or flow matching's
+  // trunc(sigma T)): `condition` holds this rank's rows on the device; `drop` [B] int64 (1 = this row trains
+  // unconditionally) or undefined (none). x is a batch of clips [B, F, C, H, W] (images: F = 1).
   std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& t, const Conditioning& condition,
                               const torch::Tensor& drop)>
       forward;
@@ -52,7 +55,13 @@ struct DiffusionTrainingData {
   std::string description;  // for the log
 };
 
+// What the denoiser learns: IDDPM's noise prediction (with a learned variance when the trainee has one), or flow
+// matching's velocity (Sana).
+enum class DiffusionObjectiveKind { iddpm, flow_matching };
+
 struct DiffusionLoopSettings {
+  DiffusionObjectiveKind objective = DiffusionObjectiveKind::iddpm;
+  diffusion::FlowMatchingOptions flow;  // objective flow_matching: the timestep density and the shift
   int64_t num_timesteps = 1000;
   std::string beta_schedule = "linear";
   std::vector<double> betas;    // non-empty: this training process (a pipeline's scheduler config), not the above
