@@ -1,16 +1,20 @@
-// AutoencoderDC (DC-AE, Sana's VAE) against Hugging Face diffusers' AutoencoderDC: scripts/make_diffusers_dcae_fixture.py
-// (run by CTest as dc_ae_fixture_setup into the build tree) saves two tiny seeded models with save_pretrained (one
-// in shards) and diffusers' encode/decode/tiled-decode outputs; tune loads the directories by diffusers' names and
-// must reproduce them. Without diffusers the fixture holds SKIPPED and the diffusers cases exit 77 (skipped).
+// AutoencoderDC (DC-AE, Sana's VAE) against Hugging Face diffusers' AutoencoderDC:
+// scripts/make_diffusers_dcae_fixture.py (run by CTest as dc_ae_fixture_setup into the build tree) saves two tiny
+// seeded models with save_pretrained (one in shards) and diffusers' encode/decode/tiled-decode outputs; tune loads
+// the directories by diffusers' names and must reproduce them. Without diffusers the fixture holds SKIPPED and the
+// diffusers cases exit 77 (skipped).
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
 #include "common/reference_fixture.h"
 #include "tune/core/error.h"
+#include "tune/core/memory_tracker.h"
 #include "tune/io/safetensors.h"
 #include "tune/models/dc_ae.h"
 
@@ -51,6 +55,24 @@ models::AutoencoderDCConfig parse(const std::string& text) {
   return models::AutoencoderDCConfig::from_json(nlohmann::json::parse(text), "vae/config.json");
 }
 
+// Efficient-Large-Model/Sana_600M_1024px_diffusers vae/config.json (mit-han-lab/dc-ae-f32c32-sana-1.0-diffusers).
+std::string sana_vae_config_json() {
+  return R"({
+    "_class_name": "AutoencoderDC", "_diffusers_version": "0.32.0.dev0",
+    "_name_or_path": "mit-han-lab/dc-ae-f32c32-sana-1.0-diffusers", "attention_head_dim": 32,
+    "decoder_act_fns": "silu",
+    "decoder_block_out_channels": [128, 256, 512, 512, 1024, 1024],
+    "decoder_block_types": ["ResBlock", "ResBlock", "ResBlock", "EfficientViTBlock", "EfficientViTBlock",
+                            "EfficientViTBlock"],
+    "decoder_layers_per_block": [3, 3, 3, 3, 3, 3], "decoder_norm_types": "rms_norm",
+    "decoder_qkv_multiscales": [[], [], [], [5], [5], [5]], "downsample_block_type": "Conv",
+    "encoder_block_out_channels": [128, 256, 512, 512, 1024, 1024],
+    "encoder_block_types": ["ResBlock", "ResBlock", "ResBlock", "EfficientViTBlock", "EfficientViTBlock",
+                            "EfficientViTBlock"],
+    "encoder_layers_per_block": [2, 2, 2, 3, 3, 3], "encoder_qkv_multiscales": [[], [], [], [5], [5], [5]],
+    "in_channels": 3, "latent_channels": 32, "scaling_factor": 0.41407, "upsample_block_type": "interpolate"})";
+}
+
 // The message of the InputError a config raises; fails the test when it is accepted.
 std::string refusal_of(const std::string& text) {
   try {
@@ -69,7 +91,8 @@ TEST_CASE("AutoencoderDC encodes and decodes as diffusers' AutoencoderDC", "[dc_
     INFO("model " << name);
     auto reference = load_reference(name);
     auto& model = reference.model;
-    for (const std::string prefix : {"", "small_"}) {  // small_: diffusers' quadratic attention branch (H*W <= head_dim)
+    // small_: the deepest stage has H*W <= head_dim tokens, where diffusers takes its quadratic attention branch.
+    for (const std::string prefix : {"", "small_"}) {
       const auto image = reference.tensors.load(prefix + "image");
       const auto z = reference.tensors.load(prefix + "z");
       torch::NoGradGuard no_grad;
@@ -113,21 +136,7 @@ TEST_CASE("AutoencoderDC's tiled decode matches diffusers' enable_tiling()", "[d
 }
 
 TEST_CASE("AutoencoderDCConfig reads the published Sana VAE config", "[dc_ae]") {
-  // Efficient-Large-Model/Sana_600M_1024px_diffusers vae/config.json (mit-han-lab/dc-ae-f32c32-sana-1.0-diffusers).
-  const auto config = parse(R"({
-    "_class_name": "AutoencoderDC", "_diffusers_version": "0.32.0.dev0",
-    "_name_or_path": "mit-han-lab/dc-ae-f32c32-sana-1.0-diffusers", "attention_head_dim": 32,
-    "decoder_act_fns": "silu",
-    "decoder_block_out_channels": [128, 256, 512, 512, 1024, 1024],
-    "decoder_block_types": ["ResBlock", "ResBlock", "ResBlock", "EfficientViTBlock", "EfficientViTBlock",
-                            "EfficientViTBlock"],
-    "decoder_layers_per_block": [3, 3, 3, 3, 3, 3], "decoder_norm_types": "rms_norm",
-    "decoder_qkv_multiscales": [[], [], [], [5], [5], [5]], "downsample_block_type": "Conv",
-    "encoder_block_out_channels": [128, 256, 512, 512, 1024, 1024],
-    "encoder_block_types": ["ResBlock", "ResBlock", "ResBlock", "EfficientViTBlock", "EfficientViTBlock",
-                            "EfficientViTBlock"],
-    "encoder_layers_per_block": [2, 2, 2, 3, 3, 3], "encoder_qkv_multiscales": [[], [], [], [5], [5], [5]],
-    "in_channels": 3, "latent_channels": 32, "scaling_factor": 0.41407, "upsample_block_type": "interpolate"})");
+  const auto config = parse(sana_vae_config_json());
   CHECK(config.spatial_compression_ratio() == 32);
   CHECK(config.decoder_norm_types == std::vector<std::string>(6, "rms_norm"));
   CHECK(config.decoder_act_fns == std::vector<std::string>(6, "silu"));
@@ -157,7 +166,8 @@ TEST_CASE("AutoencoderDCConfig refuses what tune does not implement, by file and
            {"decoder_act_fns", R"("decoder_act_fns": ["silu", "relu6"])", "\"mish\""},
            {"decoder_conv_act_fn", R"("decoder_conv_act_fn": "tanh")", "\"relu\""},
            {"encoder_block_types", R"("encoder_block_types": ["ResBlock", "Attention"])", "\"EfficientViTBlock\""},
-           {"decoder_layers_per_block", R"("decoder_layers_per_block": [0, 1])", "positive"},
+           {"decoder_layers_per_block", R"("decoder_layers_per_block": [0, 1])", "only positive block counts"},
+           {"encoder_layers_per_block", R"("encoder_layers_per_block": [1, 1, 1])", "2 block counts"},
            {"encoder_qkv_multiscales", R"("encoder_qkv_multiscales": [[], [4]])", "odd"},
            {"decoder_block_types", R"("decoder_block_types": ["ResBlock"])", "stages"},
            {"scaling_factor", R"("scaling_factor": 0)", "positive"},
@@ -170,5 +180,39 @@ TEST_CASE("AutoencoderDCConfig refuses what tune does not implement, by file and
     CHECK(message.find("vae/config.json") != std::string::npos);
     CHECK(message.find("'" + c.field + "'") != std::string::npos);
     CHECK(message.find(c.says) != std::string::npos);
+  }
+}
+
+// Not a test: the memory of decoding with the real Sana DC-AE config (random weights initialised here), on the CPU
+// with tune's tracking allocator: weights, and the peak of live tensor storage above them during one decode of
+// [1, 32, S/32, S/32] latents, untiled and with diffusers' default tiles (512 pixels every 448).
+//   TUNE_DC_AE_SIZE=1024 TUNE_DC_AE_DTYPE=bf16 build/tests/models/test_dc_ae "[.memory]"
+TEST_CASE("AutoencoderDC decode memory, real Sana config", "[.memory]") {
+  memory_tracker::install();
+  const char* size_text = std::getenv("TUNE_DC_AE_SIZE");
+  const char* dtype_text = std::getenv("TUNE_DC_AE_DTYPE");
+  const int64_t size = size_text ? std::atoll(size_text) : 1024;
+  const bool bf16 = dtype_text && std::string(dtype_text) == "bf16";
+  torch::NoGradGuard no_grad;
+  const int64_t before_weights = memory_tracker::cpu_live_bytes();
+  models::AutoencoderDC model(parse(sana_vae_config_json()));
+  model->to(bf16 ? torch::kBFloat16 : torch::kFloat32);
+  model->eval();
+  const int64_t weights = memory_tracker::cpu_live_bytes() - before_weights;
+  const auto latents = torch::randn({1, 32, size / 32, size / 32}).to(bf16 ? torch::kBFloat16 : torch::kFloat32);
+  for (const bool tiled : {false, true}) {
+    model->set_tiling({tiled, 512, 512, 448, 448});
+    const int64_t live = memory_tracker::cpu_live_bytes();
+    memory_tracker::reset_cpu_peak();
+    const auto start = std::chrono::steady_clock::now();
+    const auto images = model->decode_unscaled(latents);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const int64_t peak = memory_tracker::cpu_peak_bytes() - live;
+    std::printf("dc_ae decode %lldx%lld %s %-7s weights %.0f MiB, peak above weights and input %.0f MiB, output "
+                "%.0f MiB, %.1f s\n", static_cast<long long>(images.size(2)), static_cast<long long>(images.size(3)),
+                bf16 ? "bf16" : "fp32", tiled ? "tiled" : "untiled", weights / 1048576.0, peak / 1048576.0,
+                images.numel() * images.element_size() / 1048576.0, seconds);
+    CHECK(images.sizes() == torch::IntArrayRef({1, 3, size, size}));
+    CHECK(torch::isfinite(images).all().item<bool>());
   }
 }

@@ -31,12 +31,13 @@ void blend_from(const torch::Tensor& previous, torch::Tensor& tile, int64_t dim,
   if (extent <= 0) return;
   std::vector<int64_t> shape(4, 1);
   shape[dim] = extent;
-  const auto own = (torch::arange(extent, torch::kFloat64) / static_cast<double>(extent)).reshape(shape);
-  const auto theirs = (1.0 - own).to(torch::kFloat32);
+  const auto own64 = (torch::arange(extent, torch::kFloat64) / static_cast<double>(extent)).reshape(shape);
+  const auto fp32_on_device = torch::TensorOptions().dtype(torch::kFloat32).device(tile.device());
+  const auto own = own64.to(fp32_on_device);
+  const auto theirs = (1.0 - own64).to(fp32_on_device);
   const auto mine = tile.narrow(dim, 0, extent);
-  const auto mixed = previous.narrow(dim, previous.size(dim) - extent, extent).to(torch::kFloat32) * theirs.to(tile.device()) +
-                     mine.to(torch::kFloat32) * own.to(torch::kFloat32).to(tile.device());
-  mine.copy_(mixed);
+  const auto other = previous.narrow(dim, previous.size(dim) - extent, extent);
+  mine.copy_(other.to(torch::kFloat32) * theirs + mine.to(torch::kFloat32) * own);
 }
 
 }  // namespace
@@ -134,7 +135,8 @@ size_t load_autoencoder_dc_weights(AutoencoderDCImpl& model, const io::WeightSou
 namespace {
 
 std::filesystem::path vae_directory_of(const std::filesystem::path& directory) {
-  if (!std::filesystem::exists(directory / "config.json") && std::filesystem::exists(directory / "vae" / "config.json")) {
+  if (!std::filesystem::exists(directory / "config.json") &&
+      std::filesystem::exists(directory / "vae" / "config.json")) {
     return directory / "vae";  // a diffusers pipeline: the VAE is its vae/ component
   }
   return directory;

@@ -34,12 +34,29 @@ std::vector<std::string> per_stage_strings(const io::JsonFields& reader, const j
   return values;
 }
 
-std::vector<int64_t> layer_counts(const io::JsonFields& reader, const std::string& key,
+std::vector<int64_t> layer_counts(const io::JsonFields& reader, const json& object, const std::string& key,
                                   std::vector<int64_t> fallback, size_t stages) {
-  auto counts = reader.positive_list(key, std::move(fallback));  // refuses 0 with the value shown
-  if (counts.size() != stages) {
-    reader.fail(key, fmt::format("lists {} count(s) but the block_out_channels have {} stages; they must match",
-                                 counts.size(), stages));
+  if (!reader.has(key)) {
+    if (fallback.size() != stages) {
+      reader.fail(key, fmt::format("is missing, and diffusers' default has {} stages, not {}; give it explicitly",
+                                   fallback.size(), stages));
+    }
+    return fallback;
+  }
+  const json& value = object.at(key);
+  if (!value.is_array() || value.size() != stages) {
+    reader.fail(key, fmt::format("must be a list of {} block counts (one per stage of block_out_channels), got {}",
+                                 stages, value.dump()));
+  }
+  std::vector<int64_t> counts;
+  for (size_t stage = 0; stage < stages; ++stage) {
+    const json& count = value[stage];
+    if (!count.is_number_integer() || count.get<int64_t>() <= 0) {
+      // diffusers accepts 0 (the DC-AE "in"/"mix" models' first stage), which changes conv_in/conv_out themselves.
+      reader.fail(key, fmt::format("has {} at stage {}; tune's AutoencoderDC accepts only positive block counts (a "
+                                   "stage without blocks is not implemented)", count.dump(), stage));
+    }
+    counts.push_back(count.get<int64_t>());
   }
   return counts;
 }
@@ -123,8 +140,10 @@ AutoencoderDCConfig AutoencoderDCConfig::from_json(const json& config_json, cons
   c.decoder_block_types = per_stage_strings(reader, config_json, "decoder_block_types", c.decoder_block_types, stages);
   check_block_types(reader, "encoder_block_types", c.encoder_block_types);
   check_block_types(reader, "decoder_block_types", c.decoder_block_types);
-  c.encoder_layers_per_block = layer_counts(reader, "encoder_layers_per_block", c.encoder_layers_per_block, stages);
-  c.decoder_layers_per_block = layer_counts(reader, "decoder_layers_per_block", c.decoder_layers_per_block, stages);
+  c.encoder_layers_per_block =
+      layer_counts(reader, config_json, "encoder_layers_per_block", c.encoder_layers_per_block, stages);
+  c.decoder_layers_per_block =
+      layer_counts(reader, config_json, "decoder_layers_per_block", c.decoder_layers_per_block, stages);
   c.encoder_qkv_multiscales =
       multiscales(reader, config_json, "encoder_qkv_multiscales", c.encoder_qkv_multiscales, stages);
   c.decoder_qkv_multiscales =
@@ -169,8 +188,9 @@ AutoencoderDCConfig AutoencoderDCConfig::from_json(const json& config_json, cons
     }
     if ((4 * decoder[stage]) % decoder[stage + 1] != 0) {
       reader.fail("decoder_block_out_channels",
-                  fmt::format("[{}]: stage {} -> {} ({} -> {}) needs 4*{} divisible by {}", fmt::join(decoder, ", "),
-                              stage + 1, stage, decoder[stage + 1], decoder[stage], decoder[stage], decoder[stage + 1]));
+                  fmt::format("[{}]: stage {} -> {} ({} -> {}) needs 4*{} divisible by {}",
+                              fmt::join(decoder, ", "), stage + 1, stage, decoder[stage + 1], decoder[stage],
+                              decoder[stage], decoder[stage + 1]));
     }
   }
   if (c.encoder_out_shortcut && encoder.back() % c.latent_channels != 0) {

@@ -24,7 +24,9 @@ torch::nn::Conv2d conv3x3(int64_t in, int64_t out, bool bias = true, int64_t str
   return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(bias));
 }
 
-torch::nn::Linear linear(int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); }
+torch::nn::Linear linear(int64_t in, int64_t out) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+}
 
 // Linear layers act on channels-last features.
 torch::Tensor channels_last_linear(torch::nn::Linear& layer, const torch::Tensor& x) {
