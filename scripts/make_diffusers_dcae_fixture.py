@@ -16,8 +16,9 @@ DIR/<model>/config.json and weights, and DIR/<model>.safetensors with, per model
   z [2, 8, 8, 6] ~ N(0, 1); decoded: diffusers' decode(z).sample, fp32
   small_image [1, 3, 8, 8], small_encoded; small_z [1, 8, 2, 2], small_decoded: the deepest stage is 2x2 = 4 <=
       head_dim tokens, where diffusers takes its "quadratic" attention branch
-and for sana_like only, diffusers' tiled decode (enable_tiling(16, 16, 12, 12): latent tiles of 4 every 3, a
-4-pixel blend), on tile_z [1, 8, 10, 9] -> tiled_decoded [1, 3, 40, 36]. All fp32: no float64 reference, since
+and for sana_like only, diffusers' tiled encode and decode (enable_tiling(16, 16, 12, 12): image tiles of 16 every
+12 pixels, latent tiles of 4 every 3; a 4-pixel / 1-latent blend), tile_image [1, 3, 40, 36] -> tiled_encoded
+[1, 8, 10, 9] and tile_z [1, 8, 10, 9] -> tiled_decoded [1, 3, 40, 36]. All fp32: no float64 reference, since
 diffusers computes the linear attention and the RMSNorm statistics in fp32 even in a float64 model.
 If torch or diffusers is not installed, writes DIR/SKIPPED with the reason instead and exits 0; the test then exits
 77 (reported skipped by CTest, never passed).
@@ -79,9 +80,10 @@ def run_tiled(model, inputs):
     model.enable_tiling(tile_sample_min_height=16, tile_sample_min_width=16, tile_sample_stride_height=12,
                         tile_sample_stride_width=12)
     with torch.no_grad():
+        encoded = model.encode(inputs["tile_image"]).latent
         decoded = model.decode(inputs["tile_z"]).sample
     model.disable_tiling()
-    return {"tiled_decoded": decoded}
+    return {"tiled_encoded": encoded, "tiled_decoded": decoded}
 
 
 def main():
@@ -107,6 +109,7 @@ def main():
         }
         if name == "sana_like":
             inputs["tile_z"] = torch.randn(1, 8, 10, 9, generator=generator)
+            inputs["tile_image"] = torch.rand(1, 3, 40, 36, generator=generator) * 2 - 1
         tensors = dict(inputs)
         tensors.update(run(model, inputs))
         if name == "sana_like":

@@ -120,18 +120,23 @@ TEST_CASE("AutoencoderDC scales latents by scaling_factor as diffusers' pipeline
   CHECK(max_abs_diff(images[0], reference.tensors.load("decoded")) <= 1e-5);
 }
 
-TEST_CASE("AutoencoderDC's tiled decode matches diffusers' enable_tiling()", "[dc_ae][diffusers]") {
+TEST_CASE("AutoencoderDC's tiled encode and decode match diffusers' enable_tiling()", "[dc_ae][diffusers]") {
   auto reference = load_reference("sana_like");
   auto& model = reference.model;
-  // 16-pixel tiles every 12 pixels: 4x4 latent tiles every 3 latents, a 4-pixel blend, edge tiles of 1 latent row.
+  // 16-pixel tiles every 12 pixels: 4x4 latent tiles every 3 latents, a 4-pixel (1-latent) blend, and edge tiles of
+  // 1 latent row (4 pixels).
   model->set_tiling({/*enabled=*/true, 16, 16, 12, 12});
   const auto z = reference.tensors.load("tile_z");
+  const auto image = reference.tensors.load("tile_image");
   torch::NoGradGuard no_grad;
-  const auto tiled = model->decode_unscaled(z);
-  check_against("sana_like", "tiled_decoded", tiled, reference);
-  // The tiles did change the result (their attention is per tile): the tiled path was taken.
+  const auto tiled_decoded = model->decode_unscaled(z);
+  const auto tiled_encoded = model->encode(image);
+  check_against("sana_like", "tiled_decoded", tiled_decoded, reference);
+  check_against("sana_like", "tiled_encoded", tiled_encoded, reference);
+  // The tiles did change the results (attention and convolutions see one tile): the tiled paths were taken.
   model->set_tiling({});
-  CHECK(max_abs_diff(model->decode_unscaled(z), tiled) > 1e-3);
+  CHECK(max_abs_diff(model->decode_unscaled(z), tiled_decoded) > 1e-3);
+  CHECK(max_abs_diff(model->encode(image), tiled_encoded) > 1e-3);
   CHECK_THROWS_AS(model->set_tiling({true, 16, 16, 13, 12}), std::invalid_argument);  // stride not a multiple of 4
 }
 

@@ -1,4 +1,4 @@
-// AutoencoderDC: encoder/decoder, latent scaling, chunked video helpers, diffusers-compatible tiled decoding, and
+// AutoencoderDC: encoder/decoder, latent scaling, chunked video helpers, diffusers-compatible tiling, and
 // strict loading of diffusers' weights.
 #include "tune/models/dc_ae.h"
 
@@ -40,6 +40,34 @@ void blend_from(const torch::Tensor& previous, torch::Tensor& tile, int64_t dim,
   mine.copy_(other.to(torch::kFloat32) * theirs + mine.to(torch::kFloat32) * own);
 }
 
+// Per axis (height, width): input tile size and step, and in the output the blended and the kept lines per tile.
+struct TileGrid {
+  int64_t tile_h, tile_w, step_h, step_w, blend_h, blend_w, keep_h, keep_w;
+};
+
+// Runs `code` on overlapping tiles of `input` in raster order; each output tile is blended with its finished upper
+// and left neighbours, then its first keep_h x keep_w pixels are kept. Only the previous row of finished tiles is
+// alive, so memory is one tile's activations plus one row of tiles.
+template <typename Code>
+torch::Tensor run_tiled(const torch::Tensor& input, const TileGrid& grid, Code code) {
+  std::vector<torch::Tensor> previous_row, rows;
+  for (int64_t top = 0; top < input.size(2); top += grid.step_h) {
+    std::vector<torch::Tensor> row, kept;
+    for (int64_t left = 0; left < input.size(3); left += grid.step_w) {
+      torch::Tensor tile = code(input.slice(2, top, std::min(top + grid.tile_h, input.size(2)))
+                                    .slice(3, left, std::min(left + grid.tile_w, input.size(3))));
+      const size_t column = row.size();
+      if (!previous_row.empty()) blend_from(previous_row[column], tile, 2, grid.blend_h);
+      if (column > 0) blend_from(row.back(), tile, 3, grid.blend_w);
+      kept.push_back(tile.slice(2, 0, grid.keep_h).slice(3, 0, grid.keep_w));
+      row.push_back(tile);
+    }
+    rows.push_back(torch::cat(kept, 3));
+    previous_row = std::move(row);
+  }
+  return torch::cat(rows, 2);
+}
+
 }  // namespace
 
 AutoencoderDCImpl::AutoencoderDCImpl(const AutoencoderDCConfig& config) : config_(config) {
@@ -54,6 +82,16 @@ torch::Tensor AutoencoderDCImpl::encode(const torch::Tensor& images) {
     throw std::invalid_argument(fmt::format("AutoencoderDC: image size {}x{} is not a multiple of the compression "
                                             "ratio {}", images.size(2), images.size(3), ratio));
   }
+  if (tiling_.enabled && (images.size(2) > tiling_.tile_sample_min_height ||
+                          images.size(3) > tiling_.tile_sample_min_width)) {
+    // Latent tiles overlap by (tile - stride) / ratio latents, blended; each keeps stride / ratio latents.
+    const TileGrid grid{tiling_.tile_sample_min_height, tiling_.tile_sample_min_width,
+                        tiling_.tile_sample_stride_height, tiling_.tile_sample_stride_width,
+                        (tiling_.tile_sample_min_height - tiling_.tile_sample_stride_height) / ratio,
+                        (tiling_.tile_sample_min_width - tiling_.tile_sample_stride_width) / ratio,
+                        tiling_.tile_sample_stride_height / ratio, tiling_.tile_sample_stride_width / ratio};
+    return run_tiled(images, grid, [&](const torch::Tensor& tile) { return encoder_(tile); });
+  }
   return encoder_(images);
 }
 
@@ -62,7 +100,13 @@ torch::Tensor AutoencoderDCImpl::decode_unscaled(const torch::Tensor& z) {
   const int64_t ratio = config_.spatial_compression_ratio();
   if (tiling_.enabled && (z.size(2) > tiling_.tile_sample_min_height / ratio ||
                           z.size(3) > tiling_.tile_sample_min_width / ratio)) {
-    return tiled_decode(z);
+    // Image tiles overlap by tile - stride pixels, blended; each keeps stride pixels.
+    const TileGrid grid{tiling_.tile_sample_min_height / ratio, tiling_.tile_sample_min_width / ratio,
+                        tiling_.tile_sample_stride_height / ratio, tiling_.tile_sample_stride_width / ratio,
+                        tiling_.tile_sample_min_height - tiling_.tile_sample_stride_height,
+                        tiling_.tile_sample_min_width - tiling_.tile_sample_stride_width,
+                        tiling_.tile_sample_stride_height, tiling_.tile_sample_stride_width};
+    return run_tiled(z, grid, [&](const torch::Tensor& tile) { return decoder_(tile); });
   }
   return decoder_(z);
 }
@@ -79,33 +123,6 @@ void AutoencoderDCImpl::set_tiling(const DCAETiling& tiling) {
   check(tiling.tile_sample_min_height, tiling.tile_sample_stride_height, "height");
   check(tiling.tile_sample_min_width, tiling.tile_sample_stride_width, "width");
   tiling_ = tiling;
-}
-
-torch::Tensor AutoencoderDCImpl::tiled_decode(const torch::Tensor& z) {
-  const int64_t ratio = config_.spatial_compression_ratio();
-  const int64_t tile_h = tiling_.tile_sample_min_height / ratio, tile_w = tiling_.tile_sample_min_width / ratio;
-  const int64_t step_h = tiling_.tile_sample_stride_height / ratio, step_w = tiling_.tile_sample_stride_width / ratio;
-  const int64_t blend_h = tiling_.tile_sample_min_height - tiling_.tile_sample_stride_height;
-  const int64_t blend_w = tiling_.tile_sample_min_width - tiling_.tile_sample_stride_width;
-  // Raster order; a tile is blended with its finished upper and left neighbours, then its first stride x stride
-  // pixels are kept. Only the previous row of finished tiles is kept alive.
-  std::vector<torch::Tensor> previous_row, rows;
-  for (int64_t top = 0; top < z.size(2); top += step_h) {
-    std::vector<torch::Tensor> row, kept;
-    for (int64_t left = 0; left < z.size(3); left += step_w) {
-      const auto latent_tile = z.slice(2, top, std::min(top + tile_h, z.size(2)))
-                                   .slice(3, left, std::min(left + tile_w, z.size(3)));
-      torch::Tensor tile = decoder_(latent_tile);
-      const size_t column = row.size();
-      if (!previous_row.empty()) blend_from(previous_row[column], tile, 2, blend_h);
-      if (column > 0) blend_from(row.back(), tile, 3, blend_w);
-      kept.push_back(tile.slice(2, 0, tiling_.tile_sample_stride_height).slice(3, 0, tiling_.tile_sample_stride_width));
-      row.push_back(tile);
-    }
-    rows.push_back(torch::cat(kept, 3));
-    previous_row = std::move(row);
-  }
-  return torch::cat(rows, 2);
 }
 
 torch::Tensor AutoencoderDCImpl::encode_frames(const torch::Tensor& frames, int64_t chunk_size) {

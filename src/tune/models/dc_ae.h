@@ -7,11 +7,11 @@
 // decode()/decode_frames() take such latents and divide first. encode() and decode_unscaled() are diffusers'
 // AutoencoderDC.encode/decode on raw latents. DC-AE's encoder is deterministic (no posterior to sample).
 //
-// Tiling (off by default, as in diffusers): with set_tiling(), decode_unscaled() of latents larger than one tile
-// decodes overlapping tiles of tile_sample_min pixels every tile_sample_stride pixels and blends the overlaps
-// linearly, as diffusers' AutoencoderDC.tiled_decode does (same tile grid, same blend weights), so only one tile's
-// decoder activations are alive at a time; the result then differs from the untiled decode near tile borders,
-// as diffusers' does. Encoding is never tiled.
+// Tiling (off by default, as in diffusers): with set_tiling(), images or latents larger than one tile are processed
+// as overlapping tiles of tile_sample_min pixels (tile_sample_min / ratio latents) every tile_sample_stride pixels,
+// the overlaps blended linearly, as diffusers' AutoencoderDC.tiled_encode/tiled_decode do (same tile grid, same
+// blend weights), so only one tile's activations are alive at a time. Attention and convolutions then see one tile,
+// so the result differs from the untiled one near tile borders, as diffusers' does.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -36,7 +36,8 @@ class AutoencoderDCImpl : public torch::nn::Module {
  public:
   explicit AutoencoderDCImpl(const AutoencoderDCConfig& config);
 
-  // images [N, in_channels, H, W] (H, W multiples of the compression ratio) -> unscaled latents [N, C, H/f, W/f].
+  // images [N, in_channels, H, W] (H, W multiples of the compression ratio) -> unscaled latents [N, C, H/f, W/f];
+  // tiled when tiling is enabled and the images exceed a tile.
   torch::Tensor encode(const torch::Tensor& images);
   // unscaled latents -> images [N, in_channels, h*f, w*f]; tiled when tiling is enabled and the latents exceed a tile.
   torch::Tensor decode_unscaled(const torch::Tensor& z);
@@ -63,8 +64,6 @@ class AutoencoderDCImpl : public torch::nn::Module {
   dc_ae::Decoder& decoder() { return decoder_; }
 
  private:
-  torch::Tensor tiled_decode(const torch::Tensor& z);
-
   AutoencoderDCConfig config_;
   DCAETiling tiling_;
   dc_ae::Encoder encoder_{nullptr};
