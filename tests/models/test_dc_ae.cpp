@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "common/reference_fixture.h"
 #include "tune/core/error.h"
@@ -191,7 +192,7 @@ TEST_CASE("AutoencoderDCConfig refuses what tune does not implement, by file and
 // Not a test: the memory of decoding with the real Sana DC-AE config (random weights initialised here), on the CPU
 // with tune's tracking allocator: weights, and the peak of live tensor storage above them during one decode of
 // [1, 32, S/32, S/32] latents, untiled and with diffusers' default tiles (512 pixels every 448).
-//   TUNE_DC_AE_SIZE=1024 TUNE_DC_AE_DTYPE=bf16 build/tests/models/test_dc_ae "[.memory]"
+//   TUNE_DC_AE_SIZE=1024 TUNE_DC_AE_DTYPE=bf16 TUNE_DC_AE_TILED=1 build/tests/models/test_dc_ae "[.memory]"
 TEST_CASE("AutoencoderDC decode memory, real Sana config", "[.memory]") {
   memory_tracker::install();
   const char* size_text = std::getenv("TUNE_DC_AE_SIZE");
@@ -205,7 +206,12 @@ TEST_CASE("AutoencoderDC decode memory, real Sana config", "[.memory]") {
   model->eval();
   const int64_t weights = memory_tracker::cpu_live_bytes() - before_weights;
   const auto latents = torch::randn({1, 32, size / 32, size / 32}).to(bf16 ? torch::kBFloat16 : torch::kFloat32);
-  for (const bool tiled : {false, true}) {
+  // TUNE_DC_AE_TILED: "0" untiled only, "1" tiled only, otherwise both.
+  const char* tiled_text = std::getenv("TUNE_DC_AE_TILED");
+  std::vector<bool> modes{false, true};
+  if (tiled_text && std::string(tiled_text) == "0") modes = {false};
+  if (tiled_text && std::string(tiled_text) == "1") modes = {true};
+  for (const bool tiled : modes) {
     model->set_tiling({tiled, 512, 512, 448, 448});
     const int64_t live = memory_tracker::cpu_live_bytes();
     memory_tracker::reset_cpu_peak();
@@ -217,6 +223,7 @@ TEST_CASE("AutoencoderDC decode memory, real Sana config", "[.memory]") {
                 "%.0f MiB, %.1f s\n", static_cast<long long>(images.size(2)), static_cast<long long>(images.size(3)),
                 bf16 ? "bf16" : "fp32", tiled ? "tiled" : "untiled", weights / 1048576.0, peak / 1048576.0,
                 images.numel() * images.element_size() / 1048576.0, seconds);
+    std::fflush(stdout);  // a long run's lines appear as they come, also when stdout is a file
     CHECK(images.sizes() == torch::IntArrayRef({1, 3, size, size}));
     CHECK(torch::isfinite(images).all().item<bool>());
   }
