@@ -112,6 +112,10 @@ torch::Tensor AutoencoderDCImpl::decode_unscaled(const torch::Tensor& z) {
 }
 
 void AutoencoderDCImpl::set_tiling(const DCAETiling& tiling) {
+  if (!tiling.enabled) {  // sizes unused: nothing to check
+    tiling_ = tiling;
+    return;
+  }
   const int64_t ratio = config_.spatial_compression_ratio();
   const auto check = [&](int64_t size, int64_t stride, const char* axis) {
     if (size <= 0 || size % ratio != 0 || stride <= 0 || stride % ratio != 0 || stride > size) {

@@ -54,8 +54,8 @@ class AutoencoderDCImpl : public torch::nn::Module {
   torch::Tensor encode_frames(const torch::Tensor& frames, int64_t chunk_size);
   torch::Tensor decode_frames(const torch::Tensor& latents, int64_t chunk_size);
 
-  // Tile sizes must be positive multiples of the compression ratio, strides positive and at most the sizes;
-  // throws std::invalid_argument otherwise.
+  // When enabled, tile sizes and strides must be positive multiples of the compression ratio, strides at most the
+  // sizes (so tiles cover the input and keep whole latents); throws std::invalid_argument otherwise.
   void set_tiling(const DCAETiling& tiling);
   const DCAETiling& tiling() const { return tiling_; }
 
