@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tune/core/error.h"
+#include "tune/models/frame_chunks.h"
 
 namespace tune::models {
 namespace {
@@ -22,42 +23,6 @@ void check_images(const torch::Tensor& images, int64_t channels, const char* wha
     throw std::invalid_argument(fmt::format("AutoencoderKL: {} must be [N, {}, H, W], got [{}]", what, channels,
                                             fmt::join(images.sizes(), ", ")));
   }
-}
-
-void check_video(const torch::Tensor& video, int64_t channels, int64_t chunk_size, const char* what) {
-  if (video.dim() != 5 || video.size(2) != channels) {
-    throw std::invalid_argument(fmt::format("AutoencoderKL: {} must be [B, F, {}, H, W], got [{}]", what, channels,
-                                            fmt::join(video.sizes(), ", ")));
-  }
-  if (chunk_size <= 0) {
-    throw std::invalid_argument(fmt::format("AutoencoderKL: chunk_size must be positive, got {}", chunk_size));
-  }
-}
-
-torch::Tensor first_parameter(torch::nn::Module& module) {
-  for (const auto& parameter : module.parameters()) return parameter;
-  throw std::logic_error("AutoencoderKL has no parameters");
-}
-
-// Runs `step` on [N, ...] slices of `flat` of at most chunk_size rows, each moved to the model's device and
-// dtype, and gathers the results in `flat`'s device and dtype (allocated once the first chunk's shape is known).
-template <typename Step>
-torch::Tensor run_in_chunks(const torch::Tensor& flat, int64_t chunk_size, const torch::Tensor& model_parameter,
-                            Step step) {
-  const int64_t total = flat.size(0);
-  torch::Tensor output;
-  for (int64_t begin = 0; begin < total; begin += chunk_size) {
-    const int64_t end = std::min(total, begin + chunk_size);
-    const auto chunk = flat.slice(0, begin, end).to(model_parameter.device(), model_parameter.scalar_type());
-    const torch::Tensor result = step(chunk, begin, end);
-    if (!output.defined()) {
-      std::vector<int64_t> shape = result.sizes().vec();
-      shape[0] = total;
-      output = torch::empty(shape, flat.options());
-    }
-    output.slice(0, begin, end).copy_(result);
-  }
-  return output;
 }
 
 }  // namespace
@@ -115,7 +80,7 @@ torch::Tensor AutoencoderKLImpl::decode(const torch::Tensor& latents) { return d
 
 torch::Tensor AutoencoderKLImpl::encode_frames(const torch::Tensor& frames, int64_t chunk_size, LatentSampling sampling,
                                                c10::optional<at::Generator> generator) {
-  check_video(frames, config_.in_channels, chunk_size, "frames");
+  check_frames(frames, config_.in_channels, chunk_size, "AutoencoderKL", "frames");
   torch::NoGradGuard no_grad;
   const int64_t batch = frames.size(0), count = frames.size(1);
   const auto flat = frames.reshape({batch * count, frames.size(2), frames.size(3), frames.size(4)});
@@ -136,7 +101,7 @@ torch::Tensor AutoencoderKLImpl::encode_frames(const torch::Tensor& frames, int6
 }
 
 torch::Tensor AutoencoderKLImpl::decode_frames(const torch::Tensor& latents, int64_t chunk_size) {
-  check_video(latents, config_.latent_channels, chunk_size, "latents");
+  check_frames(latents, config_.latent_channels, chunk_size, "AutoencoderKL", "latents");
   torch::NoGradGuard no_grad;
   const int64_t batch = latents.size(0), count = latents.size(1);
   const auto flat = latents.reshape({batch * count, latents.size(2), latents.size(3), latents.size(4)});
