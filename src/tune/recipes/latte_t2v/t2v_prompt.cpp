@@ -2,23 +2,10 @@
 
 #include <torch/torch.h>
 
-#include <cctype>
-
 #include "tune/data/t5_prompt.h"
+#include "tune/recipes/diffusion/prompt_text.h"
 
 namespace tune::recipes::latte_t2v {
-
-std::string preprocess_prompt(const std::string& prompt) {
-  std::string text;
-  text.reserve(prompt.size());
-  for (const char c : prompt) text.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
-  // str.strip(): ASCII whitespace (space, \t, \n, \v, \f, \r) and the file/group/record/unit separators.
-  auto is_space = [](unsigned char c) { return std::isspace(c) != 0 || (c >= 0x1c && c <= 0x1f); };
-  size_t begin = 0, end = text.size();
-  while (begin < end && is_space(static_cast<unsigned char>(text[begin]))) ++begin;
-  while (end > begin && is_space(static_cast<unsigned char>(text[end - 1]))) --end;
-  return text.substr(begin, end - begin);
-}
 
 namespace {
 
@@ -26,7 +13,7 @@ torch::Tensor encode(models::T5EncoderImpl& encoder, const data::Tokenizer& toke
                      const std::vector<std::string>& texts, int64_t max_length, torch::Tensor* mask_out) {
   std::vector<std::string> processed;
   processed.reserve(texts.size());
-  for (const auto& text : texts) processed.push_back(preprocess_prompt(text));
+  for (const auto& text : texts) processed.push_back(diffusion_common::preprocess_prompt(text));
   const auto tokens = data::encode_t5_prompts(tokenizer, processed, max_length);
   const auto device = encoder.parameters().front().device();
   const auto mask = tokens.attention_mask.to(device);

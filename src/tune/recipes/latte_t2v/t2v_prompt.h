@@ -21,10 +21,6 @@ struct PromptEmbeddings {
   std::vector<int64_t> token_counts;  // real tokens (EOS included) of each prompt, for the log
 };
 
-// Python's str.lower().strip() for ASCII text (LattePipeline's _text_preprocessing without clean_caption);
-// non-ASCII letters are kept as they are.
-std::string preprocess_prompt(const std::string& prompt);
-
 // Training captions: each preprocessed as a prompt, padded (or cut) to max_length tokens and encoded with its
 // attention mask; the padded rows are kept (the transformer masks them). Under no-grad.
 struct CaptionEmbeddings {
