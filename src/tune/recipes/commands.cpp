@@ -131,6 +131,16 @@ int run_train(const TrainArguments& arguments) {
 
 namespace {
 
+// The recipe that samples from a diffusers pipeline directory, by model_index.json's _class_name.
+std::string pipeline_recipe(const std::filesystem::path& pipeline_dir) {
+  const auto index = io::read_pipeline_index(pipeline_dir);
+  if (index.class_name == "LattePipeline") return "latte_t2v";
+  if (index.class_name == "SanaPipeline") return "sana";
+  throw InputError(fmt::format("{}: _class_name '{}' is a pipeline tune does not implement (it samples from "
+                               "LattePipeline and SanaPipeline directories)",
+                               index.file.string(), index.class_name));
+}
+
 // What `tune infer` and `tune chat` are pointed at: a run directory, a Latte or LLM model directory, or a recipe.
 std::pair<const Recipe*, InferRequest> infer_request(const InferArguments& arguments) {
   InferRequest request;
@@ -165,10 +175,11 @@ std::pair<const Recipe*, InferRequest> infer_request(const InferArguments& argum
     recipe = &find_recipe("latte");
     request.model_dir = target;
   } else if (io::is_pipeline_directory(target)) {
-    // A diffusers pipeline directory (model_index.json): the text-to-video recipe with its defaults, the directory as
-    // model.path, and the user's overrides.
-    recipe = &find_recipe("latte_t2v");
-    std::vector<std::string> overrides = {"recipe=latte_t2v", "model.path=" + nlohmann::json(target.string()).dump()};
+    // A diffusers pipeline directory (model_index.json): the recipe of its pipeline class with its defaults, the
+    // directory as model.path, and the user's overrides.
+    recipe = &find_recipe(pipeline_recipe(target));
+    std::vector<std::string> overrides = {"recipe=" + recipe->name,
+                                          "model.path=" + nlohmann::json(target.string()).dump()};
     overrides.insert(overrides.end(), user_overrides.begin(), user_overrides.end());
     request.config = config::load_overrides(overrides, recipe->schema(), "the pipeline directory " + target.string());
     request.model_dir = target;
@@ -192,11 +203,11 @@ std::pair<const Recipe*, InferRequest> infer_request(const InferArguments& argum
                                  "model_index.json)", target.string()));
   }
   request.grad = arguments.grad.value_or(request.config ? request.config->get_bool("grad_inference") : true);
-  const bool text_to_video_flags = request.negative_prompt || request.frames || request.height || request.width ||
-                                   request.noise;
-  if (text_to_video_flags && recipe->name != "latte_t2v") {
+  const bool text_to_media_flags = request.negative_prompt || request.frames || request.height || request.width ||
+                                    request.noise;
+  if (text_to_media_flags && recipe->name != "latte_t2v" && recipe->name != "sana") {
     throw UsageError(fmt::format("--negative-prompt, --frames, --height, --width and --noise apply to text-to-video "
-                                 "pipelines (recipe latte_t2v); {} is recipe {}",
+                                 "and text-to-image pipelines (recipes latte_t2v, sana); {} is recipe {}",
                                  target.string(), recipe->name));
   }
   return {recipe, std::move(request)};

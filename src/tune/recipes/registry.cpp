@@ -6,13 +6,14 @@
 #include "tune/recipes/dpo/dpo_recipe.h"
 #include "tune/recipes/latte/latte_recipe.h"
 #include "tune/recipes/latte_t2v/t2v_recipe.h"
+#include "tune/recipes/sana/sana_recipe.h"
 #include "tune/recipes/sft/sft_recipe.h"
 
 namespace tune::recipes {
 
 const std::vector<Recipe>& all_recipes() {
   static const std::vector<Recipe> recipes = {sft::make_recipe(), dpo::make_recipe(), latte::make_recipe(),
-                                                    latte_t2v::make_recipe()};
+                                              latte_t2v::make_recipe(), sana::make_recipe()};
   return recipes;
 }
 
