@@ -76,7 +76,15 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& config, const Llam
   }
 }
 
-torch::Tensor LlamaForCausalLMImpl::embed(const torch::Tensor& input_ids) { return model_->embed_tokens(input_ids); }
+torch::Tensor LlamaForCausalLMImpl::embed(const torch::Tensor& input_ids) {
+  torch::Tensor embeddings = model_->embed_tokens(input_ids);
+  if (model_->embedding_multiplier == 1.0) return embeddings;
+  // Gemma 2: sqrt(hidden_size) as an fp32 number rounded to the embedding's dtype, as transformers' normalizer is.
+  const torch::Tensor multiplier =
+      torch::scalar_tensor(model_->embedding_multiplier, embeddings.options().dtype(torch::kFloat32))
+          .to(embeddings.scalar_type());
+  return embeddings * multiplier;
+}
 
 torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& input_ids, AttentionInputs inputs) {
   if (input_ids.dim() != 2) {
@@ -89,7 +97,7 @@ torch::Tensor LlamaForCausalLMImpl::forward_embeddings(const torch::Tensor& inpu
   const torch::Tensor hidden = hidden_states(input_embeddings, std::move(inputs));
   const torch::Tensor logits =
       lm_head_ ? lm_head_->forward(hidden) : torch::linear(hidden, model_->embed_tokens->weight);
-  return logits.to(torch::kFloat32);
+  return soft_cap_logits(logits.to(torch::kFloat32), config_.final_logit_softcapping);
 }
 
 torch::Tensor LlamaForCausalLMImpl::forward_hidden(const torch::Tensor& input_ids, AttentionInputs inputs) {
@@ -135,7 +143,8 @@ torch::Tensor LlamaForCausalLMImpl::hidden_states(const torch::Tensor& input_emb
   // Only the fused attention uses it (attention_core_fused drops such a mask for is_causal, whose kernels skip the
   // hidden half); the check of the segments costs a device sync on CUDA, nothing on the CPU.
   const c10::ScalarType attention_dtype = attention_compute_dtype(device, input_embeddings.scalar_type());
-  const bool fused_attention = nn::uses_fused_attention(device.type(), attention_dtype);
+  const bool fused_attention =
+      nn::uses_fused_attention(device.type(), attention_dtype, /*recomputing=*/false, config_.attn_logit_softcapping > 0);
   const bool plain_causal = fused_attention && past == 0 &&
                             (!inputs.segment_ids.defined() || inputs.segment_ids.eq(0).all().item<bool>());
   std::map<int64_t, LayerInputs> by_window;
@@ -188,6 +197,11 @@ torch::Tensor LlamaForCausalLMImpl::hidden_states(const torch::Tensor& input_emb
     hidden = runner_->run_stack(config_.num_hidden_layers, block, hidden, params_of);
   }
   return model_->norm(hidden);
+}
+
+torch::Tensor soft_cap_logits(const torch::Tensor& logits, double cap) {
+  if (cap <= 0.0) return logits;
+  return torch::tanh(logits / cap) * cap;
 }
 
 std::vector<std::shared_ptr<torch::nn::Module>> LlamaForCausalLMImpl::blocks() const {

@@ -1,9 +1,10 @@
-// A Llama-family decoder-only LM (Llama 2/3, Mistral, Qwen2, Qwen3): RMSNorm, rotate-half RoPE, grouped-query
-// attention (Qwen3: RMSNorm on each query and key head; Mistral/Qwen: optionally a sliding window), gated MLP
-// (SiLU or GELU). Submodule names equal Hugging Face's so named_parameters() are HF tensor names:
+// A Llama-family decoder-only LM (Llama 2/3, Mistral, Qwen2, Qwen3, Gemma 2): RMSNorm, rotate-half RoPE,
+// grouped-query attention (Qwen3: RMSNorm on each query and key head; Mistral/Qwen/Gemma 2: optionally a sliding
+// window; Gemma 2: soft-capped scores and logits, scaled embeddings, four norms per layer), gated MLP (SiLU or GELU). Submodule names equal Hugging Face's so named_parameters() are HF tensor names:
 // model.embed_tokens.weight, model.layers.N.self_attn.{q,k,v,o}_proj.weight, model.layers.N.mlp.{gate,up,down}_proj.weight,
 // model.layers.N.self_attn.{q,k}_norm.weight (Qwen3), model.layers.N.{input,post_attention}_layernorm.weight,
-// model.norm.weight, lm_head.weight (absent when tied).
+// model.layers.N.{pre,post}_feedforward_layernorm.weight (Gemma 2), model.norm.weight, lm_head.weight (absent when
+// tied).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -60,7 +61,8 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
  public:
   explicit LlamaForCausalLMImpl(const LlamaConfig& config, const LlamaLoraOptions& lora = {});
 
-  // logits [B, T, vocab] in float32. position_ids undefined: 0..T-1 (offset by the cache length when decoding).
+  // logits [B, T, vocab] in float32 (Gemma 2: soft-capped after the cast, LlamaConfig::final_logit_softcapping).
+  // position_ids undefined: 0..T-1 (offset by the cache length when decoding).
   torch::Tensor forward(const torch::Tensor& input_ids, AttentionInputs inputs = {});
   // Same, from input embeddings [B, T, hidden] (gradient-enabled inference differentiates with respect to them).
   torch::Tensor forward_embeddings(const torch::Tensor& input_embeddings, AttentionInputs inputs = {});
@@ -70,6 +72,8 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   // whole [B, T, vocab] logits.
   torch::Tensor forward_hidden(const torch::Tensor& input_ids, AttentionInputs inputs = {});
   torch::Tensor output_weight() const;
+  // The soft cap the logits of output_weight take (0: none): what a loss computing them itself must apply.
+  double output_softcap() const { return config_.final_logit_softcapping; }
 
   // Blocks for the memory machinery and distributed wrapping; the runner decides how each block executes.
   int64_t num_blocks() const { return config_.num_hidden_layers; }
@@ -101,5 +105,8 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   std::shared_ptr<nn::LoraLinearImpl> lm_head_;  // null when tied to model.embed_tokens
 };
 TORCH_MODULE(LlamaForCausalLM);
+
+// cap * tanh(logits / cap); cap <= 0: the logits unchanged.
+torch::Tensor soft_cap_logits(const torch::Tensor& logits, double cap);
 
 }  // namespace tune::models

@@ -1,5 +1,5 @@
-// Reading and writing Hugging Face config.json for LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and
-// Qwen3ForCausalLM (transformers 5's configuration_*.py and modeling_*.py are the reference for every default and
+// Reading and writing Hugging Face config.json for LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+// Qwen3ForCausalLM, Gemma2ForCausalLM and Gemma2Model (transformers 5's configuration_*.py and modeling_*.py are the reference for every default and
 // for which fields each class reads).
 #include "tune/models/llama_config.h"
 
@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <set>
@@ -41,6 +42,26 @@ LlamaConfig defaults_for(const std::string& model_type) {
     if (model_type == "qwen3") config.head_dim = 128;  // Qwen3Config's own default, not hidden / heads
     config.bos_token_id = 151643;
     config.eos_token_ids = {151643};
+  } else if (model_type == "gemma2") {
+    // Gemma2Config's defaults (gemma-2-2b).
+    config.architecture = "Gemma2ForCausalLM";
+    config.vocab_size = 256000;
+    config.hidden_size = 2304;
+    config.intermediate_size = 9216;
+    config.num_hidden_layers = 26;
+    config.num_attention_heads = 8;
+    config.num_key_value_heads = 4;
+    config.head_dim = 256;
+    config.max_position_embeddings = 8192;
+    config.tie_word_embeddings = true;
+    config.hidden_act = "gelu_pytorch_tanh";
+    config.sliding_window = 4096;
+    config.query_pre_attn_scalar = 256;
+    config.attn_logit_softcapping = 50.0;
+    config.final_logit_softcapping = 30.0;
+    config.bos_token_id = 2;
+    config.eos_token_ids = {1};
+    config.pad_token_id = 0;
   }
   return config;
 }
@@ -122,10 +143,13 @@ void read_rope(const io::JsonFields& reader, const json& config_json, const std:
 // Settings of the four classes that change the maths and that tune does not implement: refused, never ignored.
 void check_unimplemented(const io::JsonFields& reader, const json& config_json, const std::string& source,
                          LlamaConfig& config) {
-  config.hidden_act = reader.string("hidden_act", config.hidden_act);
+  // Gemma2's MLP reads hidden_activation (a hidden_act beside it, as older Gemma files have, is ignored by
+  // transformers and so by tune).
+  const char* activation_key = config.is_gemma2() ? "hidden_activation" : "hidden_act";
+  config.hidden_act = reader.string(activation_key, config.hidden_act);
   if (std::find(kSupportedHiddenActs.begin(), kSupportedHiddenActs.end(), config.hidden_act) == kSupportedHiddenActs.end()) {
-    reader.fail("hidden_act", fmt::format("is '{}', an activation tune's MLP does not implement (supported: {})",
-                                          config.hidden_act, fmt::join(kSupportedHiddenActs, ", ")));
+    reader.fail(activation_key, fmt::format("is '{}', an activation tune's MLP does not implement (supported: {})",
+                                            config.hidden_act, fmt::join(kSupportedHiddenActs, ", ")));
   }
   // Dropout on the attention probabilities, which HF applies in training only. Refused rather than implemented:
   // released checkpoints have 0.0, and fine-tuning would otherwise differ from HF's training.
@@ -142,6 +166,25 @@ void check_unimplemented(const io::JsonFields& reader, const json& config_json, 
   }
   // pretraining_tp (Llama): transformers < 4.47 split the projections into that many slices and summed the partial
   // products, mathematically the same matmul (only rounding differs); transformers 5 ignores it, and so does tune.
+}
+
+// A layer_types list: one known type per layer, and a window wherever a layer slides (transformers raises too).
+void check_layer_types(const io::JsonFields& reader, const LlamaConfig& config, const char* no_window_reason) {
+  if (static_cast<int64_t>(config.layer_types.size()) != config.num_hidden_layers) {
+    reader.fail("layer_types", fmt::format("has {} entries for {} layers (num_hidden_layers)", config.layer_types.size(),
+                                           config.num_hidden_layers));
+  }
+  for (size_t i = 0; i < config.layer_types.size(); ++i) {
+    const std::string& type = config.layer_types[i];
+    if (type != kFullAttention && type != kSlidingAttention) {
+      reader.fail("layer_types", fmt::format("has '{}' for layer {}; supported: {}, {}", type, i, kFullAttention,
+                                             kSlidingAttention));
+    }
+    if (type == kSlidingAttention && config.sliding_window == 0) {
+      reader.fail("layer_types", fmt::format("marks layer {} {}, but there is no window ({})", i, kSlidingAttention,
+                                             no_window_reason));
+    }
+  }
 }
 
 // Mistral: a non-null sliding_window applies to every layer (absent: MistralConfig's 4096). MistralForCausalLM
@@ -182,21 +225,48 @@ void read_qwen_window(const io::JsonFields& reader, const json& config_json, Lla
     return;
   }
   config.layer_types = reader.string_list("layer_types", {});
-  if (static_cast<int64_t>(config.layer_types.size()) != config.num_hidden_layers) {
-    reader.fail("layer_types", fmt::format("has {} entries for {} layers (num_hidden_layers)", config.layer_types.size(),
-                                           config.num_hidden_layers));
+  // transformers raises on a sliding layer without a window too (create_sliding_window_causal_mask needs one).
+  check_layer_types(reader, config, "use_sliding_window false or sliding_window null");
+}
+
+// Gemma2 (configuration_gemma2.py, modeling_gemma2.py): the sliding-window, scaling and soft-capping fields. The
+// window applies on the layers layer_types marks sliding; without layer_types, Gemma2Config marks the even layers
+// (i + 1 odd) sliding. A null soft cap means none.
+void read_gemma2_fields(const io::JsonFields& reader, const json& config_json, LlamaConfig& config) {
+  if (config_json.contains("sliding_window")) {
+    config.sliding_window = reader.has("sliding_window") ? reader.positive("sliding_window", 0) : 0;
   }
-  for (size_t i = 0; i < config.layer_types.size(); ++i) {
-    const std::string& type = config.layer_types[i];
-    if (type != kFullAttention && type != kSlidingAttention) {
-      reader.fail("layer_types", fmt::format("has '{}' for layer {}; supported: {}, {}", type, i, kFullAttention,
-                                             kSlidingAttention));
+  config.layer_types.clear();
+  if (reader.has("layer_types")) {
+    config.layer_types = reader.string_list("layer_types", {});
+  } else {
+    for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+      config.layer_types.emplace_back((i + 1) % 2 != 0 ? kSlidingAttention : kFullAttention);
     }
-    // transformers raises here too (create_sliding_window_causal_mask needs a window).
-    if (type == kSlidingAttention && window == 0) {
-      reader.fail("layer_types", fmt::format("marks layer {} {}, but there is no window (use_sliding_window false or "
-                                             "sliding_window null)", i, kSlidingAttention));
-    }
+  }
+  check_layer_types(reader, config, "sliding_window is null");
+  config.query_pre_attn_scalar = reader.real("query_pre_attn_scalar", config.query_pre_attn_scalar);
+  if (config.query_pre_attn_scalar <= 0) {
+    reader.fail("query_pre_attn_scalar", fmt::format("must be positive, got {}", config.query_pre_attn_scalar));
+  }
+  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
+    double& cap = std::string_view(key) == "attn_logit_softcapping" ? config.attn_logit_softcapping
+                                                                    : config.final_logit_softcapping;
+    if (config_json.contains(key)) cap = reader.has(key) ? reader.real(key, 0.0) : 0.0;
+    if (cap < 0) reader.fail(key, fmt::format("must be positive or null (no cap), got {}", cap));
+  }
+  // Bidirectional attention turns the causal mask off (an encoder use of the weights) that tune's decoder keeps.
+  if (reader.boolean("use_bidirectional_attention", false)) {
+    reader.fail("use_bidirectional_attention", "is true; tune implements Gemma 2's causal attention only (false or "
+                                               "null)");
+  }
+  if (config_json.contains("pad_token_id")) {
+    config.pad_token_id = reader.has("pad_token_id") ? reader.integer("pad_token_id", 0) : -1;
+  }
+  // A task head (sequence or token classification) would be silently dropped: only the LM and the bare decoder.
+  if (config.architecture != "Gemma2ForCausalLM" && config.architecture != "Gemma2Model") {
+    reader.fail("architectures", fmt::format("is '{}'; tune reads Gemma2ForCausalLM and Gemma2Model",
+                                             config.architecture));
   }
 }
 
@@ -218,6 +288,15 @@ void read_eos(const io::JsonFields& reader, const json& config_json, LlamaConfig
 
 }  // namespace
 
+double LlamaConfig::embedding_multiplier() const {
+  return is_gemma2() ? std::sqrt(static_cast<double>(hidden_size)) : 1.0;
+}
+
+double LlamaConfig::attention_scale() const {
+  const double scalar = query_pre_attn_scalar > 0 ? query_pre_attn_scalar : static_cast<double>(resolved_head_dim());
+  return 1.0 / std::sqrt(scalar);
+}
+
 int64_t LlamaConfig::layer_sliding_window(int64_t layer) const {
   if (sliding_window <= 0) return 0;
   if (layer_types.empty()) return sliding_window;
@@ -230,8 +309,9 @@ LlamaConfig LlamaConfig::from_json(const json& config_json, const std::string& s
   }
   const io::JsonFields reader(config_json, source);
   const std::string model_type = reader.string("model_type", "llama");
-  if (model_type != "llama" && model_type != "mistral" && model_type != "qwen2" && model_type != "qwen3") {
-    reader.fail("model_type", fmt::format("is '{}'; supported: llama, mistral, qwen2, qwen3", model_type));
+  if (model_type != "llama" && model_type != "mistral" && model_type != "qwen2" && model_type != "qwen3" &&
+      model_type != "gemma2") {
+    reader.fail("model_type", fmt::format("is '{}'; supported: llama, mistral, qwen2, qwen3, gemma2", model_type));
   }
   LlamaConfig config = defaults_for(model_type);
 
@@ -248,10 +328,12 @@ LlamaConfig LlamaConfig::from_json(const json& config_json, const std::string& s
   config.num_hidden_layers = reader.positive("num_hidden_layers", config.num_hidden_layers);
   config.num_attention_heads = reader.positive("num_attention_heads", config.num_attention_heads);
   // Llama's rule: an absent num_key_value_heads means multi-head attention (as many kv heads as heads);
-  // Mistral's default is 8 (kept from defaults_for). An explicit null is multi-head attention for every class.
+  // Mistral's default is 8 and Gemma2's 4 (kept from defaults_for). An explicit null is multi-head attention for
+  // every class.
   const bool kv_heads_absent = !config_json.contains("num_key_value_heads");
-  config.num_key_value_heads = reader.positive(
-      "num_key_value_heads", model_type == "mistral" && kv_heads_absent ? config.num_key_value_heads : config.num_attention_heads);
+  const bool own_kv_default = (model_type == "mistral" || model_type == "gemma2") && kv_heads_absent;
+  config.num_key_value_heads =
+      reader.positive("num_key_value_heads", own_kv_default ? config.num_key_value_heads : config.num_attention_heads);
   config.head_dim = reader.has("head_dim") ? reader.positive("head_dim", 0) : config.head_dim;
   config.max_position_embeddings = reader.positive("max_position_embeddings", config.max_position_embeddings);
   config.rms_norm_eps = reader.real("rms_norm_eps", config.rms_norm_eps);
@@ -260,7 +342,7 @@ LlamaConfig LlamaConfig::from_json(const json& config_json, const std::string& s
   // Which biases each class reads: Llama both flags; Qwen3 attention_bias (on all four projections); Qwen2's
   // q/k/v always have biases and Mistral never has any, whatever config.json says (their classes ignore the
   // fields, so tune does as well); the MLPs of Mistral and Qwen have none.
-  if (model_type == "llama" || model_type == "qwen3") {
+  if (model_type == "llama" || model_type == "qwen3" || model_type == "gemma2") {
     config.attention_bias = reader.boolean("attention_bias", config.attention_bias);
   }
   if (model_type == "llama") config.mlp_bias = reader.boolean("mlp_bias", config.mlp_bias);
@@ -270,6 +352,8 @@ LlamaConfig LlamaConfig::from_json(const json& config_json, const std::string& s
     read_mistral_window(reader, config_json, config);
   } else if (model_type == "qwen2" || model_type == "qwen3") {
     read_qwen_window(reader, config_json, config);
+  } else if (model_type == "gemma2") {
+    read_gemma2_fields(reader, config_json, config);
   }
   config.bos_token_id = reader.integer("bos_token_id", config.bos_token_id);
   read_eos(reader, config_json, config);
@@ -325,22 +409,30 @@ json LlamaConfig::to_json() const {
   }
   out["tie_word_embeddings"] = tie_word_embeddings;
   // Only the fields the model_type's class reads (from_json's rules).
-  if (model_type == "llama" || model_type == "qwen3") out["attention_bias"] = attention_bias;
+  if (model_type == "llama" || model_type == "qwen3" || model_type == "gemma2") out["attention_bias"] = attention_bias;
   if (model_type == "llama") out["mlp_bias"] = mlp_bias;
   if (model_type == "mistral") {
     // Written explicitly (null when absent): MistralConfig would otherwise default to a 4096-token window.
     out["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
-  } else if (model_type == "qwen2" || model_type == "qwen3") {
+  }
+  json types = json::array();
+  for (int64_t i = 0; i < num_hidden_layers; ++i) {
+    types.push_back(std::string(layer_sliding_window(i) > 0 ? kSlidingAttention : kFullAttention));
+  }
+  if (model_type == "qwen2" || model_type == "qwen3") {
     out["use_sliding_window"] = sliding_window > 0;
     out["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
     out["max_window_layers"] = max_window_layers;
-    json types = json::array();
-    for (int64_t i = 0; i < num_hidden_layers; ++i) {
-      types.push_back(std::string(layer_sliding_window(i) > 0 ? kSlidingAttention : kFullAttention));
-    }
     out["layer_types"] = types;
+  } else if (is_gemma2()) {
+    out["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
+    out["layer_types"] = types;
+    out["query_pre_attn_scalar"] = query_pre_attn_scalar;
+    out["attn_logit_softcapping"] = attn_logit_softcapping > 0 ? json(attn_logit_softcapping) : json(nullptr);
+    out["final_logit_softcapping"] = final_logit_softcapping > 0 ? json(final_logit_softcapping) : json(nullptr);
+    out["pad_token_id"] = pad_token_id >= 0 ? json(pad_token_id) : json(nullptr);
   }
-  out["hidden_act"] = hidden_act;
+  out[is_gemma2() ? "hidden_activation" : "hidden_act"] = hidden_act;
   out["attention_dropout"] = 0.0;  // the only value from_json accepts
   out["initializer_range"] = 0.02;
   out["use_cache"] = true;

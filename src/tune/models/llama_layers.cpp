@@ -65,10 +65,16 @@ torch::Tensor run_norm(const nn::RMSNorm& norm, const torch::Tensor& hidden, nn:
 
 }  // namespace
 
+nn::RMSNormOptions norm_options(const LlamaConfig& config, int64_t size) {
+  return nn::RMSNormOptions(size).eps(config.rms_norm_eps).zero_centred(config.is_gemma2());
+}
+
 LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& config, const LlamaLoraOptions& lora)
     : num_heads(config.num_attention_heads),
       num_key_value_heads(config.num_key_value_heads),
-      head_dim(config.resolved_head_dim()) {
+      head_dim(config.resolved_head_dim()),
+      scale(config.attention_scale()),
+      softcap(config.attn_logit_softcapping) {
   const int64_t hidden = config.hidden_size;
   // Qwen2 has q/k/v biases but none on o_proj; the attention_bias of Llama and Qwen3 covers all four.
   const bool qkv_bias = config.attention_bias;
@@ -79,7 +85,7 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& config, const LlamaLor
   o_proj = register_module("o_proj", make_projection(num_heads * head_dim, hidden, o_bias, "o_proj", lora));
   if (config.has_qk_norm()) {
     // Over head_dim only, one weight shared by every head (Qwen3Attention), with the model's rms_norm_eps.
-    const auto options = nn::RMSNormOptions(head_dim).eps(config.rms_norm_eps);
+    const auto options = norm_options(config, head_dim);
     q_norm = register_module("q_norm", nn::RMSNorm(options));
     k_norm = register_module("k_norm", nn::RMSNorm(options));
   }
@@ -117,9 +123,8 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& hidden, const Lay
     cached_values = value.slice(2, value.size(2) - keep);
   }
 
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   const torch::Tensor context = nn::run_attention_core(inputs.runner.get(), query, key, value, inputs.mask, scale,
-                                                        inputs.causal_mask);
+                                                        inputs.causal_mask, softcap);
   return o_proj(context.transpose(1, 2).reshape({batch, length, num_heads * head_dim}));
 }
 
@@ -161,15 +166,26 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& config, const Ll
   // Registration order = HF's, so named_parameters() lists tensors in the order HF checkpoints do.
   self_attn = register_module("self_attn", LlamaAttention(config, lora));
   mlp = register_module("mlp", LlamaMLP(config, lora));
-  const auto norm_options = nn::RMSNormOptions(config.hidden_size).eps(config.rms_norm_eps);
-  input_layernorm = register_module("input_layernorm", nn::RMSNorm(norm_options));
-  post_attention_layernorm = register_module("post_attention_layernorm", nn::RMSNorm(norm_options));
+  const auto options = norm_options(config, config.hidden_size);
+  input_layernorm = register_module("input_layernorm", nn::RMSNorm(options));
+  post_attention_layernorm = register_module("post_attention_layernorm", nn::RMSNorm(options));
+  if (config.is_gemma2()) {
+    pre_feedforward_layernorm = register_module("pre_feedforward_layernorm", nn::RMSNorm(options));
+    post_feedforward_layernorm = register_module("post_feedforward_layernorm", nn::RMSNorm(options));
+  }
 }
 
 torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& hidden, const LayerInputs& inputs) {
   nn::BlockRunner* runner = inputs.runner.get();
-  const torch::Tensor attended = hidden + self_attn(run_norm(input_layernorm, hidden, runner), inputs);
-  return attended + mlp(run_norm(post_attention_layernorm, attended, runner), runner);
+  if (pre_feedforward_layernorm.is_empty()) {
+    const torch::Tensor attended = hidden + self_attn(run_norm(input_layernorm, hidden, runner), inputs);
+    return attended + mlp(run_norm(post_attention_layernorm, attended, runner), runner);
+  }
+  // Gemma 2: each sublayer's output is normalised before it joins the residual stream.
+  const torch::Tensor attention = self_attn(run_norm(input_layernorm, hidden, runner), inputs);
+  const torch::Tensor attended = hidden + run_norm(post_attention_layernorm, attention, runner);
+  const torch::Tensor fed = mlp(run_norm(pre_feedforward_layernorm, attended, runner), runner);
+  return attended + run_norm(post_feedforward_layernorm, fed, runner);
 }
 
 LlamaModelImpl::LlamaModelImpl(const LlamaConfig& config, const LlamaLoraOptions& lora) {
@@ -182,9 +198,10 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& config, const LlamaLoraOptions
     store_base_weights(*layer, lora);
     layers->push_back(layer);
   }
-  norm = register_module("norm", nn::RMSNorm(nn::RMSNormOptions(config.hidden_size).eps(config.rms_norm_eps)));
+  norm = register_module("norm", nn::RMSNorm(norm_options(config, config.hidden_size)));
   store_base_weights(*norm, lora);
   rotary_emb = register_module("rotary_emb", nn::RotaryEmbedding(rotary_options(config)));
+  embedding_multiplier = config.embedding_multiplier();
 }
 
 }  // namespace tune::models

@@ -1,6 +1,6 @@
 // The building blocks of a Llama-family decoder: attention with grouped-query heads and RoPE (Qwen3: per-head
-// query/key norms), the gated MLP, the pre-norm decoder layer, and the "model" trunk that holds them under Hugging
-// Face's module names.
+// query/key norms; Gemma 2: its own scale and soft-capped scores), the gated MLP, the pre-norm decoder layer (Gemma 2:
+// with normalised attention and MLP outputs), and the "model" trunk that holds them under Hugging Face's module names.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -47,13 +47,17 @@ nn::LoraLinear make_projection(int64_t in_features, int64_t out_features, bool b
 // Self-attention: q/k/v projections, (Qwen3) RMSNorm over head_dim on each query and key head as norm regions of
 // `inputs.runner`, RoPE on q and k, kv heads repeated to the query heads (GQA), scores scaled by 1/sqrt(head_dim),
 // additive mask (causal, or with the layer's sliding window), softmax in fp32, o projection. Everything between
-// RoPE and o_proj runs as the attention-core region of `inputs.runner`.
+// RoPE and o_proj runs as the attention-core region of `inputs.runner`. Gemma 2: the scale is
+// query_pre_attn_scalar^-0.5 and the scores are soft-capped (LlamaConfig::attn_logit_softcapping) before the mask,
+// which keeps it on tune's own attention core (the fused kernels cannot cap).
 class LlamaAttentionImpl : public torch::nn::Module {
  public:
   LlamaAttentionImpl(const LlamaConfig& config, const LlamaLoraOptions& lora);
   torch::Tensor forward(const torch::Tensor& hidden, const LayerInputs& inputs);
 
   int64_t num_heads, num_key_value_heads, head_dim;
+  double scale;    // applied to the scores
+  double softcap;  // 0: none
   nn::LoraLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   nn::RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3 only (LlamaConfig::has_qk_norm)
 };
@@ -78,8 +82,11 @@ class LlamaMLPImpl : public torch::nn::Module {
 };
 TORCH_MODULE(LlamaMLP);
 
-// Pre-norm residual block: h + attn(norm(h)), then h + mlp(norm(h)). The unit the block runner executes; the two
-// norms run as norm regions of `inputs.runner`.
+// Pre-norm residual block: h + attn(norm(h)), then h + mlp(norm(h)). Gemma 2 ("sandwich" norms):
+// h + post_attention_layernorm(attn(input_layernorm(h))), then h + post_feedforward_layernorm(mlp(
+// pre_feedforward_layernorm(h))); its post_attention_layernorm thus normalises the attention output, where Llama's
+// of that name is the MLP's input norm. The unit the block runner executes; the norms run as norm regions of
+// `inputs.runner`.
 class LlamaDecoderLayerImpl : public torch::nn::Module {
  public:
   LlamaDecoderLayerImpl(const LlamaConfig& config, const LlamaLoraOptions& lora);
@@ -88,11 +95,13 @@ class LlamaDecoderLayerImpl : public torch::nn::Module {
   LlamaAttention self_attn{nullptr};
   LlamaMLP mlp{nullptr};
   nn::RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  nn::RMSNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};  // Gemma 2 only
 };
 TORCH_MODULE(LlamaDecoderLayer);
 
 // The trunk registered as "model": embed_tokens, layers, norm (and the parameter-free rotary_emb). Its forward
-// lives in LlamaForCausalLM, which owns the block runner.
+// lives in LlamaForCausalLM, which owns the block runner. Gemma 2's embeddings are multiplied by
+// embedding_multiplier (sqrt(hidden_size), rounded to the embedding's dtype as transformers does).
 class LlamaModelImpl : public torch::nn::Module {
  public:
   LlamaModelImpl(const LlamaConfig& config, const LlamaLoraOptions& lora);
@@ -101,8 +110,12 @@ class LlamaModelImpl : public torch::nn::Module {
   torch::nn::ModuleList layers{nullptr};
   nn::RMSNorm norm{nullptr};
   nn::RotaryEmbedding rotary_emb{nullptr};
+  double embedding_multiplier = 1.0;
 };
 TORCH_MODULE(LlamaModel);
+
+// The RMSNorm options of a config's norms (Gemma 2: zero-centred weights).
+nn::RMSNormOptions norm_options(const LlamaConfig& config, int64_t size);
 
 // The RoPE options a config implies (theta, head_dim, Llama 3 scaling).
 nn::RotaryEmbeddingOptions rotary_options(const LlamaConfig& config);

@@ -53,8 +53,18 @@ torch::ScalarType softmax_dtype(torch::ScalarType scores) { return torch::promot
 // where hidden: nn/attention_mask.h) that addition is exact where visible and leaves hidden logits at the lowest
 // value either way, so the probabilities are those of an fp32 addition. A general additive bias would be rounded
 // to the compute dtype.
-torch::Tensor probabilities_of(const torch::Tensor& scaled_query, const torch::Tensor& key, const torch::Tensor& mask) {
+// softcap > 0 (Gemma 2): the scores become softcap * tanh(scores / softcap) before the mask, in their own dtype as
+// transformers' eager attention does; `capped_tanh`, when given, receives tanh(scores / softcap) (the recompute's
+// backward needs it for the cap's derivative, 1 - tanh^2).
+torch::Tensor probabilities_of(const torch::Tensor& scaled_query, const torch::Tensor& key, const torch::Tensor& mask,
+                               double softcap = 0.0, torch::Tensor* capped_tanh = nullptr) {
   torch::Tensor scores = torch::matmul(scaled_query, key.transpose(2, 3));
+  if (softcap > 0.0) {
+    torch::Tensor squashed = torch::tanh(scores / softcap);
+    // A multiplication by a number saves nothing for backward, so its output may take the mask in place below.
+    scores = squashed * softcap;
+    if (capped_tanh != nullptr) *capped_tanh = std::move(squashed);
+  }
   // In place: the matmul output is saved by nothing, so autograd allows it; one [B, H, T, S] tensor less.
   if (mask.defined()) scores.add_(mask);
   return torch::softmax(scores, -1, softmax_dtype(scores.scalar_type()));
@@ -121,7 +131,8 @@ torch::Tensor mask_block(const torch::Tensor& mask, const KeyRange& range) {
 // that forward's transient [B, H, T, S] tensors shrink to a chunk's and hidden keys are skipped here too. With one
 // chunk covering every key (T <= 512, or no mask) these are exactly the plain form's ops on the same tensors.
 torch::Tensor chunked_attention(const torch::Tensor& query, const torch::Tensor& key_in, const torch::Tensor& value_in,
-                                const torch::Tensor& mask, double scale, const std::vector<KeyRange>& ranges) {
+                                const torch::Tensor& mask, double scale, double softcap,
+                                const std::vector<KeyRange>& ranges) {
   const int64_t groups = query_groups(query, key_in);
   const torch::Tensor key = repeat_kv(key_in, groups);
   const torch::Tensor value = repeat_kv(value_in, groups);
@@ -130,7 +141,7 @@ torch::Tensor chunked_attention(const torch::Tensor& query, const torch::Tensor&
   for (const KeyRange& range : ranges) {
     const torch::Tensor probabilities =
         probabilities_of(scaled_query.slice(2, range.query_begin, range.query_end),
-                         key.slice(2, range.key_begin, range.key_end), mask_block(mask, range))
+                         key.slice(2, range.key_begin, range.key_end), mask_block(mask, range), softcap)
             .to(query.scalar_type());
     parts.push_back(
         torch::matmul(probabilities, value.slice(2, range.key_begin, range.key_end).to(query.scalar_type())));
@@ -142,12 +153,12 @@ torch::Tensor chunked_attention(const torch::Tensor& query, const torch::Tensor&
 struct RecomputingAttention : public torch::autograd::Function<RecomputingAttention> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& query,
                                const torch::Tensor& key, const torch::Tensor& value,
-                               const c10::optional<torch::Tensor>& mask, double scale) {
+                               const c10::optional<torch::Tensor>& mask, double scale, double softcap) {
     // The mask travels as an optional (no autograd edge, may be absent) and is kept as saved data: it takes no
     // gradient and nothing modifies it in place.
     const torch::Tensor mask_tensor = mask.value_or(torch::Tensor());
     const std::vector<KeyRange> ranges = visible_key_ranges(mask_tensor, query.size(2), key.size(2));
-    const torch::Tensor context = chunked_attention(query, key, value, mask_tensor, scale, ranges);
+    const torch::Tensor context = chunked_attention(query, key, value, mask_tensor, scale, softcap, ranges);
     // The chunks, flattened four numbers each, so that backward walks the same ones without scanning the mask again.
     std::vector<int64_t> flat;
     for (const KeyRange& range : ranges) {
@@ -157,6 +168,7 @@ struct RecomputingAttention : public torch::autograd::Function<RecomputingAttent
     ctx->save_for_backward({query, key, value});
     ctx->saved_data["mask"] = mask;
     ctx->saved_data["scale"] = scale;
+    ctx->saved_data["softcap"] = softcap;
     // The dtype the matmuls ran in (query's, or the autocast dtype when forward ran under autocast): backward
     // recomputes in it whatever autocast state backward is called under.
     ctx->saved_data["compute_dtype"] = static_cast<int64_t>(context.scalar_type());
@@ -167,6 +179,7 @@ struct RecomputingAttention : public torch::autograd::Function<RecomputingAttent
                                                  torch::autograd::variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
     const double scale = ctx->saved_data["scale"].toDouble();
+    const double softcap = ctx->saved_data["softcap"].toDouble();
     const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["compute_dtype"].toInt());
     const auto& mask_value = ctx->saved_data["mask"];
     const torch::Tensor mask = mask_value.isNone() ? torch::Tensor() : mask_value.toTensor();
@@ -196,8 +209,10 @@ struct RecomputingAttention : public torch::autograd::Function<RecomputingAttent
       const torch::Tensor value_c = value.slice(2, chunk.key_begin, chunk.key_end);
       const torch::Tensor grad_context_c = grad_context.slice(2, chunk.query_begin, chunk.query_end);
       const torch::Tensor mask_c = mask_block(mask, chunk);
-      // context = P_c v, P_c = P in the compute dtype, P = softmax(logits), logits = (q * scale) k^T + mask.
-      torch::Tensor probabilities = probabilities_of(query_c, key_c, mask_c);
+      // context = P_c v, P_c = P in the compute dtype, P = softmax(logits), logits = (q * scale) k^T + mask (with a
+      // soft cap: softcap * tanh((q * scale) k^T / softcap) + mask).
+      torch::Tensor capped_tanh;
+      torch::Tensor probabilities = probabilities_of(query_c, key_c, mask_c, softcap, &capped_tanh);
       if (want_value) {
         grad_value.slice(2, chunk.key_begin, chunk.key_end)
             .add_(torch::matmul(probabilities.to(dtype).transpose(2, 3), grad_context_c));
@@ -209,6 +224,8 @@ struct RecomputingAttention : public torch::autograd::Function<RecomputingAttent
           at::_softmax_backward_data(grad_probabilities, probabilities, -1, probabilities.scalar_type());
       grad_probabilities.reset();
       probabilities.reset();
+      // Through the cap: d(softcap * tanh(s / softcap)) / ds = 1 - tanh^2 (the mask is a constant).
+      if (capped_tanh.defined()) grad_logits.mul_(1.0 - capped_tanh.to(grad_logits.scalar_type()).square());
       const torch::Tensor grad_scores = grad_logits.to(dtype);
       grad_logits.reset();
       if (want_query) {
@@ -225,27 +242,27 @@ struct RecomputingAttention : public torch::autograd::Function<RecomputingAttent
       return grad.defined() ? grad.to(input.scalar_type()) : grad;
     };
     return {as_input(grad_query, saved[0]), as_input(grad_key, saved[1]), as_input(grad_value, saved[2]),
-            torch::Tensor(), torch::Tensor()};
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
 torch::Tensor attention_core(const torch::Tensor& query, const torch::Tensor& key_in, const torch::Tensor& value_in,
-                             const torch::Tensor& mask, double scale) {
+                             const torch::Tensor& mask, double scale, double softcap) {
   const int64_t groups = query_groups(query, key_in);
   const torch::Tensor key = repeat_kv(key_in, groups);
   const torch::Tensor value = repeat_kv(value_in, groups);
-  const torch::Tensor probabilities = probabilities_of(query * scale, key, mask).to(query.scalar_type());
+  const torch::Tensor probabilities = probabilities_of(query * scale, key, mask, softcap).to(query.scalar_type());
   return torch::matmul(probabilities, value.to(query.scalar_type()));
 }
 
 torch::Tensor attention_core_recomputing_probabilities(const torch::Tensor& query, const torch::Tensor& key,
                                                        const torch::Tensor& value, const torch::Tensor& mask,
-                                                       double scale) {
+                                                       double scale, double softcap) {
   TORCH_CHECK(!mask.defined() || !mask.requires_grad(), "attention_core: the mask takes no gradient");
   const c10::optional<torch::Tensor> optional_mask = mask.defined() ? c10::optional<torch::Tensor>(mask) : c10::nullopt;
-  return RecomputingAttention::apply(query, key, value, optional_mask, scale);
+  return RecomputingAttention::apply(query, key, value, optional_mask, scale, softcap);
 }
 
 torch::Tensor attention_core_fused(const torch::Tensor& query, const torch::Tensor& key_in, const torch::Tensor& value_in,
@@ -264,7 +281,8 @@ torch::Tensor attention_core_fused(const torch::Tensor& query, const torch::Tens
                                           /*dropout_p=*/0.0, /*is_causal=*/drop_mask, scale);
 }
 
-bool uses_fused_attention(c10::DeviceType device, c10::ScalarType dtype, bool recomputing) {
+bool uses_fused_attention(c10::DeviceType device, c10::ScalarType dtype, bool recomputing, bool softcapped) {
+  if (softcapped) return false;  // LibTorch's kernels have no soft cap
   if (device == c10::DeviceType::CUDA) return true;
   if (device != c10::DeviceType::CPU || recomputing) return false;
   if (const char* forced = std::getenv("TUNE_CPU_ATTENTION")) {
@@ -281,16 +299,17 @@ bool uses_fused_attention(c10::DeviceType device, c10::ScalarType dtype, bool re
 }
 
 torch::Tensor run_attention_core(BlockRunner* runner, const torch::Tensor& query, const torch::Tensor& key,
-                                 const torch::Tensor& value, const torch::Tensor& mask, double scale, bool causal) {
+                                 const torch::Tensor& value, const torch::Tensor& mask, double scale, bool causal,
+                                 double softcap) {
   // LibTorch's fused kernels where they are the better core: their backward recomputes the probabilities from q, k
   // and the saved log-sum-exp (what the recomputing form does by hand) in tiles that never hold [T, S] at once.
   const bool recompute =
       runner != nullptr && runner->recomputes(RegionKind::attention_core) && torch::GradMode::is_enabled();
-  if (uses_fused_attention(query.device().type(), query.scalar_type(), recompute)) {
+  if (uses_fused_attention(query.device().type(), query.scalar_type(), recompute, softcap > 0.0)) {
     return attention_core_fused(query, key, value, mask, scale, causal);
   }
-  return recompute ? attention_core_recomputing_probabilities(query, key, value, mask, scale)
-                   : attention_core(query, key, value, mask, scale);
+  return recompute ? attention_core_recomputing_probabilities(query, key, value, mask, scale, softcap)
+                   : attention_core(query, key, value, mask, scale, softcap);
 }
 
 }  // namespace tune::nn

@@ -13,9 +13,10 @@ class BlockRunner;
 // head j serves query heads j*H/KVH .. (j+1)*H/KVH - 1); mask additive, broadcastable to [B, H, T, S], or
 // undefined. Returns the context [B, H, T, D] in query's dtype. The matmuls run in query's dtype (bf16 under
 // autocast); the mask addition and softmax in fp32 (or wider: a float64 model stays float64), because exp() of
-// low-precision scores loses the small probabilities.
+// low-precision scores loses the small probabilities. softcap > 0 (Gemma 2's attn_logit_softcapping): the scaled
+// scores s become softcap * tanh(s / softcap) before the mask is added; 0: none.
 torch::Tensor attention_core(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
-                             const torch::Tensor& mask, double scale);
+                             const torch::Tensor& mask, double scale, double softcap = 0.0);
 
 // Same forward values, but autograd keeps only query, key, value and the mask. Backward recomputes the scores and
 // probabilities from them and never the value product, which backward does not need: FlashAttention's backward,
@@ -24,10 +25,10 @@ torch::Tensor attention_core(const torch::Tensor& query, const torch::Tensor& ke
 // a chunk's. With a single chunk (T <= 512, or no mask) forward runs exactly attention_core's ops; with several,
 // the values agree to rounding. It trades one [B, H, T, S] matmul and softmax in backward for not keeping the fp32
 // probabilities and their low-precision copy (6 bytes per score under bf16) from forward to backward. No double
-// backward.
+// backward. softcap as attention_core's; backward differentiates through it.
 torch::Tensor attention_core_recomputing_probabilities(const torch::Tensor& query, const torch::Tensor& key,
                                                        const torch::Tensor& value, const torch::Tensor& mask,
-                                                       double scale);
+                                                       double scale, double softcap = 0.0);
 
 // LibTorch's fused scaled_dot_product_attention (on CUDA: FlashAttention-2 for bf16/fp16 without an explicit
 // mask, the memory-efficient kernel with one), the same values to rounding. Autograd keeps q, k, v, the output and
@@ -46,12 +47,15 @@ torch::Tensor attention_core_fused(const torch::Tensor& query, const torch::Tens
 // libtorch_cpu_kernels_native; where it has only a reference loop its fused kernel was 2-3x slower than the plain
 // core); never float64, which tune uses to check the maths and which keeps the textbook formula.
 // TUNE_CPU_ATTENTION=fused|plain overrides the plain core's choice on the CPU (for side-by-side benchmarks).
-bool uses_fused_attention(c10::DeviceType device, c10::ScalarType dtype, bool recomputing = false);
+// `softcapped` (Gemma 2's soft-capped scores): never, on any device, since the fused kernels cannot apply the cap.
+bool uses_fused_attention(c10::DeviceType device, c10::ScalarType dtype, bool recomputing = false,
+                          bool softcapped = false);
 
-// What a block calls: the fused form where uses_fused_attention says so; otherwise the recomputing form when
-// `runner` recomputes the attention core (selective checkpointing) and grad mode is on, else the plain form.
+// What a block calls: the fused form where uses_fused_attention says so (never with softcap > 0); otherwise the
+// recomputing form when `runner` recomputes the attention core (selective checkpointing) and grad mode is on, else
+// the plain form.
 torch::Tensor run_attention_core(BlockRunner* runner, const torch::Tensor& query, const torch::Tensor& key,
                                  const torch::Tensor& value, const torch::Tensor& mask, double scale,
-                                 bool causal = false);
+                                 bool causal = false, double softcap = 0.0);
 
 }  // namespace tune::nn

@@ -19,7 +19,10 @@ bool fused_rms_norm_enabled() {
 
 RMSNormImpl::RMSNormImpl(const RMSNormOptions& options_) : options(options_) { reset(); }
 
-void RMSNormImpl::reset() { weight = register_parameter("weight", torch::ones({options.hidden_size()})); }
+void RMSNormImpl::reset() {
+  weight = register_parameter("weight", options.zero_centred() ? torch::zeros({options.hidden_size()})
+                                                               : torch::ones({options.hidden_size()}));
+}
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& input) {
   const auto input_dtype = input.scalar_type();
@@ -27,15 +30,19 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& input) {
   // and only the input and the per-row rstd kept for backward. Taken where it computes what the formula below does
   // up to rounding: same-dtype input and weight (the fp32 residual stream under autocast, a bf16 LoRA base), fp32
   // statistics; it rounds once where the formula rounds the normalised value to the input dtype first.
-  if (input.is_cuda() && input_dtype == weight.scalar_type() && input_dtype != torch::kDouble &&
+  // A zero-centred norm takes it only with fp32 weights, where 1 + weight is exact as Gemma's fp32 formula has it.
+  const bool fused_weight_ok = !options.zero_centred() || weight.scalar_type() == torch::kFloat32;
+  if (input.is_cuda() && input_dtype == weight.scalar_type() && input_dtype != torch::kDouble && fused_weight_ok &&
       fused_rms_norm_enabled()) {
-    if (auto fused = compat::fused_rms_norm(input, weight, options.eps())) return *fused;
+    const torch::Tensor scale = options.zero_centred() ? weight + 1.0 : weight;
+    if (auto fused = compat::fused_rms_norm(input, scale, options.eps())) return *fused;
   }
   // Wider inputs (fp64 in tests) keep their precision; narrower ones are promoted to fp32.
   const auto compute_dtype = torch::promote_types(input_dtype, torch::kFloat32);
   const torch::Tensor x = input.to(compute_dtype);
   const torch::Tensor variance = x.pow(2).mean(-1, /*keepdim=*/true);
   const torch::Tensor normalized = x * torch::rsqrt(variance + options.eps());
+  if (options.zero_centred()) return (normalized * (weight.to(compute_dtype) + 1.0)).to(input_dtype);
   return weight * normalized.to(input_dtype);
 }
 

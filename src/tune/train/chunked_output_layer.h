@@ -38,6 +38,21 @@ inline torch::Tensor chunk_logits(const torch::Tensor& hidden_rows, const torch:
   return torch::matmul(hidden_rows, weight.t()).to(torch::promote_types(hidden_rows.scalar_type(), torch::kFloat));
 }
 
+// Gemma 2's final soft cap on a chunk's wide logits: logits becomes cap * tanh(logits / cap). Returns
+// tanh(logits / cap), whose 1 - tanh^2 the gradient through the cap needs (undefined, and logits untouched, for
+// cap <= 0: no cap).
+inline torch::Tensor soft_cap(torch::Tensor& logits, double cap) {
+  if (cap <= 0.0) return {};
+  torch::Tensor squashed = torch::tanh(logits / cap);
+  logits = squashed * cap;
+  return squashed;
+}
+
+// d loss / d logits before the cap, in place: times 1 - tanh^2 (nothing without a cap).
+inline void gradient_through_soft_cap(torch::Tensor& grad_logits, const torch::Tensor& squashed) {
+  if (squashed.defined()) grad_logits.mul_(1.0 - squashed.square());
+}
+
 // accumulator (+)= a^T b, a and b in the compute dtype, the accumulator wider: the product in the compute dtype (as
 // lm_head's weight gradient is), then added. (LibTorch >= 2.12 could write cuBLAS's fp32 result straight into the
 // accumulator, addmm with out_dtype; not used: the GPU machines run 2.11, where it could not be tested.)

@@ -29,7 +29,7 @@ using chunked::rows_per_chunk;
 struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& hidden,
                                const torch::Tensor& weight, const torch::Tensor& labels, int64_t chunk_rows,
-                               bool want_hidden, bool want_weight) {
+                               bool want_hidden, bool want_weight, double softcap) {
     const auto dtype = product_dtype(hidden, weight);
     // Explicit casts below: autocast must not cast again (and its cast cache must not keep a copy of weight).
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
@@ -51,6 +51,7 @@ struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy>
       const int64_t length = std::min(step, count - begin);
       const torch::Tensor rows_c = rows.narrow(0, begin, length);
       torch::Tensor logits = chunk_logits(rows_c, weight_c);
+      const torch::Tensor squashed = chunked::soft_cap(logits, softcap);
       const torch::Tensor lse = torch::logsumexp(logits, 1, /*keepdim=*/true);
       const torch::Tensor target = targets.narrow(0, begin, length).unsqueeze(1);
       const torch::Tensor counted = target.ne(kIgnoreIndex).to(wide);
@@ -61,6 +62,7 @@ struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy>
       logits.sub_(lse).exp_();
       logits.scatter_add_(1, target.clamp_min(0), torch::full({length, 1}, -1.0, logits.options()));
       logits.mul_(counted);
+      chunked::gradient_through_soft_cap(logits, squashed);
       const torch::Tensor grad_logits = logits.to(dtype);
       if (want_hidden) {
         torch::Tensor out = grad_rows.narrow(0, begin, length);
@@ -98,14 +100,14 @@ struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy>
       // (retain_graph) is then refused by autograd's version check of the saved tensor.
       grad_w = grad_weight.mul_(grad_outputs[0].to(grad_weight.scalar_type())).to(weight_dtype);
     }
-    return {grad_hidden, grad_w, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {grad_hidden, grad_w, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
 torch::Tensor causal_lm_linear_loss_sum(const torch::Tensor& hidden, const torch::Tensor& weight,
-                                        const torch::Tensor& labels, int64_t chunk_rows) {
+                                        const torch::Tensor& labels, int64_t chunk_rows, double softcap) {
   if (hidden.dim() != 3 || weight.dim() != 2 || labels.dim() != 2 || hidden.size(2) != weight.size(1) ||
       hidden.size(0) != labels.size(0) || hidden.size(1) != labels.size(1)) {
     throw Error(fmt::format("causal LM loss: expected hidden [B, T, H], weight [V, H] and labels [B, T], got hidden {}, "
@@ -120,7 +122,7 @@ torch::Tensor causal_lm_linear_loss_sum(const torch::Tensor& hidden, const torch
   // Gradients are computed in forward only when backward can ask for them.
   const bool grad_mode = torch::GradMode::is_enabled();
   return LinearCrossEntropy::apply(hidden, weight, labels, chunk_rows, grad_mode && hidden.requires_grad(),
-                                   grad_mode && weight.requires_grad());
+                                   grad_mode && weight.requires_grad(), softcap);
 }
 
 }  // namespace tune::train

@@ -23,7 +23,9 @@ namespace tune::train {
 // The product runs in the autocast dtype of hidden's device when autocast is on there (as lm_head would), else in
 // hidden's dtype; log-sum-exp and the softmax gradient in fp32. Gradients flow to hidden, and to weight when it
 // requires grad (not for a frozen LoRA base). `chunk_rows` <= 0 picks the chunk from the vocabulary size.
+// `softcap` > 0 (Gemma 2's final_logit_softcapping): the logits are softcap * tanh(logits / softcap), applied to the
+// fp32 logits (LlamaForCausalLM::forward caps after its fp32 cast too).
 torch::Tensor causal_lm_linear_loss_sum(const torch::Tensor& hidden, const torch::Tensor& weight,
-                                        const torch::Tensor& labels, int64_t chunk_rows = 0);
+                                        const torch::Tensor& labels, int64_t chunk_rows = 0, double softcap = 0.0);
 
 }  // namespace tune::train

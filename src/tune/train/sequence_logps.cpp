@@ -42,7 +42,8 @@ ScoredPositions scored_positions(const torch::Tensor& labels) {
 
 struct SequenceLogProbs : public torch::autograd::Function<SequenceLogProbs> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& hidden,
-                               const torch::Tensor& weight, const torch::Tensor& labels, int64_t chunk_rows) {
+                               const torch::Tensor& weight, const torch::Tensor& labels, int64_t chunk_rows,
+                               double softcap) {
     const auto dtype = chunked::product_dtype(hidden, weight);
     // Explicit casts below: autocast must not cast again (and its cast cache must not keep a copy of weight).
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
@@ -57,7 +58,8 @@ struct SequenceLogProbs : public torch::autograd::Function<SequenceLogProbs> {
     for (int64_t begin = 0; begin < count; begin += step) {
       const int64_t length = std::min(step, count - begin);
       const torch::Tensor states = flat_hidden.index_select(0, scored.flat_index.narrow(0, begin, length)).to(dtype);
-      const torch::Tensor logits = chunked::chunk_logits(states, weight_c);
+      torch::Tensor logits = chunked::chunk_logits(states, weight_c);
+      chunked::soft_cap(logits, softcap);
       const torch::Tensor target = scored.target.narrow(0, begin, length).unsqueeze(1);
       const torch::Tensor logp = (logits.gather(1, target) - torch::logsumexp(logits, 1, true)).squeeze(1);
       sums.index_add_(0, scored.row.narrow(0, begin, length), logp);
@@ -65,6 +67,7 @@ struct SequenceLogProbs : public torch::autograd::Function<SequenceLogProbs> {
     ctx->save_for_backward({hidden, weight, scored.flat_index, scored.row, scored.target});
     ctx->saved_data["dtype"] = static_cast<int64_t>(dtype);
     ctx->saved_data["chunk_rows"] = chunk_rows;
+    ctx->saved_data["softcap"] = softcap;
     return sums;
   }
 
@@ -91,26 +94,29 @@ struct SequenceLogProbs : public torch::autograd::Function<SequenceLogProbs> {
       const torch::Tensor index = flat_index.narrow(0, begin, length);
       const torch::Tensor states = flat_hidden.index_select(0, index).to(dtype);
       torch::Tensor logits = chunked::chunk_logits(states, weight_c);
+      const torch::Tensor squashed = chunked::soft_cap(logits, ctx->saved_data["softcap"].toDouble());
       // d log p(target) / d logits = one_hot(target) - softmax, times the row's upstream gradient; in place.
       const torch::Tensor lse = torch::logsumexp(logits, 1, true);
       logits.sub_(lse).exp_().neg_();
       logits.scatter_add_(1, targets.narrow(0, begin, length).unsqueeze(1),
                           torch::ones({length, 1}, logits.options()));
       logits.mul_(upstream.index_select(0, row.narrow(0, begin, length)).to(wide).unsqueeze(1));
+      chunked::gradient_through_soft_cap(logits, squashed);
       const torch::Tensor grad_logits = logits.to(dtype);
       if (want_hidden) grad_flat.index_add_(0, index, torch::mm(grad_logits, weight_c).to(hidden.scalar_type()));
       if (want_weight) chunked::accumulate_product(grad_weight, begin == 0, grad_logits, states);
     }
     if (want_weight && count == 0) grad_weight.zero_();
     return {want_hidden ? grad_flat.view(hidden.sizes()) : torch::Tensor(),
-            want_weight ? grad_weight.to(weight.scalar_type()) : torch::Tensor(), torch::Tensor(), torch::Tensor()};
+            want_weight ? grad_weight.to(weight.scalar_type()) : torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
   }
 };
 
 }  // namespace
 
 SequenceLogps causal_lm_sequence_logps(const torch::Tensor& hidden, const torch::Tensor& weight,
-                                       const torch::Tensor& labels, int64_t chunk_rows) {
+                                       const torch::Tensor& labels, int64_t chunk_rows, double softcap) {
   if (hidden.dim() != 3 || weight.dim() != 2 || labels.dim() != 2 || hidden.size(2) != weight.size(1) ||
       hidden.size(0) != labels.size(0) || hidden.size(1) != labels.size(1)) {
     throw Error(fmt::format("sequence log-probs: expected hidden [R, T, H], weight [V, H] and labels [R, T], got "
@@ -126,7 +132,7 @@ SequenceLogps causal_lm_sequence_logps(const torch::Tensor& hidden, const torch:
     logps.counts = torch::zeros({hidden.size(0)}, hidden.options().dtype(torch::kFloat32));
     return logps;
   }
-  logps.sums = SequenceLogProbs::apply(hidden, weight, labels, chunk_rows);
+  logps.sums = SequenceLogProbs::apply(hidden, weight, labels, chunk_rows, softcap);
   logps.counts = labels.narrow(1, 1, labels.size(1) - 1).ne(kIgnoreIndex).sum(1).to(torch::kFloat32);
   return logps;
 }

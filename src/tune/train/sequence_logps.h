@@ -16,7 +16,8 @@ struct SequenceLogps {
 // each chunk's logits (one more output-layer product than a summed loss), so what stays from forward to backward is
 // hidden itself and the positions: no per-row weight gradient, whatever the number of rows.
 // `chunk_rows` > 0 sets the scored positions per chunk (tests); <= 0 picks it from the vocabulary size.
+// `softcap` > 0 (Gemma 2): the fp32 logits are softcap * tanh(logits / softcap), as causal_lm_linear_loss_sum's.
 SequenceLogps causal_lm_sequence_logps(const torch::Tensor& hidden, const torch::Tensor& weight,
-                                       const torch::Tensor& labels, int64_t chunk_rows = 0);
+                                       const torch::Tensor& labels, int64_t chunk_rows = 0, double softcap = 0.0);
 
 }  // namespace tune::train

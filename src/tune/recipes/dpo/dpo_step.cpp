@@ -22,13 +22,16 @@ train::PairLogps pair_logps(models::LlamaForCausalLM& model, const data::Prefere
   const models::AttentionInputs attention{batch.position_ids.to(device), batch.segment_ids.to(device)};
   const torch::Tensor hidden = model->forward_hidden(batch.input_ids.to(device), attention);
   const torch::Tensor weight = model->output_weight();
-  const train::SequenceLogps rows = train::causal_lm_sequence_logps(hidden, weight, batch.labels.to(device));
+  const double softcap = model->output_softcap();
+  const train::SequenceLogps rows =
+      train::causal_lm_sequence_logps(hidden, weight, batch.labels.to(device), /*chunk_rows=*/0, softcap);
   const int64_t pairs = batch.pairs;
   train::PairLogps logps{rows.sums.slice(0, 0, pairs), rows.sums.slice(0, pairs, 2 * pairs),
                          rows.counts.slice(0, 0, pairs), rows.counts.slice(0, pairs, 2 * pairs)};
   if (whole_chosen) {
     const train::SequenceLogps chosen =
-        train::causal_lm_sequence_logps(hidden.slice(0, 0, pairs), weight, whole_chosen_labels(batch).to(device));
+        train::causal_lm_sequence_logps(hidden.slice(0, 0, pairs), weight, whole_chosen_labels(batch).to(device),
+                                        /*chunk_rows=*/0, softcap);
     logps.chosen_whole = chosen.sums;
     logps.chosen_whole_tokens = chosen.counts;
   }

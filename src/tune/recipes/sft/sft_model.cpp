@@ -42,7 +42,7 @@ void initialise_like_hf(models::LlamaForCausalLMImpl& model) {
     const std::string& name = item.key();
     if (name.find("lora_") != std::string::npos) continue;  // LoRA keeps PEFT's own init
     if (name.find("norm") != std::string::npos) {
-      item.value().fill_(1.0);
+      item.value().fill_(model.config().is_gemma2() ? 0.0 : 1.0);  // Gemma 2 stores offsets from one
     } else if (item.value().dim() >= 2) {
       item.value().normal_(0.0, 0.02);
     } else {

@@ -235,7 +235,8 @@ int train(const TrainRequest& request) {
         const torch::Tensor loss_sum =
             sft.chunked_loss
                 ? train::causal_lm_linear_loss_sum(model->forward_hidden(batch.input_ids.to(device), attention),
-                                                   model->output_weight(), labels)
+                                                   model->output_weight(), labels, /*chunk_rows=*/0,
+                                                   model->output_softcap())
                 : train::causal_lm_loss_sum(model->forward(batch.input_ids.to(device), attention), labels);
         loss = loss_sum / std::max<int64_t>(1, step_loss_tokens);
         if (dummy) loss = loss * 0.0;
