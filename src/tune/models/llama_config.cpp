@@ -246,12 +246,12 @@ void read_gemma2_fields(const io::JsonFields& reader, const json& config_json, L
   }
   check_layer_types(reader, config, "sliding_window is null");
   config.query_pre_attn_scalar = reader.positive("query_pre_attn_scalar", config.query_pre_attn_scalar);
-  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
-    double& cap = std::string_view(key) == "attn_logit_softcapping" ? config.attn_logit_softcapping
-                                                                    : config.final_logit_softcapping;
-    if (config_json.contains(key)) cap = reader.has(key) ? reader.real(key, 0.0) : 0.0;
+  auto read_cap = [&](const char* key, double& cap) {
+    if (config_json.contains(key)) cap = reader.has(key) ? reader.real(key, 0.0) : 0.0;  // null: no cap
     if (cap < 0) reader.fail(key, fmt::format("must be positive or null (no cap), got {}", cap));
-  }
+  };
+  read_cap("attn_logit_softcapping", config.attn_logit_softcapping);
+  read_cap("final_logit_softcapping", config.final_logit_softcapping);
   // Bidirectional attention turns the causal mask off (an encoder use of the weights) that tune's decoder keeps.
   if (reader.boolean("use_bidirectional_attention", false)) {
     reader.fail("use_bidirectional_attention", "is true; tune implements Gemma 2's causal attention only (false or "
