@@ -10,7 +10,8 @@ that every Gemma-2 difference from Llama shows: head_dim 32 != hidden 64 / 4 hea
                              logits [2, 12, vocab] and hidden [2, 12, 64] (model.model's last_hidden_state, after the
                              final norm) of that masked batch, greedy_ids [8] (generate() from row 0, new tokens only),
                              labels [2, 12] (input_ids, -100 on padding), loss (transformers' mean next-token loss of
-                             them) and grad.<name> for the parameters in GRADIENTS (d loss / d parameter)
+                             them), row_logps [2] (per row, the sum of log p(label) over the scored positions: what
+                             DPO compares) and grad.<name> for the parameters in GRADIENTS (d loss / d parameter)
   text_encoder/            Gemma2Model.save_pretrained (a diffusers pipeline's text_encoder/: architectures
                            ["Gemma2Model"], tensor names without "model."), with reference.safetensors: input_ids,
                            attention_mask (both rows right-padded), last_hidden_state
@@ -99,6 +100,9 @@ def main():
         hidden = lm.model(input_ids=ids, attention_mask=mask).last_hidden_state
         greedy_ids = greedy(lm, ids[:1], torch)
     labels = ids.masked_fill(mask == 0, -100)
+    next_labels = labels[:, 1:]
+    token_logps = torch.log_softmax(logits[:, :-1].double(), -1).gather(-1, next_labels.clamp_min(0).unsqueeze(-1))
+    row_logps = (token_logps.squeeze(-1) * (next_labels != -100)).sum(1).float()
     loss = lm(input_ids=ids, attention_mask=mask, labels=labels).loss
     loss.backward()
     parameters = dict(lm.named_parameters())
@@ -107,7 +111,7 @@ def main():
     assert logits.abs().max() > 2.0, "final soft cap not reached; scale the weights up"
     save(os.path.join(out, "gemma2_lm"), lm,
          {"input_ids": ids, "attention_mask": mask, "logits": logits, "hidden": hidden, "greedy_ids": greedy_ids,
-          "labels": labels, "loss": loss.detach(), **gradients},
+          "labels": labels, "loss": loss.detach(), "row_logps": row_logps, **gradients},
          save_file)
 
     encoder = Gemma2Model._from_config(config, attn_implementation="eager", dtype=torch.float32).eval()

@@ -19,6 +19,7 @@
 #include "tune/recipes/sft/sft_model.h"
 #include "tune/train/linear_cross_entropy.h"
 #include "tune/train/loss.h"
+#include "tune/train/sequence_logps.h"
 
 using namespace tune;
 
@@ -205,4 +206,18 @@ TEST_CASE("Gemma2TextEncoder in bf16 stays near transformers' fp32 states", "[mo
   const auto hidden = encoder.forward(expected.load("input_ids"), mask);
   CHECK(hidden.scalar_type() == torch::kBFloat16);
   CHECK(test::relative_max_diff(hidden, expected.load("last_hidden_state"), mask) < 0.05);
+}
+
+TEST_CASE("gemma2 per-row sequence log-probs (DPO's) take the final soft cap as transformers' logits do",
+          "[models][gemma2]") {
+  torch::NoGradGuard no_grad;
+  auto model = load_lm();
+  const auto expected = reference("gemma2_lm");
+  const auto ids = expected.load("input_ids");
+  const auto hidden = model->forward_hidden(ids, padded(expected.load("attention_mask")));
+  const auto logps = train::causal_lm_sequence_logps(hidden, model->output_weight(), expected.load("labels"),
+                                                     /*chunk_rows=*/4, model->output_softcap());
+  const double difference = (logps.sums.to(torch::kFloat64) - expected.load("row_logps").to(torch::kFloat64)).abs().max().item<double>();
+  UNSCOPED_INFO("gemma2: max |row log-prob difference| " << difference);
+  CHECK(difference < 1e-4);  // sums of 11 log-probabilities of order 5
 }

@@ -384,3 +384,56 @@ TEST_CASE("LlamaConfig refuses settings whose maths tune does not implement, nam
   config["hidden_act"] = "gelu_fast";
   refused(config, {"'hidden_act'", "gelu_fast"});
 }
+
+TEST_CASE("LlamaConfig reads Gemma 2 with Gemma2Config's defaults and refuses what tune does not implement",
+          "[models][config][gemma2]") {
+  // The defaults of transformers 5.23's configuration_gemma2.py (gemma-2-2b).
+  const auto defaults = LlamaConfig::from_json(json{{"model_type", "gemma2"}}, "c");
+  CHECK(defaults.architecture == "Gemma2ForCausalLM");
+  CHECK(defaults.hidden_size == 2304);
+  CHECK(defaults.num_key_value_heads == 4);
+  CHECK(defaults.head_dim == 256);
+  CHECK(defaults.tie_word_embeddings);
+  CHECK(defaults.hidden_act == "gelu_pytorch_tanh");
+  CHECK(defaults.query_pre_attn_scalar == 256);
+  CHECK(defaults.attn_logit_softcapping == 50.0);
+  CHECK(defaults.final_logit_softcapping == 30.0);
+  CHECK(defaults.bos_token_id == 2);
+  CHECK(defaults.eos_token_ids == std::vector<int64_t>{1});
+  CHECK(defaults.pad_token_id == 0);
+  CHECK(defaults.embedding_multiplier() == Approx(48.0));
+  // Gemma2Config's layer_types rule: "sliding_attention" if (i + 1) % 2 else "full_attention".
+  for (int64_t layer = 0; layer < defaults.num_hidden_layers; ++layer) {
+    CHECK(defaults.layer_sliding_window(layer) == (layer % 2 == 0 ? 4096 : 0));
+  }
+  CHECK(LlamaConfig::from_json(defaults.to_json(), "round trip") == defaults);
+
+  // Gemma2's MLP reads hidden_activation; a hidden_act beside it is ignored, as transformers ignores it.
+  json config = {{"model_type", "gemma2"}, {"hidden_act", "silu"}, {"hidden_activation", "gelu"}};
+  CHECK(LlamaConfig::from_json(config, "c").hidden_act == "gelu");
+  CHECK(defaults.to_json().contains("hidden_activation"));
+  config["hidden_activation"] = "relu";
+  CHECK_THAT(error_of(config), Catch::Contains("models/x/config.json") && Catch::Contains("hidden_activation"));
+  // Null soft caps mean none; a null window with sliding layers is refused, as transformers' mask builder raises.
+  config = {{"model_type", "gemma2"}, {"attn_logit_softcapping", nullptr}, {"final_logit_softcapping", nullptr}};
+  const auto uncapped = LlamaConfig::from_json(config, "c");
+  CHECK(uncapped.attn_logit_softcapping == 0.0);
+  CHECK(uncapped.final_logit_softcapping == 0.0);
+  CHECK(LlamaConfig::from_json(uncapped.to_json(), "round trip") == uncapped);
+  config = {{"model_type", "gemma2"}, {"sliding_window", nullptr}};
+  CHECK_THAT(error_of(config), Catch::Contains("layer_types") && Catch::Contains("no window"));
+  config["layer_types"] = json::array({"full_attention", "full_attention"});
+  config["num_hidden_layers"] = 2;
+  CHECK(LlamaConfig::from_json(config, "c").layer_sliding_window(0) == 0);
+  // Values that change the maths tune does not implement, each named.
+  config = {{"model_type", "gemma2"}, {"use_bidirectional_attention", true}};
+  CHECK_THAT(error_of(config), Catch::Contains("use_bidirectional_attention"));
+  config = {{"model_type", "gemma2"}, {"architectures", json::array({"Gemma2ForSequenceClassification"})}};
+  CHECK_THAT(error_of(config), Catch::Contains("architectures") && Catch::Contains("Gemma2ForSequenceClassification"));
+  config = {{"model_type", "gemma2"}, {"architectures", json::array({"Gemma2Model"})}};
+  CHECK(LlamaConfig::from_json(config, "c").architecture == "Gemma2Model");
+  config = {{"model_type", "gemma2"}, {"query_pre_attn_scalar", -1}};
+  CHECK_THAT(error_of(config), Catch::Contains("query_pre_attn_scalar"));
+  config = {{"model_type", "gemma2"}, {"attention_dropout", 0.1}};
+  CHECK_THAT(error_of(config), Catch::Contains("attention_dropout"));
+}

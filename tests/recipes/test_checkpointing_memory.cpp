@@ -227,3 +227,46 @@ TEST_CASE("the estimate follows the fused attention core (scaled_dot_product_att
     }
   }
 }
+
+TEST_CASE("the estimate follows Gemma 2 (sandwich norms, soft-capped plain attention core, two masks)",
+          "[recipes][checkpoint][memory][gemma2]") {
+  // Gemma 2 never takes the fused core (the soft cap), keeps tanh's output of the scores, has two more norms per
+  // layer and a mask for its sliding layers beside the full one.
+  tune::memory_tracker::install();
+  torch::manual_seed(3);
+  auto config = tune::testing::activation_heavy_llama_config(4);
+  config.model_type = "gemma2";
+  config.architecture = "Gemma2ForCausalLM";
+  config.num_key_value_heads = 2;
+  config.head_dim = 96;  // != hidden / heads, as in Gemma 2
+  config.query_pre_attn_scalar = 96;
+  config.attn_logit_softcapping = 50.0;
+  config.final_logit_softcapping = 30.0;
+  config.hidden_act = "gelu_pytorch_tanh";
+  config.tie_word_embeddings = true;
+  config.sliding_window = 128;
+  config.layer_types = {"sliding_attention", "full_attention", "sliding_attention", "full_attention"};
+  tune::models::LlamaForCausalLM model(config);
+  model->train();
+  const auto input_ids = torch::randint(0, config.vocab_size, {kBatch, kSequence}, torch::kLong);
+  const auto labels = input_ids.clone();
+  tune::recipes::sft::ActivationShape shape{kBatch, kSequence, /*compute_bytes=*/2};
+  shape.fused_attention = false;  // what nn::uses_fused_attention answers for soft-capped scores
+  model->set_block_runner(std::make_shared<CheckpointRunner>(CheckpointOptions{Policy::off, 2}, 4));
+  measure_activation_bytes(model, input_ids, labels);  // warm-up: parameter gradients
+  const int64_t measured_off = measure_activation_bytes(model, input_ids, labels);
+  const int64_t estimate_off = tune::recipes::sft::estimate_activation_bytes(config, shape, 0);
+  model->set_block_runner(std::make_shared<CheckpointRunner>(CheckpointOptions{Policy::full, 2}, 4));
+  const int64_t measured_full = measure_activation_bytes(model, input_ids, labels);
+  const int64_t estimate_full = tune::recipes::sft::estimate_activation_bytes(config, shape, 4);
+  model->set_block_runner(std::make_shared<CheckpointRunner>(CheckpointOptions{Policy::selective, 2}, 4));
+  const int64_t measured_selective = measure_activation_bytes(model, input_ids, labels);
+  const int64_t estimate_selective = tune::recipes::sft::estimate_selective_activation_bytes(config, shape);
+  WARN("gemma2: off measured " << measured_off / 1048576.0 << " MiB, estimate " << estimate_off / 1048576.0
+                               << " MiB; full " << measured_full / 1048576.0 << " / " << estimate_full / 1048576.0
+                               << " MiB; selective " << measured_selective / 1048576.0 << " / "
+                               << estimate_selective / 1048576.0 << " MiB");
+  CHECK(std::abs(static_cast<double>(measured_off) / estimate_off - 1.0) <= 0.10);
+  CHECK(std::abs(static_cast<double>(measured_full) / estimate_full - 1.0) <= 0.10);
+  CHECK(std::abs(static_cast<double>(measured_selective) / estimate_selective - 1.0) <= 0.10);
+}

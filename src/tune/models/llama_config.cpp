@@ -245,16 +245,13 @@ void read_gemma2_fields(const io::JsonFields& reader, const json& config_json, L
     }
   }
   check_layer_types(reader, config, "sliding_window is null");
-  config.query_pre_attn_scalar = reader.real("query_pre_attn_scalar", config.query_pre_attn_scalar);
-  if (config.query_pre_attn_scalar <= 0) {
-    reader.fail("query_pre_attn_scalar", fmt::format("must be positive, got {}", config.query_pre_attn_scalar));
-  }
-  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
-    double& cap = std::string_view(key) == "attn_logit_softcapping" ? config.attn_logit_softcapping
-                                                                    : config.final_logit_softcapping;
-    if (config_json.contains(key)) cap = reader.has(key) ? reader.real(key, 0.0) : 0.0;
+  config.query_pre_attn_scalar = reader.positive("query_pre_attn_scalar", config.query_pre_attn_scalar);
+  auto read_cap = [&](const char* key, double& cap) {
+    if (config_json.contains(key)) cap = reader.has(key) ? reader.real(key, 0.0) : 0.0;  // null: no cap
     if (cap < 0) reader.fail(key, fmt::format("must be positive or null (no cap), got {}", cap));
-  }
+  };
+  read_cap("attn_logit_softcapping", config.attn_logit_softcapping);
+  read_cap("final_logit_softcapping", config.final_logit_softcapping);
   // Bidirectional attention turns the causal mask off (an encoder use of the weights) that tune's decoder keeps.
   if (reader.boolean("use_bidirectional_attention", false)) {
     reader.fail("use_bidirectional_attention", "is true; tune implements Gemma 2's causal attention only (false or "
@@ -293,8 +290,8 @@ double LlamaConfig::embedding_multiplier() const {
 }
 
 double LlamaConfig::attention_scale() const {
-  const double scalar = query_pre_attn_scalar > 0 ? query_pre_attn_scalar : static_cast<double>(resolved_head_dim());
-  return 1.0 / std::sqrt(scalar);
+  const int64_t scalar = query_pre_attn_scalar > 0 ? query_pre_attn_scalar : resolved_head_dim();
+  return 1.0 / std::sqrt(static_cast<double>(scalar));
 }
 
 int64_t LlamaConfig::layer_sliding_window(int64_t layer) const {

@@ -63,7 +63,7 @@ struct LlamaConfig {
   // query_pre_attn_scalar^-0.5 instead of head_dim^-0.5; the scaled scores s become
   // attn_logit_softcapping * tanh(s / attn_logit_softcapping) before the mask; the LM head's logits l become
   // final_logit_softcapping * tanh(l / final_logit_softcapping).
-  double query_pre_attn_scalar = 0.0;
+  int64_t query_pre_attn_scalar = 0;            // an integer in Gemma2Config (a float fails its validation)
   double attn_logit_softcapping = 0.0;
   double final_logit_softcapping = 0.0;
   int64_t pad_token_id = -1;                      // Gemma2 only, kept for the round trip (-1: null)

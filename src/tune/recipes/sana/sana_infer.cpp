@@ -14,6 +14,7 @@
 #include "tune/core/error.h"
 #include "tune/core/log.h"
 #include "tune/core/memory_tracker.h"
+#include "tune/core/progress.h"
 #include "tune/core/threads.h"
 #include "tune/data/tokenizer.h"
 #include "tune/diffusion/scheduler_config.h"

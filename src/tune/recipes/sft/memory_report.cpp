@@ -4,6 +4,7 @@
 #include "tune/recipes/sft/memory_report.h"
 
 #include <algorithm>
+#include <set>
 #include <string>
 
 namespace tune::recipes::sft {
@@ -19,6 +20,9 @@ struct Sizes {
   bool low_precision;  // compute dtype narrower than the fp32 weights: autocast makes copies
   bool fused_attention;
   bool qk_norm;  // Qwen3's per-head query/key norms
+  bool sandwich_norms;    // Gemma 2: post_attention_layernorm on the attention output, pre_/post_feedforward_layernorm
+  bool softcapped_scores;  // Gemma 2: tanh soft cap on the attention scores (always tune's own core)
+  bool softcapped_logits;  // Gemma 2: tanh soft cap on the LM head's logits
   int64_t kv_heads;
 };
 
@@ -42,6 +46,9 @@ Sizes sizes_of(const models::LlamaConfig& config, const ActivationShape& shape) 
   s.low_precision = shape.compute_bytes < kFloat32;
   s.fused_attention = shape.fused_attention;
   s.qk_norm = config.has_qk_norm();
+  s.sandwich_norms = config.is_gemma2();
+  s.softcapped_scores = config.attn_logit_softcapping > 0;
+  s.softcapped_logits = config.final_logit_softcapping > 0;
   s.kv_heads = config.num_key_value_heads;
   return s;
 }
@@ -144,6 +151,16 @@ int64_t mlp_half_saved(const Sizes& s, int64_t swiglu_tensors, int64_t norm_save
   return bytes;
 }
 
+// The norms of a layer's MLP half as they save for backward: Llama's one pre-MLP norm (`norm_saved`); Gemma 2 adds
+// post_feedforward_layernorm, whose input is down_proj's compute-dtype output (`post_norm_saved`).
+int64_t mlp_norms_saved(const Sizes& s, int64_t norm_saved, int64_t post_norm_saved) {
+  return norm_saved + (s.sandwich_norms ? post_norm_saved : 0);
+}
+
+// Gemma 2's soft cap keeps tanh's output, [B, H, T, T] in the compute dtype, for its backward (the division and the
+// multiplication by the cap, numbers, keep nothing).
+int64_t softcap_saved(const Sizes& s) { return s.softcapped_scores ? score_elements(s) * s.c : 0; }
+
 // Gradients in flight through a layer's backward: the fp32 residual-stream gradient and the fresh gradient of the
 // weight being accumulated.
 int64_t gradients_in_flight(const Sizes& s) { return s.tokens * s.hidden * kFloat32 + largest_weight_gradient(s); }
@@ -175,14 +192,18 @@ LayerFootprint plain_layer_footprint(const models::LlamaConfig& config, const Ac
   layer.saved = estimate_layer_activation_bytes(config, shape);
   const int64_t mlp_phase = layer.saved + gradients_in_flight(s) + 3 * s.tokens * s.intermediate * s.c;
   if (s.fused_attention) {
-    layer.backward_peak =
-        std::max(mlp_phase, fused_attention_phase(s, layer.saved - mlp_half_saved(s, 3, rms_norm_saved(s))));
+    layer.backward_peak = std::max(
+        mlp_phase, fused_attention_phase(s, layer.saved - mlp_half_saved(s, 3, mlp_norms_saved(s, rms_norm_saved(s),
+                                                                                              rms_norm_saved(s)))));
     return layer;
   }
   const int64_t probabilities_copy = s.low_precision ? score_elements(s) * s.c : 0;
-  const int64_t attention_phase = layer.saved - mlp_half_saved(s, 3, rms_norm_saved(s)) - probabilities_copy +
-                                  2 * score_elements(s) * kFloat32 + gradients_in_flight(s) +
-                                  s.tokens * s.repeated_kv_width * s.c;  // the value gradient, computed first
+  // With a soft cap, the gradient through tanh (1 - tanh^2 times the incoming one) is one more compute-dtype score
+  // tensor while tanh's saved output is still alive.
+  const int64_t attention_phase =
+      layer.saved - mlp_half_saved(s, 3, mlp_norms_saved(s, rms_norm_saved(s), rms_norm_saved(s))) -
+      probabilities_copy + 2 * score_elements(s) * kFloat32 + softcap_saved(s) + gradients_in_flight(s) +
+      s.tokens * s.repeated_kv_width * s.c;  // the value gradient, computed first
   layer.backward_peak = std::max(mlp_phase, attention_phase);
   return layer;
 }
@@ -194,6 +215,9 @@ LayerFootprint selective_layer_footprint(const models::LlamaConfig& config, cons
   LayerFootprint layer;
   // The two norms keep only their fp32 inputs; their outputs as the projections' inputs as in a plain layer.
   layer.saved = 2 * s.tokens * s.hidden * kFloat32 + base_inputs_from_norm(s, 3) + base_inputs_from_norm(s, 2);
+  // Gemma 2's post-attention and post-feedforward norm regions keep their inputs, o_proj's and down_proj's
+  // compute-dtype outputs (their outputs go to residual adds, which keep nothing).
+  if (s.sandwich_norms) layer.saved += 2 * s.tokens * s.hidden * s.c;
   // Qwen3's query/key norm regions keep their inputs, the q and k projections' outputs.
   if (s.qk_norm) layer.saved += s.tokens * (s.q_width + s.kv_width) * s.c;
   if (s.low_precision) layer.saved += 4 * s.tokens * s.head_dim * s.c;  // RoPE's cos/sin casts
@@ -209,8 +233,9 @@ LayerFootprint selective_layer_footprint(const models::LlamaConfig& config, cons
   // phase is the layer's peak (fused attention core, 1024 tokens; tests/recipes/test_checkpointing_memory.cpp).
   const int64_t mlp_phase = layer.saved + gradients_in_flight(s) + 4 * s.tokens * s.intermediate * s.c;
   if (s.fused_attention) {
-    layer.backward_peak =
-        std::max(mlp_phase, fused_attention_phase(s, layer.saved - mlp_half_saved(s, 2, s.tokens * s.hidden * kFloat32)));
+    layer.backward_peak = std::max(
+        mlp_phase, fused_attention_phase(s, layer.saved - mlp_half_saved(s, 2, mlp_norms_saved(s, s.tokens * s.hidden * kFloat32,
+                                                                                              s.tokens * s.hidden * s.c))));
     return layer;
   }
   // Attention phase: one chunk of query rows (backward's chunking: max(512, T/4) rows) against at most every key,
@@ -218,8 +243,11 @@ LayerFootprint selective_layer_footprint(const models::LlamaConfig& config, cons
   // accumulators and, under grouped-query attention, the repeated keys and values.
   const int64_t rows = std::min(s.sequence, std::max<int64_t>(512, (s.sequence + 3) / 4));
   const int64_t chunk_scores = s.batch * s.heads * rows * s.sequence;
-  int64_t attention_phase = layer.saved - mlp_half_saved(s, 2, s.tokens * s.hidden * kFloat32) +
-                            3 * chunk_scores * kFloat32 + gradients_in_flight(s) +
+  // A soft cap adds the chunk's tanh, in the compute dtype.
+  int64_t attention_phase = layer.saved -
+                            mlp_half_saved(s, 2, mlp_norms_saved(s, s.tokens * s.hidden * kFloat32, s.tokens * s.hidden * s.c)) +
+                            3 * chunk_scores * kFloat32 + (s.softcapped_scores ? chunk_scores * s.c : 0) +
+                            gradients_in_flight(s) +
                             s.tokens * s.q_width * (s.c + s.c) +  // scaled queries, their gradient
                             2 * s.tokens * s.repeated_kv_width * kFloat32;
   if (s.repeated_kv_width != s.kv_width) attention_phase += 2 * s.tokens * s.repeated_kv_width * s.c;
@@ -241,6 +269,8 @@ int64_t head_peak(const models::LlamaConfig& config, const Sizes& s) {
   int64_t bytes = rms_norm_saved(s) + norm_output_for_matmuls(s, 1);
   if (s.low_precision && !s.base_weights_in_compute_dtype) bytes += vocab * s.hidden * s.c;  // lm_head copy
   bytes += 3 * s.tokens * vocab * kFloat32;  // fp32 logits, shifted fp32 copy, log-probabilities
+  // Gemma 2's final soft cap keeps tanh's fp32 output for its backward.
+  if (s.softcapped_logits) bytes += s.tokens * vocab * kFloat32;
   return bytes;
 }
 
@@ -252,6 +282,10 @@ int64_t estimate_layer_activation_bytes(const models::LlamaConfig& config, const
   // input_layernorm and post_attention_layernorm; the first one's input is the layer's fp32 input (the residual
   // stream stays fp32: fp32 + compute-dtype sums promote), the second's is the residual after attention.
   int64_t bytes = 2 * rms_norm_saved(s) + qk_norm_saved(s);
+  // Gemma 2's post-attention (on o_proj's output) and post-feedforward norms save what any RMSNorm does (the
+  // zero-centred form keeps the same tensors: fp32 input, normalised tensor, rsqrt); their outputs only join the
+  // residual stream.
+  if (s.sandwich_norms) bytes += 2 * rms_norm_saved(s);
   // Their outputs as matmul inputs: q, k, v read the first; gate and up read the second.
   bytes += base_inputs_from_norm(s, 3) + base_inputs_from_norm(s, 2);
   // RoPE multiplies by cos and sin cast to the compute dtype, once each for q and for k; the products keep the
@@ -266,7 +300,7 @@ int64_t estimate_layer_activation_bytes(const models::LlamaConfig& config, const
     bytes += s.tokens * (s.q_width + 2 * s.repeated_kv_width) * s.c + base_input(s, s.q_width);
     // Attention probabilities: softmax's fp32 output, plus under autocast its compute-dtype copy for the value
     // matmul. (The scores, masked in place, and their fp32 conversion are not kept: neither needs a saved input.)
-    bytes += scores * kFloat32 + (s.low_precision ? scores * s.c : 0);
+    bytes += scores * kFloat32 + (s.low_precision ? scores * s.c : 0) + softcap_saved(s);
   }
   // SwiGLU: gate output (silu's input), silu output and up output (the product's inputs), and the product
   // (down_proj's input).
@@ -288,7 +322,11 @@ StackMemory llama_stack(const models::LlamaConfig& config, const ActivationShape
   stack.block_input = s.tokens * s.hidden * kFloat32;  // a checkpointed layer keeps only its fp32 input
   stack.block_output = stack.block_input;
   stack.head_peak = head_peak(config, s);
-  stack.alive_throughout = mask_bytes(s);
+  // One mask per distinct window among the layers (models/llama.cpp builds them once per forward): Gemma 2's
+  // alternating sliding and full layers have two.
+  std::set<int64_t> windows;
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) windows.insert(config.layer_sliding_window(i));
+  stack.alive_throughout = mask_bytes(s) * static_cast<int64_t>(std::max<size_t>(1, windows.size()));
   return stack;
 }
 

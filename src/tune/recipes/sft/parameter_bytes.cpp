@@ -36,7 +36,8 @@ ParameterCounts count_parameters(const models::LlamaConfig& config, const models
                                     {"v_proj", hidden, kv_width, qkv_bias},    {"o_proj", q_width, hidden, o_bias},
                                     {"gate_proj", hidden, inner, config.mlp_bias}, {"up_proj", hidden, inner, config.mlp_bias},
                                     {"down_proj", inner, hidden, config.mlp_bias}};
-  int64_t base_layer = 2 * hidden;  // input_layernorm, post_attention_layernorm
+  // input_layernorm, post_attention_layernorm (Gemma 2: also pre_ and post_feedforward_layernorm)
+  int64_t base_layer = (config.is_gemma2() ? 4 : 2) * hidden;
   if (config.has_qk_norm()) base_layer += 2 * head_dim;
   int64_t adapters_layer = 0, largest_base = 0, largest_adapter = 0, nf4_layer = 0, nf4_bytes_layer = 0,
           largest_nf4 = 0;

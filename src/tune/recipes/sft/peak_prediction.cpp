@@ -17,7 +17,8 @@ namespace {
 // `recomputing`: for selective checkpointing's layers.
 bool fused_attention(const SftPlanInputs& inputs, bool recomputing) {
   const c10::ScalarType dtype = !inputs.low_precision ? c10::kFloat : inputs.fp16 ? c10::kHalf : c10::kBFloat16;
-  return nn::uses_fused_attention(inputs.cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU, dtype, recomputing);
+  return nn::uses_fused_attention(inputs.cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU, dtype, recomputing,
+                                  inputs.model.attn_logit_softcapping > 0);  // Gemma 2: never fused
 }
 
 // full_shard (distributed/fully_sharded.h): what lives across steps is 1/N (flat shards, padding ignored); during

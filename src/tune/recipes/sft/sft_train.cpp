@@ -163,9 +163,12 @@ int train(const TrainRequest& request) {
   shape.base_weights_in_compute_dtype = run.frozen_weights_bf16 && model->has_lora();
   // The attention core nn::run_attention_core will take: for plainly run layers, and for selective's.
   const c10::ScalarType compute_dtype = precision::compute_dtype(run.mixed_precision);
-  shape.fused_attention = nn::uses_fused_attention(device.type(), compute_dtype);
+  // Gemma 2's soft-capped scores always take tune's own core.
+  const bool softcapped = model->config().attn_logit_softcapping > 0;
+  shape.fused_attention = nn::uses_fused_attention(device.type(), compute_dtype, /*recomputing=*/false, softcapped);
   ActivationShape selective_shape = shape;
-  selective_shape.fused_attention = nn::uses_fused_attention(device.type(), compute_dtype, /*recomputing=*/true);
+  selective_shape.fused_attention =
+      nn::uses_fused_attention(device.type(), compute_dtype, /*recomputing=*/true, softcapped);
   const int64_t activation_estimate =
       estimate_for_runner(llama_stack(model->config(), shape, false),
                           llama_stack(model->config(), selective_shape, true), *checkpointing);
