@@ -128,7 +128,7 @@ TEST_CASE("captioned images: each problem names file:line or the path, in image 
                              (uncaptioned / "a.txt").string()));
 }
 
-TEST_CASE("captioned images: skip mode counts bad images; a broken row still fails", "[image][captions]") {
+TEST_CASE("captioned images: skip mode counts bad images, and a broken row still fails", "[image][captions]") {
   const auto file = jsonl_with(kGoodRow + R"({"image": "b.jpg"})" "\n" +
                                R"({"image": "gone.png", "caption": "x"})" "\n" +
                                R"({"image": "b.jpg", "caption": "B"})" "\n");
