@@ -1,5 +1,6 @@
 // Captioned videos for text-to-video training: a JSONL file of {"video": PATH, "caption": TEXT} rows, or a folder
 // where each video has a same-named .txt caption beside it. Only the list is read here; VideoDataset decodes.
+// The reader is the one captioned images use too (captioned_media.h); this file says what a video is.
 #pragma once
 
 #include <cstdint>

@@ -52,7 +52,12 @@ class DecodePass {
   DecodePass(const fs::path& path, int threads, StreamInfo* info = nullptr) : path_(path) {
     libav::limit_library_logging();
     AVFormatContext* raw_format = nullptr;
-    int result = avformat_open_input(&raw_format, path.string().c_str(), nullptr, nullptr);
+    // The image demuxer (image files, frames) reads a name as a pattern (frame%05d.png); a '%' in a real file's
+    // name must stay a character. Other demuxers leave the option unused.
+    AVDictionary* options = nullptr;
+    av_dict_set(&options, "pattern_type", "none", 0);
+    int result = avformat_open_input(&raw_format, path.string().c_str(), nullptr, &options);
+    av_dict_free(&options);
     if (result < 0) fail("not a video (libavformat cannot open it: {})", libav::error_string(result));
     format_.reset(raw_format);
     result = avformat_find_stream_info(format_.get(), nullptr);
@@ -259,6 +264,17 @@ torch::Tensor read_image(const fs::path& path) {
 #else
   throw_without_ffmpeg(path);
 #endif
+}
+
+const std::vector<std::string>& image_file_extensions() {
+  static const std::vector<std::string> extensions = [] {
+    std::vector<std::string> found = {".png", ".jpg", ".jpeg", ".bmp"};
+#ifdef TUNE_HAVE_FFMPEG
+    if (avcodec_find_decoder(AV_CODEC_ID_WEBP) != nullptr) found.push_back(".webp");
+#endif
+    return found;
+  }();
+  return extensions;
 }
 
 bool FrameFolderReader::is_frame_file(const fs::path& file) {

@@ -96,4 +96,9 @@ std::unique_ptr<VideoSource> open_video(const std::filesystem::path& path);
 // Decodes one image file (PNG, JPEG, ...) to uint8 [H, W, 3] RGB.
 torch::Tensor read_image(const std::filesystem::path& path);
 
+// The extensions of single images that read_image decodes in this build (lower case): .png .jpg .jpeg .bmp, and
+// .webp where this FFmpeg has a WebP decoder (it is optional there). Without FFmpeg the list
+// stays (so lists of images can be read) and decoding throws.
+const std::vector<std::string>& image_file_extensions();
+
 }  // namespace tune::data

@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Pillow as the independent reference for tune's image tests (tests/data/test_images.cpp).
+
+    image_reference.py decode IN RAW             IN decoded by Pillow, converted to RGB, written as raw bytes
+                                                 (H*W*3, row-major); prints "WIDTH HEIGHT"
+    image_reference.py gradient OUT WIDTH HEIGHT  a non-square RGB test image saved by Pillow (format from OUT's
+                                                 extension): red = x, green = y, blue = (x * 7 + y * 3) % 256
+    image_reference.py resize_crop IN SIZE RAW   torchvision's Resize(SIZE) + CenterCrop(SIZE) on a PIL image,
+                                                 spelled out with Pillow (torchvision itself is not installed):
+                                                 short side to SIZE, long side int(SIZE * long / short), bilinear;
+                                                 crop offsets round((H - SIZE) / 2); raw RGB bytes as for decode
+
+Pillow comes with diffusers (scripts/requirements.txt). Exit status 3 when Pillow is missing, so a test can skip.
+"""
+import sys
+
+try:
+    from PIL import Image
+except ImportError:
+    print("Pillow is not installed", file=sys.stderr)
+    sys.exit(3)
+
+
+def decode(path, raw):
+    image = Image.open(path).convert("RGB")
+    with open(raw, "wb") as out:
+        out.write(image.tobytes())
+    print(image.width, image.height)
+
+
+def gradient(path, width, height):
+    image = Image.new("RGB", (width, height))
+    image.putdata([(x % 256, y % 256, (x * 7 + y * 3) % 256) for y in range(height) for x in range(width)])
+    image.save(path)
+
+
+def resize_crop(path, size, raw):
+    image = Image.open(path).convert("RGB")
+    width, height = image.size
+    short, long = (width, height) if width <= height else (height, width)
+    new_short, new_long = size, int(size * long / short)
+    new_width, new_height = (new_short, new_long) if width <= height else (new_long, new_short)
+    image = image.resize((new_width, new_height), Image.BILINEAR)
+    top = int(round((new_height - size) / 2.0))
+    left = int(round((new_width - size) / 2.0))
+    image = image.crop((left, top, left + size, top + size))
+    with open(raw, "wb") as out:
+        out.write(image.tobytes())
+    print(image.width, image.height)
+
+
+def main(argv):
+    if len(argv) == 3 and argv[0] == "decode":
+        decode(argv[1], argv[2])
+    elif len(argv) == 4 and argv[0] == "gradient":
+        gradient(argv[1], int(argv[2]), int(argv[3]))
+    elif len(argv) == 4 and argv[0] == "resize_crop":
+        resize_crop(argv[1], int(argv[2]), argv[3])
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
