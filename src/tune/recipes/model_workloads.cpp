@@ -56,4 +56,18 @@ CpuWorkload latte_t2v_workload(const models::LatteT2VConfig& config, int64_t bat
   return workload;
 }
 
+CpuWorkload sana_workload(const models::SanaConfig& config, int64_t batch, int64_t latent_h, int64_t latent_w,
+                          int64_t text_tokens, c10::ScalarType dtype, bool training) {
+  const int64_t patches = (latent_h / config.patch_size) * (latent_w / config.patch_size);
+  const int64_t hidden = config.inner_dim(), cross = config.cross_inner_dim();
+  CpuWorkload workload;
+  workload.dtype = dtype;
+  workload.training = training;
+  workload.projections = {{batch * patches, hidden, hidden}, {batch * patches, hidden, cross}};
+  // One image's heads: its tokens against the caption.
+  workload.attentions = {{config.num_cross_attention_heads, patches, std::max<int64_t>(text_tokens, 1),
+                          config.cross_attention_head_dim, false}};
+  return workload;
+}
+
 }  // namespace tune::recipes

@@ -9,6 +9,7 @@
 #include "tune/models/latte_config.h"
 #include "tune/models/latte_t2v_config.h"
 #include "tune/models/llama_config.h"
+#include "tune/models/sana_config.h"
 #include "tune/recipes/cpu_kernel_choice.h"
 
 namespace tune::recipes {
@@ -27,5 +28,11 @@ CpuWorkload latte_workload(const models::LatteConfig& config, int64_t batch, c10
 // temporal and cross attention (each frame's patches against the caption).
 CpuWorkload latte_t2v_workload(const models::LatteT2VConfig& config, int64_t batch, int64_t frames, int64_t latent_h,
                                int64_t latent_w, int64_t text_tokens, c10::ScalarType dtype, bool training);
+
+// A Sana step over batch images of latent_h x latent_w tokens (patch 1) with text_tokens caption tokens: the
+// projections of the linear self-attention and the cross-attention over every token (GLUMBConv's 1x1 convolutions are
+// LibTorch's convolution kernels, not timed here); the cross-attention (an image's tokens against the caption).
+CpuWorkload sana_workload(const models::SanaConfig& config, int64_t batch, int64_t latent_h, int64_t latent_w,
+                          int64_t text_tokens, c10::ScalarType dtype, bool training);
 
 }  // namespace tune::recipes

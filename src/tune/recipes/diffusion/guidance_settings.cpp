@@ -10,7 +10,8 @@ void add_guidance_keys(config::Schema& schema) {
   schema.path("guidance.reference", "tune infer --grad: image or video to match at guidance.reference_frame");
   schema.integer("guidance.reference_frame", 0, "frame index matched to the reference");
   schema.real("guidance.reference_weight", 1.0, "weight of the reference-frame objective");
-  schema.real("guidance.smoothness_weight", 0.1, "weight of the temporal-smoothness objective");
+  schema.real("guidance.smoothness_weight", 0.1,
+              "weight of the smoothness objective (videos: between frames; images: between neighbouring latents)");
 }
 
 GuidanceSettings read_guidance_settings(const config::Config& config, int64_t num_frames, const std::string& frames_key) {

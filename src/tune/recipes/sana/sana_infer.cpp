@@ -27,10 +27,12 @@
 #include "tune/models/sana.h"
 #include "tune/precision/mixed_precision.h"
 #include "tune/recipes/common_schema.h"
+#include "tune/recipes/cpu_kernel_choice.h"
+#include "tune/recipes/model_workloads.h"
 #include "tune/recipes/diffusion/pipeline_components.h"
 #include "tune/recipes/diffusion/reference_frame.h"
 #include "tune/recipes/diffusion/sample_files.h"
-#include "tune/recipes/diffusion/video_guidance.h"
+#include "tune/recipes/diffusion/image_guidance.h"
 #include "tune/recipes/sana/sana_memory_report.h"
 #include "tune/recipes/sana/sana_prompt.h"
 #include "tune/recipes/sana/sana_recipe.h"
@@ -196,6 +198,9 @@ int infer(const InferRequest& request) {
   int64_t weight_bytes = 0;
   for (const auto& p : model->parameters()) weight_bytes += p.numel() * static_cast<int64_t>(p.element_size());
   const auto compute_dtype = precision::compute_dtype(run.mixed_precision);
+  choose_cpu_kernels(sana_workload(config, cfg ? 2 * batch : batch, latent_h, latent_w, sampling.max_text_tokens,
+                                   compute_dtype, /*training=*/request.grad),
+                     device);
   int64_t activation_estimate = 0;
   if (request.grad) {
     SanaActivationShape shape;
@@ -231,7 +236,7 @@ int infer(const InferRequest& request) {
     // SanaPipeline's learned-sigma rule: an output of twice the latent channels keeps its first half.
     return config.out_channels == 2 * config.in_channels ? prediction.narrow(1, 0, config.in_channels) : prediction;
   };
-  diffusion_common::VideoGuidanceObjective objective;
+  diffusion_common::ImageGuidanceObjective objective;
   std::string guidance_description = "off";
   diffusion::GuidanceFn guidance;
   if (request.grad) {
@@ -239,8 +244,8 @@ int infer(const InferRequest& request) {
       objective.reference = reference_latents;
       objective.reference_weight = settings.guidance.reference_weight;
     }
-    objective.smoothness_weight = 0.0;  // one frame: no temporal term
-    guidance = diffusion_common::make_video_guidance(objective);
+    objective.smoothness_weight = settings.guidance.smoothness_weight;
+    guidance = diffusion_common::make_image_guidance(objective);
     guidance_description = diffusion_common::describe(objective);
   }
 
@@ -260,7 +265,7 @@ int infer(const InferRequest& request) {
       const auto x = latents.detach().requires_grad_(true);
       const auto raw = velocity(x, t);
       const auto x0 = x - stepper.sigma(step) * raw;
-      const auto g = guidance(x, t, x0.unsqueeze(1));
+      const auto g = guidance(x, t, x0);
       v = raw.detach() - g;
     } else {
       torch::NoGradGuard no_grad;
