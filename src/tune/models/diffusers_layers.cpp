@@ -2,8 +2,14 @@
 // AttnProcessor2_0, SanaLinearAttnProcessor2_0; normalization.py; embeddings.py) on tune's shared pieces.
 #include "tune/models/diffusers_layers.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <torch/nn/init.h>
+
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "tune/nn/attention_core.h"
 #include "tune/nn/linear.h"
@@ -22,6 +28,40 @@ torch::nn::Linear make_linear(int64_t in, int64_t out) { return torch::nn::Linea
 }  // namespace
 
 std::shared_ptr<torch::nn::Module> parameter_free_holder() { return std::make_shared<torch::nn::Module>(); }
+
+std::vector<torch::Tensor> trainable_parameters(const torch::nn::Module& module) {
+  std::vector<torch::Tensor> trainable;
+  for (const auto& parameter : module.parameters()) {
+    if (parameter.requires_grad()) trainable.push_back(parameter);
+  }
+  return trainable;
+}
+
+void init_linears_xavier(torch::nn::Module& model) {
+  torch::NoGradGuard no_grad;
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    if (item.key().find("lora_") != std::string::npos) continue;
+    if (auto* linear = dynamic_cast<torch::nn::LinearImpl*>(item.value().get())) {
+      torch::nn::init::xavier_uniform_(linear->weight);
+      if (linear->bias.defined()) torch::nn::init::zeros_(linear->bias);
+    } else if (auto* projection = dynamic_cast<nn::LoraLinearImpl*>(item.value().get())) {
+      torch::nn::init::xavier_uniform_(projection->weight);
+      if (projection->bias.defined()) torch::nn::init::zeros_(projection->bias);
+    }
+  }
+}
+
+void check_caption_inputs(const char* model, int64_t batch, int64_t caption_channels, const torch::Tensor& text,
+                          const torch::Tensor& text_mask) {
+  if (text.dim() != 3 || text.size(0) != batch || text.size(1) < 1 || text.size(2) != caption_channels) {
+    throw std::invalid_argument(fmt::format("{}: text must be [{}, length, {}] (batch, tokens, caption_channels), "
+                                            "got [{}]", model, batch, caption_channels, fmt::join(text.sizes(), ", ")));
+  }
+  if (text_mask.defined() && (text_mask.dim() != 2 || text_mask.size(0) != batch || text_mask.size(1) != text.size(1))) {
+    throw std::invalid_argument(fmt::format("{}: text_mask must be [{}, {}] (batch, tokens), got [{}]", model, batch,
+                                            text.size(1), fmt::join(text_mask.sizes(), ", ")));
+  }
+}
 
 bool DiffusersLora::adapts(const std::string& name) const {
   return options.rank > 0 && std::find(targets.begin(), targets.end(), name) != targets.end();

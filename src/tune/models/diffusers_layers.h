@@ -26,6 +26,18 @@ namespace tune::models {
 // nesting: to_out.0, net.0.proj, emb.timestep_embedder).
 std::shared_ptr<torch::nn::Module> parameter_free_holder();
 
+// The parameters of `module` that require a gradient (a block's, for the runner's recompute).
+std::vector<torch::Tensor> trainable_parameters(const torch::nn::Module& module);
+
+// PixArt-style initial weights of every linear layer below `model` (torch::nn::Linear and nn::LoraLinear base weights):
+// xavier-uniform, biases zero. LoRA adapters (names containing "lora_") keep PEFT's initialisation.
+void init_linears_xavier(torch::nn::Module& model);
+
+// The caption inputs of a text-conditioned transformer: text [batch, L >= 1, caption_channels] and text_mask
+// [batch, L] or undefined; std::invalid_argument naming `model` and the shapes otherwise.
+void check_caption_inputs(const char* model, int64_t batch, int64_t caption_channels, const torch::Tensor& text,
+                          const torch::Tensor& text_mask);
+
 // LoRA on a transformer's linear projections, chosen as PEFT's target_modules chooses them, by the module name's
 // suffix ("to_q", "to_out.0", ...; the family lists the names it has). Rank 0: no adapter anywhere.
 struct DiffusersLora {

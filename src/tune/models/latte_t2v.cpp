@@ -25,14 +25,6 @@ constexpr double kOutputNormEps = 1e-6;
 // The official code's text-mask bias for hidden tokens (diffusers' docstring names the same value).
 constexpr double kMaskedScore = -10000.0;
 
-std::vector<torch::Tensor> trainable_parameters(const torch::nn::Module& module) {
-  std::vector<torch::Tensor> trainable;
-  for (const auto& parameter : module.parameters()) {
-    if (parameter.requires_grad()) trainable.push_back(parameter);
-  }
-  return trainable;
-}
-
 void check_inputs(const LatteT2VConfig& config, const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& text,
                   const torch::Tensor& text_mask) {
   const int64_t patch = config.patch_size;
@@ -47,14 +39,7 @@ void check_inputs(const LatteT2VConfig& config, const torch::Tensor& x, const to
     throw std::invalid_argument(fmt::format("LatteT2V: t must hold one timestep per sample ({}), got [{}]", batch,
                                             fmt::join(t.sizes(), ", ")));
   }
-  if (text.dim() != 3 || text.size(0) != batch || text.size(1) < 1 || text.size(2) != config.caption_channels) {
-    throw std::invalid_argument(fmt::format("LatteT2V: text must be [{}, length, {}] (batch, tokens, caption_channels), "
-                                            "got [{}]", batch, config.caption_channels, fmt::join(text.sizes(), ", ")));
-  }
-  if (text_mask.defined() && (text_mask.dim() != 2 || text_mask.size(0) != batch || text_mask.size(1) != text.size(1))) {
-    throw std::invalid_argument(fmt::format("LatteT2V: text_mask must be [{}, {}] (batch, tokens), got [{}]", batch,
-                                            text.size(1), fmt::join(text_mask.sizes(), ", ")));
-  }
+  check_caption_inputs("LatteT2V", batch, config.caption_channels, text, text_mask);
 }
 
 }  // namespace
@@ -83,16 +68,7 @@ LatteT2VImpl::LatteT2VImpl(const LatteT2VConfig& config, const LatteT2VLora& lor
 void LatteT2VImpl::reset_parameters() {
   torch::NoGradGuard no_grad;
   // Base weights only: an adapter keeps PEFT's initialisation (lora_B zero, so a fresh adapter changes nothing).
-  for (const auto& item : named_modules("", /*include_self=*/false)) {
-    if (item.key().find("lora_") != std::string::npos) continue;
-    if (auto* linear = dynamic_cast<torch::nn::LinearImpl*>(item.value().get())) {
-      torch::nn::init::xavier_uniform_(linear->weight);
-      if (linear->bias.defined()) torch::nn::init::zeros_(linear->bias);
-    } else if (auto* projection = dynamic_cast<nn::LoraLinearImpl*>(item.value().get())) {
-      torch::nn::init::xavier_uniform_(projection->weight);
-      if (projection->bias.defined()) torch::nn::init::zeros_(projection->bias);
-    }
-  }
+  init_linears_xavier(*this);
   // The patch embedding initialised like a Linear over the flattened patch, not like a Conv2d.
   const torch::Tensor& proj_weight = pos_embed->proj->weight;
   torch::nn::init::xavier_uniform_(proj_weight.view({proj_weight.size(0), -1}));

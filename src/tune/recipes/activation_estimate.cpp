@@ -73,4 +73,23 @@ StackPhases phases_for_runner(const StackMemory& plain, const StackMemory& selec
   }
 }
 
+BlockFootprint footprint_of_parts(const std::vector<BlockPart>& parts, int64_t in_flight) {
+  BlockFootprint block;
+  for (const BlockPart& part : parts) block.saved += part.saved;
+  int64_t before = 0;
+  for (const BlockPart& part : parts) {
+    before += part.saved;
+    block.backward_peak = std::max(block.backward_peak, before + in_flight + part.backward);
+  }
+  return block;
+}
+
+BlockPart modulated_norm_part(int64_t tokens, int64_t hidden, bool selective) {
+  constexpr int64_t kFloat32 = 4;
+  const int64_t elements = tokens * hidden;
+  const int64_t statistics = 2 * tokens * kFloat32;
+  return {elements * kFloat32 + (selective ? 0 : statistics),
+          3 * elements * kFloat32 + (selective ? elements * kFloat32 + statistics : 0)};
+}
+
 }  // namespace tune::recipes

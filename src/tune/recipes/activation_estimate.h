@@ -17,6 +17,23 @@ struct BlockFootprint {
   int64_t backward_peak = 0;
 };
 
+// One part of a DiT-style block in forward order (a norm, an attention, a feed-forward): what it keeps from forward
+// to backward, and how far above that (and above everything the parts before it keep) its own backward goes.
+struct BlockPart {
+  int64_t saved = 0;
+  int64_t backward = 0;
+};
+
+// Backward runs the parts in reverse, each freeing what it kept, so part k's backward meets parts 0 .. k whole:
+// the block's footprint, with `in_flight` held through the whole backward (the gradients of its output).
+BlockFootprint footprint_of_parts(const std::vector<BlockPart>& parts, int64_t in_flight);
+
+// A modulated LayerNorm over `tokens` rows of `hidden` (nn::run_modulated_layer_norm): nn::modulated_layer_norm keeps
+// its fp32 input and an fp32 mean and 1/std per token; selective checkpointing keeps the input alone. Backward: the
+// incoming fp32 gradient, the normalised input rebuilt for the scale's gradient with its product by the gradient,
+// three [tokens, hidden] fp32 tensors; selective first recomputes the norm's output, a fourth, and its statistics.
+BlockPart modulated_norm_part(int64_t tokens, int64_t hidden, bool selective);
+
 struct StackMemory {
   std::vector<BlockFootprint> blocks;  // in forward order, each as it runs when not checkpointed
   int64_t block_input = 0;             // what a checkpointed block keeps until backward recomputes it

@@ -2,10 +2,25 @@
 
 #include <fmt/format.h>
 
+#include "tune/config/config.h"
 #include "tune/core/error.h"
 #include "tune/io/pipeline_index.h"
 
 namespace tune::recipes::diffusion_common {
+
+PipelinePaths read_pipeline_paths(const config::Config& config) {
+  PipelinePaths paths;
+  auto optional_path = [&](const char* key, std::optional<std::string>& out) {
+    if (config.has(key)) out = config.get_string(key);
+  };
+  optional_path("model.path", paths.path);
+  optional_path("model.transformer", paths.transformer);
+  optional_path("model.vae", paths.vae);
+  optional_path("model.text_encoder", paths.text_encoder);
+  optional_path("model.tokenizer", paths.tokenizer);
+  optional_path("model.scheduler", paths.scheduler);
+  return paths;
+}
 
 std::map<std::string, std::filesystem::path> resolve_pipeline_components(
     const std::optional<std::string>& pipeline_path, const std::vector<ComponentSpec>& components,

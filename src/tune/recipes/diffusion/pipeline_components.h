@@ -9,7 +9,18 @@
 #include <string>
 #include <vector>
 
+namespace tune::config {
+class Config;
+}
+
 namespace tune::recipes::diffusion_common {
+
+// model.path (a pipeline directory) and the model.<component> overrides, as a recipe's config gives them.
+struct PipelinePaths {
+  std::optional<std::string> path;
+  std::optional<std::string> transformer, vae, text_encoder, tokenizer, scheduler;
+};
+PipelinePaths read_pipeline_paths(const config::Config& config);
 
 struct ComponentSpec {
   std::string name;                          // model_index.json's key and the model.<name> override

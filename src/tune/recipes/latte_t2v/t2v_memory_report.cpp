@@ -68,25 +68,7 @@ int64_t cpu_gemm_workspace(int64_t rows, int64_t inner, int64_t columns) {
   return (chunk * (inner + columns) + inner * columns) * kFloat32;
 }
 
-// One part of a block in forward order: what it keeps from forward to backward, and how far above that (and above
-// everything the parts before it keep) its own backward goes. Backward runs the parts in reverse, each freeing what
-// it kept, so part k's backward meets parts 0 .. k whole.
-struct Part {
-  int64_t saved = 0;
-  int64_t backward = 0;
-};
-
-// A modulated LayerNorm (nn::run_modulated_layer_norm over [B, R * T, D]): nn::modulated_layer_norm keeps its fp32
-// input, an fp32 mean and 1/std per token and the scale (a view of the block's [B, 6, D] modulation, counted once
-// per block); selective checkpointing keeps the input alone. Backward: the incoming fp32 gradient, the normalised
-// input rebuilt for the scale's gradient with its product by the gradient (then the normalised gradient and the
-// input's), three [tokens, D] fp32 tensors; selective first recomputes the norm's output, a fourth, and its
-// statistics.
-Part modulated_norm(const Sizes& s, bool selective) {
-  const int64_t statistics = 2 * s.tokens * kFloat32;
-  return {s.td() * kFloat32 + (selective ? 0 : statistics),
-          3 * s.td() * kFloat32 + (selective ? s.td() * kFloat32 + statistics : 0)};
-}
+using Part = BlockPart;
 
 // An attention layer: to_q / to_k / to_v (nn::LoraLinear, no adapter), nn::run_attention_core, to_out.0.
 // Self-attention reads the modulated norm's output for all three projections (`kv` = td); the spatial blocks'
@@ -189,7 +171,7 @@ BlockFootprint block_footprint(const Sizes& s, bool spatial, bool selective) {
   // norm1 keeps the block's input: for a spatial block the reshape of the state's patch rows into [B, F*N, D] (a
   // copy: the payload rows interleave), for a temporal block its (b f) n d -> (b n) f d rearrangement (a copy too).
   // The state itself is kept by nothing (narrow and cat keep no tensors).
-  Part norm1 = modulated_norm(s, selective);
+  Part norm1 = modulated_norm_part(s.tokens, s.hidden, selective);
   norm1.saved += modulation;
   parts.push_back(norm1);
   const int64_t length = spatial ? s.patches : s.frames;
@@ -203,20 +185,14 @@ BlockFootprint block_footprint(const Sizes& s, bool spatial, bool selective) {
     parts.push_back(attention(s, s.caption(), s.tokens * s.heads * s.text, chunk, /*self=*/false, /*gated=*/false,
                               selective));
   }
-  parts.push_back(modulated_norm(s, selective));
+  parts.push_back(modulated_norm_part(s.tokens, s.hidden, selective));
   parts.push_back(feed_forward(s, selective));
 
-  BlockFootprint block;
-  for (const Part& part : parts) block.saved += part.saved;
   // In flight through the whole of the block's backward: the fp32 gradient of the block's output state (held
   // until the payload rows' gradient is taken at the block's start) and the residual stream's ([tokens, D] fp32,
   // a copy out of the state's patch rows), and under training the largest weight gradient before it is accumulated.
   const int64_t in_flight = s.state * kFloat32 + td * kFloat32 + (s.frozen ? 0 : s.hidden * s.inner * kFloat32);
-  int64_t before = 0;
-  for (const Part& part : parts) {
-    before += part.saved;
-    block.backward_peak = std::max(block.backward_peak, before + in_flight + part.backward);
-  }
+  BlockFootprint block = footprint_of_parts(parts, in_flight);
   // Forward at net.2 (in forward, or in a checkpointed block's recompute, the output's gradient then in flight): the
   // whole saved set, the block's two norm outputs (fp32 locals of the block's forward, counted in the saved set
   // only where fp32 training keeps them for the projections), GELU's output where net.2 does not keep it (frozen

@@ -9,15 +9,14 @@
 #include "tune/config/config.h"
 #include "tune/models/latte_t2v_layers.h"
 #include "tune/recipes/diffusion/guidance_settings.h"
+#include "tune/recipes/diffusion/pipeline_components.h"
 #include "tune/recipes/diffusion/video_data_settings.h"
 
 namespace tune::recipes::latte_t2v {
 
 // model.path is a diffusers pipeline directory (model_index.json); each component may be replaced by another
 // directory of the same class.
-struct PipelineSettings {
-  std::optional<std::string> path;
-  std::optional<std::string> transformer, vae, text_encoder, tokenizer, scheduler;
+struct PipelineSettings : diffusion_common::PipelinePaths {
   std::string text_encoder_dtype = "auto";  // auto: bf16 under bf16/fp16 autocast, fp32 with mixed_precision no
   int64_t vae_chunk_frames = 14;            // LattePipeline's decode_chunk_size
 };

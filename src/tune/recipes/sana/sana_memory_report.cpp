@@ -53,21 +53,7 @@ Sizes sizes_of(const models::SanaConfig& config, const SanaActivationShape& shap
   return s;
 }
 
-// One part of a block in forward order: what it keeps until backward, and how far above that (and above what the
-// parts before it keep) its own backward goes.
-struct Part {
-  int64_t saved = 0;
-  int64_t backward = 0;
-};
-
-// A modulated LayerNorm (nn::run_modulated_layer_norm over [B, N, D]): its fp32 input, an fp32 mean and 1/std per
-// token; selective keeps the input alone and recomputes. Backward: three [tokens, D] fp32 tensors (four and the
-// statistics under selective, which recomputes the output first).
-Part modulated_norm(const Sizes& s, bool selective) {
-  const int64_t statistics = 2 * s.tokens * kFloat32;
-  return {s.td() * kFloat32 + (selective ? 0 : statistics),
-          3 * s.td() * kFloat32 + (selective ? s.td() * kFloat32 + statistics : 0)};
-}
+using Part = BlockPart;
 
 // The qk-norms (nn::RMSNorm over all heads' channels) on q and k: each keeps its input, an fp32 1/rms per token and,
 // for its weight's gradient, the normalised input ([tokens, width] compute dtype each).
@@ -167,24 +153,18 @@ BlockFootprint block_footprint(const Sizes& s, bool selective) {
   const int64_t td = s.td();
   const int64_t modulation = s.batch * kModulationRows * s.hidden * kFloat32;
   std::vector<Part> parts;
-  Part norm1 = modulated_norm(s, selective);
+  Part norm1 = modulated_norm_part(s.tokens, s.hidden, selective);
   norm1.saved += modulation;
   parts.push_back(norm1);
   parts.push_back(linear_attention(s, selective));
   parts.push_back(cross_attention(s, selective));
-  parts.push_back(modulated_norm(s, selective));
+  parts.push_back(modulated_norm_part(s.tokens, s.hidden, selective));
   parts.push_back(glumb_conv(s));
 
-  BlockFootprint block;
-  for (const Part& part : parts) block.saved += part.saved;
   // In flight through the block's backward: the fp32 gradient of its output state, the residual stream's, and under
   // training the largest weight gradient before it is accumulated (conv_inverted's).
   const int64_t in_flight = s.state * kFloat32 + td * kFloat32 + (s.frozen ? 0 : s.hidden * 2 * s.ff_hidden * kFloat32);
-  int64_t before = 0;
-  for (const Part& part : parts) {
-    before += part.saved;
-    block.backward_peak = std::max(block.backward_peak, before + in_flight + part.backward);
-  }
+  BlockFootprint block = footprint_of_parts(parts, in_flight);
   // Forward at the feed-forward (in forward, or in a checkpointed block's recompute): the saved set, the state, the
   // norm outputs and the grid copy as fp32 locals.
   block.backward_peak = std::max(block.backward_peak, block.saved + s.state * kFloat32 + 3 * td * kFloat32);

@@ -35,15 +35,7 @@ config::Schema sana_schema() {
 SanaSettings read_sana_settings(const config::Config& config) {
   SanaSettings settings;
   auto& model = settings.model;
-  auto optional_path = [&](const char* key, std::optional<std::string>& out) {
-    if (config.has(key)) out = config.get_string(key);
-  };
-  optional_path("model.path", model.path);
-  optional_path("model.transformer", model.transformer);
-  optional_path("model.vae", model.vae);
-  optional_path("model.text_encoder", model.text_encoder);
-  optional_path("model.tokenizer", model.tokenizer);
-  optional_path("model.scheduler", model.scheduler);
+  static_cast<diffusion_common::PipelinePaths&>(model) = diffusion_common::read_pipeline_paths(config);
   model.text_encoder_dtype = config.get_string("model.text_encoder_dtype");
   model.vae_tiling = config.get_bool("model.vae_tiling");
 

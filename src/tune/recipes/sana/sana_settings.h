@@ -8,14 +8,13 @@
 
 #include "tune/config/config.h"
 #include "tune/recipes/diffusion/guidance_settings.h"
+#include "tune/recipes/diffusion/pipeline_components.h"
 
 namespace tune::recipes::sana {
 
 // model.path is a diffusers Sana pipeline directory (model_index.json); each component may be replaced by another
 // directory of the same class.
-struct SanaPipelineSettings {
-  std::optional<std::string> path;
-  std::optional<std::string> transformer, vae, text_encoder, tokenizer, scheduler;
+struct SanaPipelineSettings : diffusion_common::PipelinePaths {
   std::string text_encoder_dtype = "auto";  // auto: bf16 under bf16/fp16 autocast, fp32 with mixed_precision no
   bool vae_tiling = false;                  // decode in 512-pixel tiles (AutoencoderDC.enable_tiling's defaults)
 };
