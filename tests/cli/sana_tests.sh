@@ -85,6 +85,14 @@ assert 0.9 <= ratio <= 1.1, ratio" "$OUT" || fail "the memory plan of infer --gr
   done
   "$PYTHON" -c "import sys; f, o = int(sys.argv[1]), int(sys.argv[2]); assert f < 0.8 * o, (f, o)" "$full" "$off" \
     || fail "checkpointing did not lower the measured peak of infer --grad (full $full, off $off)"
+  # A PNG sample, then guidance toward it as the reference image (DC-AE-encoded into the objective).
+  expect_exit 0 "$TUNE" infer "$PIPELINE" --prompt "a red circle" --steps 2 --height 64 --width 64 --no-grad \
+    --out "$out/ref.png" threads=2
+  "$PYTHON" -c "import sys; assert open(sys.argv[1], 'rb').read(8) == b'\x89PNG\r\n\x1a\n'" "$out/ref.png" \
+    || fail "--out ref.png did not write a PNG file"
+  expect_exit 0 "$TUNE" infer "$PIPELINE" --prompt "a red circle" --steps 2 --height 64 --width 64 --grad \
+    --out "$out/guided.png" threads=2 guidance.reference="$out/ref.png" guidance.reference_weight=2
+  contains "$ERR" "reference image (weight 2), spatial smoothness (weight 0.1)"
 }
 
 case_sana_input_errors() {

@@ -178,7 +178,8 @@ int infer(const InferRequest& request) {
     vae->to(device);
     vae->eval();
     const auto pixels = diffusion_common::read_reference_pixels(*settings.guidance.reference, sampling.height);
-    reference_latents = vae->encode_latents(pixels.unsqueeze(0).to(device))[0];
+    // read_reference_pixels gives [1, 3, H, W]: a batch of one image, as DC-AE encodes.
+    reference_latents = vae->encode_latents(pixels.reshape({1, 3, sampling.height, sampling.width}).to(device))[0];
   }
 
   // ---- the transformer, its blocks behind tune's checkpointing
