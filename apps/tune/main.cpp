@@ -104,21 +104,21 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   infer_command->add_option("--class", infer.class_label, "video recipes: class to sample (class-conditional models)");
   infer_command->add_option("--sampler", infer.sampler, "video recipes: ddim | ddpm")->check(CLI::IsMember({"ddim", "ddpm"}));
-  infer_command->add_option("--steps", infer.steps, "video recipes: sampling steps")->check(count_of("steps"));
-  infer_command->add_option("--cfg-scale", infer.cfg_scale, "video recipes: classifier-free guidance scale")->check(CLI::NonNegativeNumber);
+  infer_command->add_option("--steps", infer.steps, "diffusion recipes: sampling steps")->check(count_of("steps"));
+  infer_command->add_option("--cfg-scale", infer.cfg_scale, "diffusion recipes: classifier-free guidance scale")->check(CLI::NonNegativeNumber);
   infer_command->add_option("--num-samples", infer.num_samples, "video recipes: videos to sample")->check(count_of("videos"));
-  infer_command->add_option("--out", infer.out, "video recipes: output file (.mp4, .gif, or .safetensors for the raw tensor)");
-  infer_command->add_option("--negative-prompt", infer.negative_prompt, "text-to-video: the unconditional prompt of classifier-free guidance");
+  infer_command->add_option("--out", infer.out, "diffusion recipes: output file (videos .mp4/.gif, images .png/.jpg, or .safetensors for the raw tensor)");
+  infer_command->add_option("--negative-prompt", infer.negative_prompt, "text-to-video/image: the unconditional prompt of classifier-free guidance");
   infer_command->add_option("--frames", infer.frames, "text-to-video: frames to sample")->check(count_of("frames"));
-  infer_command->add_option("--height", infer.height, "text-to-video: height in pixels")->check(count_of("pixels"));
-  infer_command->add_option("--width", infer.width, "text-to-video: width in pixels")->check(count_of("pixels"));
-  infer_command->add_option("--seed", infer.seed, "the run's seed (initial noise of video samples)");
-  infer_command->add_option("--noise", infer.noise, "text-to-video: initial latents (.safetensors, one tensor [B, C, F, H/8, W/8])")
+  infer_command->add_option("--height", infer.height, "text-to-video/image: height in pixels")->check(count_of("pixels"));
+  infer_command->add_option("--width", infer.width, "text-to-video/image: width in pixels")->check(count_of("pixels"));
+  infer_command->add_option("--seed", infer.seed, "the run's seed (initial noise of video and image samples)");
+  infer_command->add_option("--noise", infer.noise, "text-to-video/image: initial latents (.safetensors, one tensor in diffusers' layout: Latte-1 [B, C, F, H/8, W/8], Sana [B, C, H/32, W/32])")
       ->check(CLI::ExistingFile);
   auto* grad_flag = infer_command->add_flag("--grad", grad, "keep autograd on: per-token attribution (default: grad_inference)");
   infer_command->add_flag("--no-grad", no_grad, "plain generation without gradients")->excludes(grad_flag);
   infer_command->add_flag("--raw", infer.raw, "LLMs: send the prompt as given, without the chat template");
-  infer_command->add_flag("--json", infer.json, "print one JSON object (LLM: prompt_ids, output_ids, text, attribution; video: outputs, timing, peak memory)");
+  infer_command->add_flag("--json", infer.json, "print one JSON object (LLM: prompt_ids, output_ids, text, attribution; video/image: outputs, timing, peak memory)");
   infer_command->add_option("--max-new-tokens", infer.max_new_tokens, "tokens to generate at most")->check(CLI::NonNegativeNumber);
   infer_command->add_option("--temperature", infer.temperature, "sampling temperature; 0 = greedy")->check(CLI::NonNegativeNumber);
   infer_command->add_option("--top-p", infer.top_p, "nucleus sampling threshold in (0, 1]")->check(CLI::Range(0.0, 1.0));
