@@ -27,3 +27,9 @@ echo "pack_deps: $(ls .deps/debs | wc -l) packages, $(du -sh .deps | cut -f1) in
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_24_x86_64 -d .whl bitsandbytes==0.50.2
 echo "pack_deps: $(ls .whl)"
+# diffusers (pure Python; the GPU image has transformers but not diffusers), the Latte-1 comparison's reference and
+# what scripts/make_real_size_pipeline.py builds its tensor layout with: into .whl/diffusers (carry only that folder
+# in the calls that run the latte1 phase).
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 -d .whl/diffusers diffusers==0.42.1
+echo "pack_deps: $(ls .whl/diffusers)"

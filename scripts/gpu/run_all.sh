@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything the GPU issues (9, 27) measure, in one go, on the GPU machine (carry .deps from scripts/gpu/pack_deps.sh):
-#   bash scripts/gpu/run_all.sh [build] [test] [cudatest] [llm] [qlora] [latte]   (no argument: build test llm latte)
+#   bash scripts/gpu/run_all.sh [build] [test] [cudatest] [llm] [qlora] [latte] [latte1]
+#   (no argument: build test llm latte)
 # build:    scripts/build_cuda.sh (every target against the machine's CUDA LibTorch, ~200 s on 16 cores;
 #           TUNE_BUILD_TARGETS="tune tune-bench test_train test_nn" builds only those);
 # test:     the whole CTest suite there (CUDA cases included; video cases skip: no FFmpeg on that machine);
@@ -12,6 +13,12 @@
 #           wheel pack_deps.sh puts in .whl: carry it) beside the LoRA rows at batch 1 and 2, and traces of a QLoRA
 #           step with the ATen chain and with the opt-in jiterator NF4 kernel (profiles_qlora.txt);
 # latte:    scripts/bench_latte.py --xl --device cuda, Latte-XL/2 per checkpointing policy and guided sampling.
+# latte1:   Latte-1 text-to-video at its real size (scripts/make_real_size_pipeline.py: random weights, the T5 encoder
+#           cut to $LATTE1_TEXT_LAYERS layers, 2 by default: it encodes the prompt once, without gradients, and is
+#           freed before denoising, so its depth does not change the denoising peak), then scripts/bench_latte1.py:
+#           `tune infer --grad` at 16 x 512^2 with CFG against diffusers' LatteTransformer3DModel with gradients
+#           (with and without enable_gradient_checkpointing(); diffusers' wheel from pack_deps.sh in .whl/diffusers:
+#           carry .whl/diffusers), and the training step per checkpointing policy (16 x 256^2, batch 1).
 # Logs and JSON go to $OUT when set (the device tool's output folder), else build-cuda/results. One device call
 # runs at most 10 minutes: split the phases over calls (build persists while the machine stays warm).
 set -euo pipefail
@@ -67,6 +74,18 @@ for phase in "${phases[@]}"; do
       PYTHONUNBUFFERED=1 python3 scripts/bench_latte.py --tune build-cuda/apps/tune/tune --xl --device cuda \
         --repeat 1 --steps 3 --sample-steps 4 --policies "off full selective" --out "$results/latte_xl.json" 2>&1 |
         tee "$results/latte_xl.txt" ;;
-    *) echo "run_all: unknown phase '$phase' (build, test, cudatest, llm, qlora, latte)" >&2; exit 2 ;;
+    latte1)
+      source build-cuda/env.sh
+      if ! python3 -c 'import diffusers' 2>/dev/null; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+          .whl/diffusers/*.whl
+        export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+      fi
+      pipeline=${LATTE1_PIPELINE:-/tmp/latte1-real}
+      [[ -d $pipeline ]] || python3 scripts/make_real_size_pipeline.py --out "$pipeline" \
+        --text-encoder-layers "${LATTE1_TEXT_LAYERS:-2}" 2>&1 | tail -n 8 | tee "$results/latte1_pipeline.txt"
+      PYTHONUNBUFFERED=1 python3 scripts/bench_latte1.py --tune build-cuda/apps/tune/tune --pipeline "$pipeline" \
+        --device cuda --out "$results/latte1.json" ${BENCH_LATTE1_ARGS:-} 2>&1 | tee "$results/latte1.txt" ;;
+    *) echo "run_all: unknown phase '$phase' (build, test, cudatest, llm, qlora, latte, latte1)" >&2; exit 2 ;;
   esac
 done
