@@ -9,6 +9,7 @@
 #if defined(TUNE_WITH_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <ATen/ops/empty.h>
 #endif
 
 #include <malloc.h>
@@ -200,19 +201,33 @@ void reset_cpu_peak() { g_peak_bytes.store(g_live_bytes.load(std::memory_order_r
 // storage, not the reserved pool. Index 0 of the per-pool stat arrays is StatType::AGGREGATE in every version
 // (the enum moved namespaces in 2.x; its values did not). Run on an H100 with LibTorch 2.11 (scripts/build_cuda.sh);
 // on a CPU-only LibTorch TUNE_WITH_CUDA is never defined.
+namespace {
+// The caching allocator's counters exist only once CUDA is initialised ("Invalid device argument ...: did you call
+// init?" before): a command that resets the peak before its first CUDA tensor (tune infer, before loading) would
+// fail. One byte allocated and freed initialises it, as any CUDA tensor would.
+c10::DeviceIndex initialised_cuda_device() {
+  static const bool initialised = [] {
+    (void)at::empty({1}, at::TensorOptions().device(at::kCUDA).dtype(at::kByte));
+    return true;
+  }();
+  (void)initialised;
+  return c10::cuda::current_device();
+}
+}  // namespace
+
 int64_t live_bytes(bool cuda) {
   if (!cuda) return cpu_live_bytes();
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(initialised_cuda_device());
   return static_cast<int64_t>(stats.allocated_bytes[0].current);
 }
 int64_t peak_bytes(bool cuda) {
   if (!cuda) return cpu_peak_bytes();
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(initialised_cuda_device());
   return static_cast<int64_t>(stats.allocated_bytes[0].peak);
 }
 void reset_peak(bool cuda) {
   if (!cuda) return reset_cpu_peak();
-  c10::cuda::CUDACachingAllocator::resetPeakStats(c10::cuda::current_device());
+  c10::cuda::CUDACachingAllocator::resetPeakStats(initialised_cuda_device());
 }
 #else
 // A LibTorch without CUDA runs nothing on a GPU: the CPU counters are the device's.
