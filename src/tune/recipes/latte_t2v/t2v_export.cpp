@@ -12,6 +12,7 @@
 #include "tune/io/json_file.h"
 #include "tune/io/safetensors.h"
 #include "tune/recipes/diffusion/diffusion_checkpoint.h"
+#include "tune/recipes/diffusion/diffusers_transformer.h"
 #include "tune/recipes/latte_t2v/t2v_model.h"
 #include "tune/recipes/latte_t2v/t2v_pipeline.h"
 #include "tune/recipes/latte_t2v/t2v_recipe.h"
@@ -83,7 +84,7 @@ int export_pipeline(const ExportRequest& request) {
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
   if (settings.lora.options.rank > 0) {
     const auto model = load_transformer(checkpoint / "config.json", paths.transformer, settings.lora, checkpoint);
-    tensors = merged_state(*model);
+    tensors = diffusion_common::merged_state(*model);
   } else {
     const auto file = io::SafetensorsFile::open(weights);
     for (const auto& [name, entry] : file.entries()) tensors.emplace_back(name, file.load(name));

@@ -1,6 +1,6 @@
 // `tune prepare` for text-to-video Latte: the captioned videos of data.path -> (1) every caption and the empty
 // prompt through the T5 encoder (padded to sampling.max_text_tokens, with masks), then the encoder is freed;
-// (2) clips drawn as training would draw them -> VAE latents. Written as t2v_latents.h lays out, with latents.json;
+// (2) clips drawn as training would draw them -> VAE latents. Written as diffusion/captioned_latents.h lays out, with latents.json;
 // training with data.latents then loads neither encoder. Interrupted runs continue: files already written are kept
 // and skipped; a folder holding other latents or anything else is never written into.
 #include <ATen/CPUGeneratorImpl.h>
@@ -14,7 +14,7 @@
 #include "tune/models/vae.h"
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/diffusion/latent_manifest.h"
-#include "tune/recipes/latte_t2v/t2v_latents.h"
+#include "tune/recipes/diffusion/captioned_latents.h"
 #include "tune/recipes/latte_t2v/t2v_pipeline.h"
 #include "tune/recipes/latte_t2v/t2v_prompt.h"
 #include "tune/recipes/latte_t2v/t2v_recipe.h"
@@ -33,11 +33,11 @@ void encode_all_captions(const std::filesystem::path& out, const data::Captioned
   std::filesystem::create_directories(out / "captions");
   if (!std::filesystem::exists(out / diffusion_common::kNullCaptionName)) {
     const auto null = encode_captions(*encoder, tokenizer, {""}, max_tokens);
-    save_caption(out / diffusion_common::kNullCaptionName, null.text[0], null.mask[0]);
+    diffusion_common::save_caption(out / diffusion_common::kNullCaptionName, null.text[0], null.mask[0]);
   }
   std::vector<int64_t> pending;
   for (int64_t i = 0; i < static_cast<int64_t>(list.videos.size()); ++i) {
-    if (!std::filesystem::exists(caption_file(out, i))) pending.push_back(i);
+    if (!std::filesystem::exists(diffusion_common::caption_file(out, i))) pending.push_back(i);
   }
   for (size_t begin = 0; begin < pending.size(); begin += kCaptionBatch) {
     const size_t end = std::min(pending.size(), begin + kCaptionBatch);
@@ -46,7 +46,7 @@ void encode_all_captions(const std::filesystem::path& out, const data::Captioned
     const auto embedded = encode_captions(*encoder, tokenizer, captions, max_tokens);
     for (size_t k = begin; k < end; ++k) {
       const auto row = static_cast<int64_t>(k - begin);
-      save_caption(caption_file(out, pending[k]), embedded.text[row], embedded.mask[row]);
+      diffusion_common::save_caption(diffusion_common::caption_file(out, pending[k]), embedded.text[row], embedded.mask[row]);
     }
   }
   log::info("captions: {} encoded ({} kept from before) with T5 ({}), {} tokens each; text encoder freed",
@@ -119,7 +119,7 @@ int prepare(const PrepareRequest& request) {
   const int64_t report_every = std::max<int64_t>(1, dataset.size() / 10);
   for (int64_t index = 0; index < dataset.size(); ++index) {
     for (int64_t clip = 0; clip < request.clips_per_video; ++clip) {
-      const auto file = clip_file(out, index, clip, request.clips_per_video);
+      const auto file = diffusion_common::clip_file(out, index, clip, request.clips_per_video);
       if (std::filesystem::exists(file)) {
         ++kept;
         continue;

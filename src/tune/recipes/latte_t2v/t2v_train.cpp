@@ -23,8 +23,9 @@
 #include "tune/recipes/diffusion/diffusion_train.h"
 #include "tune/recipes/diffusion/latent_manifest.h"
 #include "tune/recipes/checkpoint_files.h"
-#include "tune/recipes/latte_t2v/t2v_latents.h"
+#include "tune/recipes/diffusion/captioned_latents.h"
 #include "tune/recipes/latte_t2v/t2v_memory_report.h"
+#include "tune/recipes/diffusion/diffusers_transformer.h"
 #include "tune/recipes/latte_t2v/t2v_model.h"
 #include "tune/recipes/latte_t2v/t2v_pipeline.h"
 #include "tune/recipes/latte_t2v/t2v_recipe.h"
@@ -37,7 +38,7 @@ namespace {
 struct PreparedData {
   diffusion_common::LatentManifest manifest;
   std::shared_ptr<const diffusion_common::ClipSource> clips;
-  CaptionTensors null_caption;
+  diffusion_common::CaptionTensors null_caption;
 };
 
 // data.latents as `tune prepare` wrote them, checked against the recipe and the pipeline's VAE and transformer.
@@ -69,11 +70,11 @@ PreparedData open_prepared_data(const T2VSettings& settings, const ComponentPath
                                  "(caption_channels)", source, manifest.text->channels, paths.transformer.string(),
                                  transformer.caption_channels));
   }
-  prepared.clips = captioned_latent_clips(directory, {manifest.num_frames, manifest.latent_channels,
+  prepared.clips = diffusion_common::captioned_latent_clips(directory, {manifest.num_frames, manifest.latent_channels,
                                                       manifest.latent_size, manifest.latent_size},
                                           manifest.text->max_tokens, manifest.text->channels,
                                           settings.data.skip_bad_videos);
-  prepared.null_caption = load_caption(directory / diffusion_common::kNullCaptionName, manifest.text->max_tokens,
+  prepared.null_caption = diffusion_common::load_caption(directory / diffusion_common::kNullCaptionName, manifest.text->max_tokens,
                                        manifest.text->channels);
   return prepared;
 }
@@ -107,7 +108,7 @@ int train(const TrainRequest& request) {
 
   models::LatteT2V model = load_transformer(transformer_config_file, paths.transformer, settings.lora);
   if (model->has_lora()) {
-    const int64_t adapters = freeze_all_but_adapters(*model);
+    const int64_t adapters = diffusion_common::freeze_all_but_adapters(*model);
     log::info("LoRA: rank {}, alpha {}, on {} ({} adapter tensors train; the transformer's weights are frozen)",
               settings.lora.options.rank, settings.lora.options.alpha, fmt::join(settings.lora.targets, ", "), adapters);
   }
@@ -158,7 +159,7 @@ int train(const TrainRequest& request) {
                                std::filesystem::copy_options::overwrite_existing);
     // A LoRA checkpoint is also a PEFT adapter: the EMA adapters (what sampling uses) under diffusers' names.
     if (model->has_lora()) {
-      write_peft_adapter(dir, settings.lora, read_named_tensors(dir / "ema.safetensors"),
+      diffusion_common::write_peft_adapter(dir, settings.lora, read_named_tensors(dir / "ema.safetensors"),
                          settings.model.path.value_or(paths.transformer.string()));
     }
   };

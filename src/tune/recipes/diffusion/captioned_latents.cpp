@@ -1,5 +1,5 @@
 // Reading and writing text-to-video Latte's prepared clips and caption embeddings.
-#include "tune/recipes/latte_t2v/t2v_latents.h"
+#include "tune/recipes/diffusion/captioned_latents.h"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 #include "tune/data/video_dataset.h"
 #include "tune/io/safetensors.h"
 
-namespace tune::recipes::latte_t2v {
+namespace tune::recipes::diffusion_common {
 
 std::filesystem::path caption_file(const std::filesystem::path& root, int64_t video) {
   return root / "captions" / fmt::format("{:06d}.safetensors", video);
@@ -45,7 +45,7 @@ CaptionTensors load_caption(const std::filesystem::path& file, int64_t tokens, i
 
 namespace {
 
-class CaptionedLatentClips final : public diffusion_common::ClipSource {
+class CaptionedLatentClips final : public ClipSource {
  public:
   CaptionedLatentClips(const std::filesystem::path& root, std::vector<int64_t> shape, int64_t tokens, int64_t channels,
                        bool skip_bad)
@@ -57,7 +57,7 @@ class CaptionedLatentClips final : public diffusion_common::ClipSource {
 
   int64_t size() const override { return latents_.size(); }
 
-  diffusion_common::Clip get(int64_t index, std::mt19937_64& /*crop and flip were drawn when prepared*/) const override {
+  Clip get(int64_t index, std::mt19937_64& /*crop and flip were drawn when prepared*/) const override {
     const auto example = latents_.get(index);
     if (example.latent.sizes() != c10::IntArrayRef(shape_)) {
       throw InputError(fmt::format("{}: tensor 'latent' has shape {}, but the model takes {} (frames, channels, "
@@ -65,7 +65,7 @@ class CaptionedLatentClips final : public diffusion_common::ClipSource {
                                    c10::str(example.latent.sizes()), c10::str(c10::IntArrayRef(shape_))));
     }
     const auto caption = load_caption(caption_file(root_, example.label), tokens_, channels_);
-    diffusion_common::Clip clip;
+    Clip clip;
     clip.frames = example.latent.to(torch::kFloat);
     clip.text = caption.text;
     clip.text_mask = caption.mask;
@@ -81,10 +81,10 @@ class CaptionedLatentClips final : public diffusion_common::ClipSource {
 
 }  // namespace
 
-std::shared_ptr<const diffusion_common::ClipSource> captioned_latent_clips(const std::filesystem::path& root,
+std::shared_ptr<const ClipSource> captioned_latent_clips(const std::filesystem::path& root,
                                                                           std::vector<int64_t> shape, int64_t tokens,
                                                                           int64_t channels, bool skip_bad) {
   return std::make_shared<CaptionedLatentClips>(root, std::move(shape), tokens, channels, skip_bad);
 }
 
-}  // namespace tune::recipes::latte_t2v
+}  // namespace tune::recipes::diffusion_common

@@ -1,9 +1,11 @@
-// The prepared training data of text-to-video Latte, as `tune prepare` writes it into data.latents:
+// The prepared training data of the text-conditioned diffusion recipes (text-to-video Latte, Sana), as `tune prepare`
+// writes it into data.latents:
 //   latents.json                 the manifest (recipes/diffusion/latent_manifest.h) with its "text" section
 //   null_caption.safetensors     the empty prompt's embedding: "text" [L, D], "text_mask" [L] (caption dropout)
 //   captions/NNNNNN.safetensors  each video's caption embedding, the same two tensors (once per video, however many
 //                                clips are drawn from it)
-//   clips/NNNNNN[-cK].safetensors  each clip's VAE latents, "latent" [F, C, h, w], and "label" = the video's number
+//   clips/NNNNNN[-cK].safetensors  each clip's VAE latents, "latent" [F, C, h, w] (an image: F = 1), and "label" =
+//                                the video's (image's) number
 // Training reads clips with their captions and loads neither the VAE nor the text encoder.
 #pragma once
 
@@ -14,7 +16,7 @@
 
 #include "tune/recipes/diffusion/clip_batches.h"
 
-namespace tune::recipes::latte_t2v {
+namespace tune::recipes::diffusion_common {
 
 std::filesystem::path caption_file(const std::filesystem::path& root, int64_t video);
 std::filesystem::path clip_file(const std::filesystem::path& root, int64_t video, int64_t clip, int64_t clips_per_video);
@@ -29,8 +31,8 @@ CaptionTensors load_caption(const std::filesystem::path& file, int64_t tokens, i
 
 // The clips under ROOT/clips with their captions; every latent must have `shape` [F, C, h, w] (an InputError naming
 // the file otherwise). `skip_bad`: an unreadable file is skipped (logged, counted) rather than fatal.
-std::shared_ptr<const diffusion_common::ClipSource> captioned_latent_clips(const std::filesystem::path& root,
+std::shared_ptr<const ClipSource> captioned_latent_clips(const std::filesystem::path& root,
                                                                           std::vector<int64_t> shape, int64_t tokens,
                                                                           int64_t channels, bool skip_bad);
 
-}  // namespace tune::recipes::latte_t2v
+}  // namespace tune::recipes::diffusion_common
