@@ -753,6 +753,20 @@ YAML
   for line in "$@"; do echo "$line" >> "$file"; done
 }
 
+# prepared_files DIR: every file tune prepare wrote under DIR with its modification time (to tell kept from rewritten).
+prepared_files() { find "$1" -name '*.safetensors' -printf '%P %T@ %s\n' | sort; }
+
+# resume_from_step2 RUN RESUMED: a run that stopped after RUN's step-2 checkpoint (its checkpoint, the first two
+# metrics lines, its config pointed at RESUMED), resumed to the end.
+resume_from_step2() {
+  local run=$1 resumed=$2
+  mkdir -p "$resumed/checkpoints"
+  cp -r "$run/checkpoints/step-2" "$resumed/checkpoints/"
+  head -n 2 "$run/metrics.jsonl" > "$resumed/metrics.jsonl"
+  sed "s|output_dir: .*|output_dir: $resumed|" "$run/config.yaml" > "$resumed/config.yaml"
+  expect_exit 0 "$TUNE" train "$resumed/config.yaml" --resume
+}
+
 # Video cases need a build with FFmpeg (the GPU machine's build has none): elsewhere they exit 77, reported skipped.
 need_video() {
   "$TUNE" --version | grep -q "video: yes" || { echo "SKIP: tune built without FFmpeg"; exit 77; }

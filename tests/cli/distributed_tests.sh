@@ -353,6 +353,36 @@ case_full_shard_latte_t2v() {
   [ ! -e "$WORK/runs/zero3-t2v-bad" ] || fail "a refused run wrote its directory"
 }
 
+sana_prepared() {
+  SANA_TESTS_AS_LIBRARY=1 source "$(dirname "$0")/sana_tests.sh"
+  start_sana_training_case
+  rm -rf "$1"; mkdir -p "$1"
+  make_captioned_images "$1/images"
+  write_sana_recipe "$1/sana.yaml" "$WORK/runs/unused" "$1/images" "$1/latents"
+  expect_exit 0 "$TUNE" prepare "$1/sana.yaml"
+}
+
+# Sana: two processes train as one (caption dropout and the flow-matching timesteps drawn for the global batch), and
+# full_shard wraps the Sana blocks under diffusers' class name and the official code's (SanaMSBlock, the FSDP wrap
+# class of NVlabs' trainer, the name whose absence broke Sana's own FSDP), matching ddp; another name is refused.
+case_ddp_and_full_shard_sana() {
+  sana_prepared "$WORK/dist-sana"
+  local yaml="$WORK/dist-sana/sana.yaml" files="model.safetensors ema.safetensors"
+  # Losses to 1e-5 (measured 1.4e-6: the flow loss is ~20 here, its two half-batch means summed in another order),
+  # weights to the video cases' 5e-2 (measured 1.6e-4, the zero-gradient key biases as there).
+  TOL=1e-5 WEIGHT_TOL=5e-2 ddp_matches "$WORK/runs/ddp-sana" "$yaml" 4 "$files" checkpoint.every=4
+  local name
+  for name in SanaTransformerBlock SanaMSBlock; do
+    WEIGHT_TOL=1e-3 FILES=$files full_shard_matches_ddp "$WORK/runs/zero3-sana-$name" "$yaml" 4 checkpoint.every=4 \
+      training.clip_grad_norm=0 "distributed.shard_blocks=[$name]"
+    contains "$ERR" "2 of 2 blocks wrapped"
+  done
+  expect_exit 2 "$TUNE" train "$yaml" --output-dir "$WORK/runs/zero3-sana-bad" distributed.strategy=full_shard --nproc 2 \
+    'distributed.shard_blocks=[LlamaDecoderLayer]'
+  contains "$ERR" "distributed.shard_blocks"; contains "$ERR" "SanaMSBlock, SanaTransformerBlock"
+  [ ! -e "$WORK/runs/zero3-sana-bad" ] || fail "a refused run wrote its directory"
+}
+
 case_full_shard_memory() {
   # Live tensor bytes once gradients are reduced (tracking allocator; memory.json resident_bytes per rank):
   # parameters + gradients + AdamW state, which full_shard divides by the number of processes. Parameters dominate

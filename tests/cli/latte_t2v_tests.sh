@@ -261,8 +261,6 @@ YAML
   for line in "$@"; do echo "$line" >> "$file"; done
 }
 
-# prepared_files DIR: every file tune prepare wrote under DIR with its modification time (to tell kept from rewritten).
-prepared_files() { find "$1" -name '*.safetensors' -printf '%P %T@ %s\n' | sort; }
 
 # The prologue of the training cases: the fixture and a video reader are needed, and the CPU kernels are pinned. The
 # cases run in fp32, where nothing is measured; under bf16 the straight and the resumed run could otherwise take
@@ -273,16 +271,6 @@ start_training_case() {
   export TUNE_CPU_ATTENTION=plain TUNE_CPU_GEMM=fp32
 }
 
-# resume_from_step2 RUN RESUMED: a run that stopped after RUN's step-2 checkpoint (its checkpoint, the first two
-# metrics lines, its config pointed at RESUMED), resumed to the end.
-resume_from_step2() {
-  local run=$1 resumed=$2
-  mkdir -p "$resumed/checkpoints"
-  cp -r "$run/checkpoints/step-2" "$resumed/checkpoints/"
-  head -n 2 "$run/metrics.jsonl" > "$resumed/metrics.jsonl"
-  sed "s|output_dir: .*|output_dir: $resumed|" "$run/config.yaml" > "$resumed/config.yaml"
-  expect_exit 0 "$TUNE" train "$resumed/config.yaml" --resume
-}
 
 case_latte_t2v_prepare_train_resume_sample() {
   start_training_case

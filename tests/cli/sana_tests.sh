@@ -2,7 +2,9 @@
 # End-to-end tests of Sana (recipe sana) as a Sana user calls it: `tune infer PIPELINE_DIR --prompt ...` on a tiny
 # random diffusers SanaPipeline, compared with SanaPipeline's own samples (scripts/make_sana_pipeline_fixture.py,
 # run by CTest into $TUNE_BUILD/sana_fixture); gradient-enabled sampling with checkpointing on and off (measured
-# peaks, the memory plan); and the errors of bad input.
+# peaks, the memory plan); training on captioned images (tune prepare against diffusers' own encode_prompt and
+# AutoencoderDC, resume, sampling from the run, export, LoRA files that diffusers and PEFT load); and the errors of
+# bad input.
 # Usage: sana_tests.sh CASE (environment as cli_tests.sh, whose helpers it uses).
 set -uo pipefail
 CLI_TESTS_AS_LIBRARY=1 source "$(dirname "$0")/cli_tests.sh"
@@ -125,6 +127,276 @@ PY
   contains "$ERR" "SanaPipeline"
 }
 
+# ---- training --------------------------------------------------------------------------------------------------
+
+# make_captioned_images DIR: 6 PNG images of 32 x 32 pixels (a coloured square left or right on grey), each with its
+# caption in NAME.txt beside it, and the same list as DIR/captions.jsonl.
+make_captioned_images() {
+  mkdir -p "$1"
+  "$PYTHON" - "$1" <<'PY' || fail "image generation"
+import json, os, sys
+from PIL import Image, ImageDraw
+out = sys.argv[1]
+rows = []
+for name, rgb in {"red": (220, 30, 30), "blue": (30, 60, 220), "green": (30, 180, 60)}.items():
+    for side in ("left", "right"):
+        image = Image.new("RGB", (32, 32), (200, 200, 200))
+        x = 3 if side == "left" else 17
+        ImageDraw.Draw(image).rectangle([x, 10, x + 11, 21], fill=rgb)
+        image.save(os.path.join(out, f"{name}_{side}.png"))
+        caption = f"A {name} square on the {side}"
+        open(os.path.join(out, f"{name}_{side}.txt"), "w").write(caption + "\n")
+        rows.append({"image": f"{name}_{side}.png", "caption": caption})
+rows.sort(key=lambda row: row["image"])  # the folder layout's order (sorted paths): both number the images alike
+with open(os.path.join(out, "captions.jsonl"), "w") as f:
+    f.writelines(json.dumps(row) + "\n" for row in rows)
+PY
+}
+
+# write_sana_recipe FILE OUT DATA LATENTS [extra lines...]: fp32 on two threads, 16 caption tokens, 4 steps of batch
+# 2 with checkpoints at 2 and 4.
+write_sana_recipe() {
+  local file=$1 out=$2 data=$3 latents=$4; shift 4
+  cat > "$file" <<YAML
+recipe: sana
+output_dir: $out
+seed: 3
+threads: 2
+mixed_precision: "no"
+model:
+  path: $PIPELINE
+data:
+  path: $data
+  latents: $latents
+  image_size: 32
+  caption_dropout: 0.25
+training:
+  batch_size: 2
+  max_steps: 4
+optimizer:
+  lr: 1.0e-3
+logging:
+  every: 1
+checkpoint:
+  every: 2
+sampling:
+  max_text_tokens: 16
+  steps: 3
+  height: 32
+  width: 32
+YAML
+  [ $# -eq 0 ] || printf '%s\n' "$@" >> "$file"
+}
+
+start_sana_training_case() {
+  skip_without_fixture
+  need_video  # images are decoded by FFmpeg
+  export TUNE_CPU_ATTENTION=plain TUNE_CPU_GEMM=fp32
+}
+
+case_sana_prepare_train_resume_export() {
+  start_sana_training_case
+  local dir="$WORK/sana-train"
+  local images="$dir/images" latents="$dir/latents" run="$dir/run" resumed="$dir/run-resumed"
+  rm -rf "$dir"; mkdir -p "$dir"
+  make_captioned_images "$images"
+  write_sana_recipe "$dir/sana.yaml" "$run" "$images/captions.jsonl" "$latents" "ema:" "  decay: 0.5"
+  # ---- prepare: Gemma 2 embeddings of every caption (with the complex human instruction) and of the empty prompt
+  # (without), then DC-AE latents; against diffusers' own SanaPipeline.encode_prompt and AutoencoderDC.encode.
+  expect_exit 0 "$TUNE" prepare "$dir/sana.yaml"
+  contains "$ERR" "captions: 6 encoded (0 kept from before)"; contains "$ERR" "with the complex human instruction"
+  contains "$ERR" "6 latent files written, 0 kept from before"
+  "$PYTHON" - "$latents" "$images" "$PIPELINE" "$TUNE_SOURCE/scripts" <<'PY' || fail "prepared files against diffusers"
+import inspect, json, os, sys
+import numpy as np, torch
+from PIL import Image
+sys.path.insert(0, sys.argv[4])
+import safetensors_io
+from diffusers import SanaPipeline
+latents, images, pipeline = sys.argv[1:4]
+m = json.load(open(os.path.join(latents, "latents.json")))
+assert m["complete"] and m["videos"] == 6 and m["num_frames"] == 1 and m["image_size"] == 32, m
+assert (m["latent_channels"], m["latent_size"], m["text"]["max_tokens"], m["text"]["channels"]) == (8, 8, 16, 48), m
+pipe = SanaPipeline.from_pretrained(pipeline, torch_dtype=torch.float32)
+chi = inspect.signature(SanaPipeline.__call__).parameters["complex_human_instruction"].default
+rows = [json.loads(line) for line in open(os.path.join(images, "captions.jsonl"))]
+rel = lambda a, b: ((a.double() - b.double()).norm() / b.double().norm()).item()
+worst_text = worst_latent = 0.0
+for index in range(6):
+    ours = safetensors_io.load(os.path.join(latents, "captions", f"{index:06d}.safetensors"))
+    with torch.no_grad():
+        text, mask, _, _ = pipe.encode_prompt(rows[index]["caption"], do_classifier_free_guidance=False, device="cpu",
+                                              max_sequence_length=16, complex_human_instruction=chi)
+    assert torch.equal(ours["text_mask"], mask[0].long()), (ours["text_mask"], mask[0])
+    # The real tokens' rows: the padded ones are masked out of the cross-attention (a -10000 bias), so their values
+    # never reach the model (tune's padding rows are not Gemma's).
+    real = mask[0].bool()
+    worst_text = max(worst_text, rel(ours["text"][real], text[0][real]))
+    clip = safetensors_io.load(os.path.join(latents, "clips", f"{index:06d}.safetensors"))
+    assert clip["label"].tolist() == [index] and list(clip["latent"].shape) == [1, 8, 8, 8], clip["latent"].shape
+    pixels = torch.from_numpy(np.asarray(Image.open(os.path.join(images, rows[index]["image"])).convert("RGB")))
+    x = (pixels.permute(2, 0, 1).float() / 255 - 0.5) / 0.5
+    with torch.no_grad():
+        reference = pipe.vae.encode(x.unsqueeze(0)).latent * pipe.vae.config.scaling_factor
+    worst_latent = max(worst_latent, rel(clip["latent"], reference))
+null = safetensors_io.load(os.path.join(latents, "null_caption.safetensors"))
+with torch.no_grad():
+    text, mask, _, _ = pipe.encode_prompt("", do_classifier_free_guidance=False, device="cpu", max_sequence_length=16,
+                                          complex_human_instruction=None)
+assert torch.equal(null["text_mask"], mask[0].long())
+worst_text = max(worst_text, rel(null["text"][mask[0].bool()], text[0][mask[0].bool()]))
+print(f"prepared against diffusers: caption embeddings {worst_text:.2e}, latents {worst_latent:.2e} (relative)")
+assert worst_text < 1e-5 and worst_latent < 1e-5, (worst_text, worst_latent)
+PY
+  # ---- a second prepare keeps every file; the folder layout (NAME.txt beside each image) gives the same files
+  local before; before=$(prepared_files "$latents")
+  expect_exit 0 "$TUNE" prepare "$dir/sana.yaml"
+  contains "$ERR" "captions: 0 encoded (6 kept from before)"; contains "$ERR" "0 latent files written, 6 kept from before"
+  [ "$(prepared_files "$latents")" = "$before" ] || fail "a second tune prepare rewrote files"
+  expect_exit 0 "$TUNE" prepare "$dir/sana.yaml" data.path="$images" --out "$dir/latents-folder"
+  local f
+  for f in null_caption.safetensors captions/000000.safetensors captions/000005.safetensors clips/000000.safetensors \
+           clips/000005.safetensors; do
+    cmp -s "$latents/$f" "$dir/latents-folder/$f" || fail "$f differs between the JSONL and the folder of .txt captions"
+  done
+  # ---- train 4 steps (checkpoints at 2 and 4) from the latents alone: flow matching, the loss falls
+  expect_exit 0 "$TUNE" train "$dir/sana.yaml" training.max_steps=4
+  contains "$ERR" "6 prepared images from $latents (caption dropout 0.25)"; contains "$ERR" "neither Gemma 2 nor DC-AE"
+  contains "$ERR" "flow matching"; contains "$ERR" "shifted by 3"; contains "$ERR" "2/2 blocks"
+  for f in model.safetensors ema.safetensors config.json optimizer.safetensors rng_state.safetensors trainer_state.json; do
+    [ -s "$run/checkpoints/step-2/$f" ] && [ -s "$run/checkpoints/step-4/$f" ] || fail "missing $f"
+  done
+  cmp -s "$run/checkpoints/step-4/config.json" "$PIPELINE/transformer/config.json" || fail "checkpoint config.json"
+  # ---- a run stopped after its step-2 checkpoint, resumed: steps 3-4 and the final weights bit for bit
+  resume_from_step2 "$run" "$resumed"
+  [ "$(losses "$run/metrics.jsonl")" = "$(losses "$resumed/metrics.jsonl")" ] || fail "resumed losses differ"
+  for f in model.safetensors ema.safetensors; do
+    cmp -s "$run/checkpoints/step-4/$f" "$resumed/checkpoints/step-4/$f" || fail "resumed $f differs"
+  done
+  # ---- sampling from the run (its EMA transformer) and the export diffusers loads
+  expect_exit 0 "$TUNE" infer "$run" --prompt "a red square on the left" --out "$dir/sample.png" --no-grad
+  contains "$ERR" "the run's newest checkpoint"; [ -s "$dir/sample.png" ] || fail "no sample written"
+  expect_exit 0 "$TUNE" export "$run" --out "$dir/export"
+  contains "$ERR" "SanaPipeline directory"
+  "$PYTHON" - "$dir/export" "$run/checkpoints/step-4/ema.safetensors" "$TUNE_SOURCE/scripts" <<'PY' || fail "export"
+import sys, torch
+sys.path.insert(0, sys.argv[3])
+import safetensors_io
+from diffusers import SanaPipeline
+pipe = SanaPipeline.from_pretrained(sys.argv[1], torch_dtype=torch.float32)
+ema = safetensors_io.load(sys.argv[2])
+state = pipe.transformer.state_dict()
+assert set(state) == set(ema), sorted(set(state) ^ set(ema))[:5]
+assert all(torch.equal(state[k], ema[k]) for k in ema)
+print(f"SanaPipeline.from_pretrained(export): {len(ema)} transformer tensors equal the checkpoint's EMA weights")
+PY
+}
+
+case_sana_lora_diffusers_load() {
+  start_sana_training_case
+  local dir="$WORK/sana-lora" run="$WORK/sana-lora/run"
+  rm -rf "$dir"; mkdir -p "$dir"
+  make_captioned_images "$dir/images"
+  write_sana_recipe "$dir/sana.yaml" "$run" "$dir/images" "$dir/latents" "lora:" "  rank: 4" "  alpha: 8" \
+    "  target_modules: [to_q, to_k, to_v, to_out.0]" "ema:" "  decay: 0.5"
+  expect_exit 0 "$TUNE" prepare "$dir/sana.yaml"
+  expect_exit 0 "$TUNE" train "$dir/sana.yaml" training.max_steps=4
+  contains "$ERR" "LoRA: rank 4, alpha 8"
+  local checkpoint="$run/checkpoints/step-4"
+  for f in adapter_config.json adapter_model.safetensors pytorch_lora_weights.safetensors; do
+    [ -s "$checkpoint/$f" ] || fail "missing $f"
+  done
+  expect_exit 0 "$TUNE" export "$run" --out "$dir/export"
+  contains "$ERR" "LoRA merged"
+  # diffusers' SanaPipeline.load_lora_weights(CHECKPOINT) and PEFT's PeftModel.from_pretrained(transformer,
+  # CHECKPOINT) give the transformer tune merged into the export (alpha/r = 2 from the file's metadata), and the
+  # adapters change the output.
+  "$PYTHON" - "$PIPELINE" "$checkpoint" "$dir/export" <<'PY' || fail "the LoRA files in diffusers and PEFT"
+import sys, torch
+from diffusers import SanaPipeline, SanaTransformer2DModel
+from peft import PeftModel
+pipeline, checkpoint, exported = sys.argv[1:4]
+pipe = SanaPipeline.from_pretrained(pipeline, torch_dtype=torch.float32)
+pipe.load_lora_weights(checkpoint)
+merged = SanaTransformer2DModel.from_pretrained(f"{exported}/transformer")
+base = SanaTransformer2DModel.from_pretrained(f"{pipeline}/transformer")
+with torch.no_grad():
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, merged.config.in_channels, 8, 8, generator=generator)
+    text = torch.randn(2, 12, merged.config.caption_channels, generator=generator)
+    mask = torch.ones(2, 12, dtype=torch.long); mask[1, 7:] = 0
+    run = lambda model: model(x, encoder_hidden_states=text, encoder_attention_mask=mask,
+                              timestep=torch.tensor([300, 800]), return_dict=False)[0]
+    plain = run(base)
+    peft = run(PeftModel.from_pretrained(base, checkpoint))
+    a, b = run(pipe.transformer), run(merged)
+rel = lambda u, v: ((u - v).norm() / v.norm()).item()
+print(f"load_lora_weights vs tune's merged export {rel(a, b):.2e}; PEFT {rel(peft, b):.2e}; adapters move the "
+      f"output by {rel(b, plain):.2e}")
+assert rel(a, b) < 1e-5 and rel(peft, b) < 1e-5 and rel(b, plain) > 1e-4
+PY
+}
+
+# Training memory with checkpointing on and off, fp32: the measured peak falls, and the plan (state + the activation
+# estimate) is within 10% of it.
+case_sana_train_checkpointing_memory() {
+  start_sana_training_case
+  local dir="$WORK/sana-memory"
+  rm -rf "$dir"; mkdir -p "$dir"
+  make_captioned_images "$dir/images"
+  write_sana_recipe "$dir/sana.yaml" "$dir/unused" "$dir/images" "$dir/latents"
+  expect_exit 0 "$TUNE" prepare "$dir/sana.yaml"
+  local policy
+  for policy in true false; do
+    expect_exit 0 "$TUNE" train "$dir/sana.yaml" --output-dir "$dir/run-$policy" training.max_steps=2 \
+      checkpoint.every=0 gradient_checkpointing=$policy training.batch_size=6
+  done
+  contains "$ERR" "gradient checkpointing: off"
+  "$PYTHON" - "$dir/run-true" "$dir/run-false" <<'PY' || fail "training memory"
+import json, sys
+def measured(run):
+    memory = json.load(open(f"{run}/memory.json"))
+    plan = memory.get("plan", memory)
+    state = sum(plan.get(k, 0) for k in ("parameters_bytes", "gradients_bytes", "optimizer_state_bytes", "ema_bytes"))
+    return memory["peak_bytes"], state + plan.get("activations_estimate_bytes", 0)
+(full, full_plan), (off, off_plan) = measured(sys.argv[1]), measured(sys.argv[2])
+print(f"training peak: checkpointing full {full} bytes (plan {full_plan / full:.3f}), off {off} (plan {off_plan / off:.3f})")
+assert full < 0.9 * off, (full, off)
+for plan, peak in ((full_plan, full), (off_plan, off)):
+    assert 0.9 <= plan / peak <= 1.1, (plan, peak)
+PY
+}
+
+case_sana_train_input_errors() {
+  start_sana_training_case
+  local dir="$WORK/sana-train-errors"
+  rm -rf "$dir"; mkdir -p "$dir"
+  make_captioned_images "$dir/images"
+  write_sana_recipe "$dir/sana.yaml" "$dir/run" "$dir/images" "$dir/latents"
+  expect_exit 2 "$TUNE" train "$dir/sana.yaml"
+  contains "$ERR" "data.latents"; contains "$ERR" "tune prepare"
+  expect_exit 2 "$TUNE" prepare "$dir/sana.yaml" data.image_size=30
+  contains "$ERR" "data.image_size"; contains "$ERR" "multiple of 4"
+  expect_exit 2 "$TUNE" prepare "$dir/sana.yaml" --clips-per-video 2
+  contains "$ERR" "--clips-per-video"
+  expect_exit 2 "$TUNE" prepare "$dir/sana.yaml" data.path="$dir/nowhere"
+  contains "$ERR" "data.path"
+  expect_exit 2 "$TUNE" train "$dir/sana.yaml" 'lora.target_modules=[to_q, ff.net.2]' lora.rank=4
+  contains "$ERR" "lora.target_modules"; contains "$ERR" "ff.net.2"
+  expect_exit 2 "$TUNE" train "$dir/sana.yaml" flow.weighting=cosmap
+  contains "$ERR" "flow.weighting"
+  expect_exit 2 "$TUNE" train "$dir/sana.yaml" 'distributed.shard_blocks=[LatteSpatialBlock]'
+  contains "$ERR" "distributed.shard_blocks"; contains "$ERR" "SanaMSBlock"
+  # An unreadable image: named, and skipped with data.on_bad_image: skip.
+  printf 'not a png' > "$dir/images/broken.png"; echo "a broken image" > "$dir/images/broken.txt"
+  expect_exit 1 "$TUNE" prepare "$dir/sana.yaml" data.path="$dir/images" --out "$dir/latents-bad"
+  contains "$ERR" "broken.png"; contains "$ERR" "data.on_bad_image"
+  expect_exit 0 "$TUNE" prepare "$dir/sana.yaml" data.path="$dir/images" --out "$dir/latents-skip" data.on_bad_image=skip
+  contains "$ERR" "1 images skipped"
+  [ ! -e "$dir/run" ] || fail "a refused run wrote its directory"
+}
+
+[ "${SANA_TESTS_AS_LIBRARY:-0}" = 1 ] && return 0
 case="${1:?case name}"
 mkdir -p "$WORK"
 "case_$case"

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -89,6 +90,9 @@ struct ModelBlocks {
   std::vector<std::string> types;
   std::vector<std::string> default_types;
   std::vector<std::pair<std::string, torch::Tensor>> named_parameters;  // the whole model's
+  // Other names distributed.shard_blocks may use for a type (alias -> type), such as the official code's class name
+  // for diffusers' (Sana: SanaMSBlock -> SanaTransformerBlock); wrapping follows the type they name.
+  std::map<std::string, std::string> type_aliases;
 };
 
 class DataParallel {

@@ -27,9 +27,15 @@ void validate_shard_blocks(const config::Config& config, const std::vector<std::
 }
 
 void DataParallel::check_shard_blocks(const config::Config& config, const ModelBlocks& blocks) {
-  validate_shard_blocks(config, blocks.types);
+  std::vector<std::string> known = blocks.types;
+  for (const auto& [alias, type] : blocks.type_aliases) known.push_back(alias);
+  validate_shard_blocks(config, known);
   const std::vector<std::string> wanted = settings_.shard_blocks.empty() ? blocks.default_types : settings_.shard_blocks;
-  const std::set<std::string> chosen(wanted.begin(), wanted.end());
+  std::set<std::string> chosen;
+  for (const auto& name : wanted) {
+    const auto alias = blocks.type_aliases.find(name);
+    chosen.insert(alias == blocks.type_aliases.end() ? name : alias->second);
+  }
   wrapped_block_.clear();
   for (const auto& type : blocks.types) wrapped_block_.push_back(chosen.count(type) != 0);
 }

@@ -45,7 +45,7 @@ int run_diffusion_training(const TrainRequest& request, const RunSettings& run, 
   std::vector<torch::Tensor> model_tensors;
   for (const auto& tensor : model.parameters()) model_tensors.push_back(tensor);
   for (const auto& tensor : model.buffers()) model_tensors.push_back(tensor);
-  ModelBlocks blocks{trainee.blocks, trainee.block_types, trainee.default_block_types, {}};
+  ModelBlocks blocks{trainee.blocks, trainee.block_types, trainee.default_block_types, {}, trainee.block_type_aliases};
   for (const auto& item : model.named_parameters()) blocks.named_parameters.emplace_back(item.key(), item.value());
   DataParallel parallel(config, model_tensors, param_tensors, &blocks);
   trainee.set_block_runner(parallel.block_runner(checkpointing));

@@ -12,6 +12,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,7 @@ struct DiffusionTrainee {
   std::vector<std::shared_ptr<torch::nn::Module>> blocks;  // in execution order
   std::vector<std::string> block_types;                    // one per block (distributed.shard_blocks)
   std::vector<std::string> default_block_types;            // what full_shard wraps by default
+  std::map<std::string, std::string> block_type_aliases;   // other names shard_blocks accepts (alias -> type)
   std::function<void(std::shared_ptr<nn::BlockRunner>)> set_block_runner;
   bool learned_sigma = true;        // the output's second half is the variance (learned range)
   double condition_dropout = 0.0;   // probability a row trains unconditionally (for guidance); 0: none drawn

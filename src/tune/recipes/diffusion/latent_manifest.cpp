@@ -88,9 +88,13 @@ LatentManifest read_latent_manifest(const std::filesystem::path& directory) {
   return manifest;
 }
 
+LatentSpace latent_space_of(const models::AutoencoderKLConfig& vae) {
+  return {vae.latent_channels, vae.downscale_factor(), vae.scaling_factor, vae.shift_factor};
+}
+
 void check_latents_match(const LatentManifest& manifest, const std::filesystem::path& directory,
                          const VideoDataSettings& data, const std::string& vae_key, const std::string& vae_name,
-                         const models::AutoencoderKLConfig& vae, const config::Config& config) {
+                         const LatentSpace& vae, const config::Config& config) {
   const std::string source = (directory / kLatentManifestName).string();
   const auto require_equal = [&](const std::string& key, auto recipe_value, auto prepared_value) {
     if (recipe_value == prepared_value) return;
@@ -102,7 +106,7 @@ void check_latents_match(const LatentManifest& manifest, const std::filesystem::
   require_equal("data.frame_interval", data.frame_interval, manifest.frame_interval);
   require_equal("data.image_size", data.image_size, manifest.image_size);
   require_equal("data.flip", data.flip, manifest.flip);
-  if (vae.latent_channels != manifest.latent_channels || data.image_size / vae.downscale_factor() != manifest.latent_size ||
+  if (vae.channels != manifest.latent_channels || data.image_size / vae.downscale != manifest.latent_size ||
       vae.scaling_factor != manifest.scaling_factor || vae.shift_factor != manifest.shift_factor) {
     config.fail(vae_key, fmt::format("({}) does not match the VAE the latents in {} were made with ({}: {} "
                                      "channels at {}x{}, scaling {}, shift {})",

@@ -53,9 +53,22 @@ LatentManifest read_latent_manifest(const std::filesystem::path& directory);
 // Recipe keys (data.num_frames, data.frame_interval, data.image_size, data.flip) and the VAE's geometry against
 // what the latents were prepared with; the first disagreement fails naming the key (`vae_key` for the VAE, whose
 // directory the recipe gives as `vae_name`).
+// The geometry of an autoencoder's latent space, as the manifest records it.
+struct LatentSpace {
+  int64_t channels = 4;
+  int64_t downscale = 8;  // pixels per latent along each side
+  double scaling_factor = 1.0;
+  double shift_factor = 0.0;
+};
+LatentSpace latent_space_of(const models::AutoencoderKLConfig& vae);
 void check_latents_match(const LatentManifest& manifest, const std::filesystem::path& directory,
                          const VideoDataSettings& data, const std::string& vae_key, const std::string& vae_name,
-                         const models::AutoencoderKLConfig& vae, const config::Config& config);
+                         const LatentSpace& vae, const config::Config& config);
+inline void check_latents_match(const LatentManifest& manifest, const std::filesystem::path& directory,
+                                const VideoDataSettings& data, const std::string& vae_key, const std::string& vae_name,
+                                const models::AutoencoderKLConfig& vae, const config::Config& config) {
+  check_latents_match(manifest, directory, data, vae_key, vae_name, latent_space_of(vae), config);
+}
 
 // `tune prepare`'s --out: refuses (UsageError, nothing written) a folder that holds anything but an earlier,
 // identical preparation, which it continues.

@@ -1,13 +1,9 @@
 #include "tune/recipes/latte_t2v/t2v_settings.h"
 
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-
-#include <algorithm>
-
 #include "tune/models/latte_t2v.h"
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/data_parallel.h"
+#include "tune/recipes/diffusion/lora_settings.h"
 
 namespace tune::recipes::latte_t2v {
 
@@ -27,11 +23,9 @@ config::Schema t2v_schema() {
       schema, "captioned videos: a JSONL of {\"video\": PATH, \"caption\": TEXT} rows, or a folder of videos each "
               "with a same-named .txt caption", /*flip=*/false);
   schema.real("data.caption_dropout", 0.1, "probability a clip trains on the empty prompt (for classifier-free guidance)");
-  schema.integer("lora.rank", 0, "LoRA rank on the transformer's projections; 0 = full fine-tuning");
-  schema.real("lora.alpha", 16.0, "LoRA scaling numerator (scaling = alpha / rank)");
-  schema.real("lora.dropout", 0.0, "dropout on the LoRA input");
-  schema.string_list("lora.target_modules", {"to_q", "to_k", "to_v", "to_out.0"},
-                     "projections to adapt (attn1 and attn2): to_q, to_k, to_v, to_out.0, ff.net.0.proj, ff.net.2");
+  diffusion_common::add_lora_keys(schema, {"to_q", "to_k", "to_v", "to_out.0"},
+                                  "projections to adapt (attn1 and attn2): to_q, to_k, to_v, to_out.0, ff.net.0.proj, "
+                                  "ff.net.2");
   schema.real("ema.decay", 0.9999, "EMA of the weights, used for sampling");
   schema.integer("training.clip_start_step", 0, "clip gradients only from this step on");
 
@@ -64,19 +58,7 @@ T2VSettings read_t2v_settings(const config::Config& config) {
   if (settings.data.caption_dropout < 0 || settings.data.caption_dropout >= 1) {
     config.fail("data.caption_dropout", "must be in [0, 1)");
   }
-  auto& lora = settings.lora;
-  lora.options.rank = get_int_at_least(config, "lora.rank", 0);
-  lora.options.alpha = config.get_real("lora.alpha");
-  lora.options.dropout = config.get_real("lora.dropout");
-  if (lora.options.dropout < 0 || lora.options.dropout >= 1) config.fail("lora.dropout", "must be in [0, 1)");
-  lora.targets = config.get_strings("lora.target_modules");
-  const auto& known = models::latte_t2v_lora_targets();
-  for (const auto& target : lora.targets) {
-    if (std::find(known.begin(), known.end(), target) == known.end()) {
-      config.fail("lora.target_modules", fmt::format("has unknown module '{}'; valid: {}", target, fmt::join(known, ", ")));
-    }
-  }
-  if (lora.options.rank > 0 && lora.targets.empty()) config.fail("lora.target_modules", "must not be empty");
+  settings.lora = diffusion_common::read_lora_settings(config, models::latte_t2v_lora_targets());
   settings.ema_decay = config.get_real("ema.decay");
   if (settings.ema_decay < 0 || settings.ema_decay >= 1) config.fail("ema.decay", "must be in [0, 1)");
   settings.clip_start_step = get_int_at_least(config, "training.clip_start_step", 0);

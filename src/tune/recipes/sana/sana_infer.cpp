@@ -19,6 +19,7 @@
 #include "tune/data/tokenizer.h"
 #include "tune/diffusion/scheduler_config.h"
 #include "tune/diffusion/scheduler_sampler.h"
+#include "tune/io/run_checkpoints.h"
 #include "tune/io/safetensors.h"
 #include "tune/io/weights.h"
 #include "tune/memory/checkpoint.h"
@@ -34,6 +35,7 @@
 #include "tune/recipes/diffusion/sample_files.h"
 #include "tune/recipes/diffusion/image_guidance.h"
 #include "tune/recipes/sana/sana_memory_report.h"
+#include "tune/recipes/sana/sana_model.h"
 #include "tune/recipes/sana/sana_prompt.h"
 #include "tune/recipes/sana/sana_recipe.h"
 #include "tune/recipes/sana/sana_settings.h"
@@ -76,12 +78,6 @@ torch::Tensor initial_latents(const std::optional<std::filesystem::path>& noise_
   return noise;
 }
 
-torch::ScalarType text_encoder_dtype(const std::string& setting, precision::MixedPrecision mixed) {
-  if (setting == "fp32") return torch::kFloat32;
-  if (setting == "bf16") return torch::kBFloat16;
-  return mixed == precision::MixedPrecision::no ? torch::kFloat32 : torch::kBFloat16;
-}
-
 const char* scheduler_name(const diffusion::SchedulerConfig& scheduler) {
   return scheduler.kind == diffusion::SchedulerKind::dpm_solver_multistep ? "DPM-Solver++" : "flow-matching Euler";
 }
@@ -91,23 +87,25 @@ const char* scheduler_name(const diffusion::SchedulerConfig& scheduler) {
 int infer(const InferRequest& request) {
   if (!request.config) throw UsageError("Sana samples from a pipeline directory or a recipe");
   if (request.prompts.empty()) throw UsageError("Sana needs --prompt TEXT (or --prompts-file)");
-  if (request.run_dir && !request.model_dir) {
-    throw UsageError("sampling from a sana run directory needs its checkpoints, and sana training is not built yet: "
-                     "sample from the pipeline directory");
-  }
   const RunSettings run = read_run_settings(*request.config);
   SanaSettings settings = read_sana_settings(*request.config);
   auto& sampling = settings.sampling;
   apply_request(request, sampling);
   const auto& model_settings = settings.model;
-  const auto paths = diffusion_common::resolve_pipeline_components(
-      model_settings.path,
-      {{"transformer", {"SanaTransformer2DModel"}, model_settings.transformer},
-       {"vae", {"AutoencoderDC"}, model_settings.vae},
-       {"text_encoder", {"Gemma2Model", "Gemma2ForCausalLM"}, model_settings.text_encoder},
-       {"tokenizer", {"GemmaTokenizer", "GemmaTokenizerFast"}, model_settings.tokenizer},
-       {"scheduler", {"DPMSolverMultistepScheduler", "FlowMatchEulerDiscreteScheduler"}, model_settings.scheduler}},
-      "Sana");
+  const SanaComponents components = resolve_sana_components(model_settings);
+  const std::map<std::string, std::filesystem::path> paths = {
+      {"transformer", components.transformer}, {"vae", components.vae}, {"text_encoder", components.text_encoder},
+      {"tokenizer", components.tokenizer}, {"scheduler", components.scheduler}};
+  // A run directory samples with its newest checkpoint's transformer (the EMA weights; the EMA adapters over the
+  // pipeline's weights after LoRA) in place of the pipeline's.
+  std::optional<std::filesystem::path> checkpoint;
+  if (request.run_dir) {
+    checkpoint = io::newest_complete_checkpoint(*request.run_dir);
+    if (!checkpoint) {
+      throw UsageError(fmt::format("no trained checkpoint in {}: train first (tune train), or sample from the "
+                                   "pipeline directory itself", request.run_dir->string()));
+    }
+  }
   const auto scheduler_file = paths.at("scheduler") / "scheduler_config.json";
   const auto scheduler = diffusion::read_scheduler_config(scheduler_file);
   if (!scheduler.flow()) {
@@ -115,7 +113,7 @@ int infer(const InferRequest& request) {
                                  "(DPMSolverMultistepScheduler needs use_flow_sigmas true and prediction_type "
                                  "flow_prediction, or use FlowMatchEulerDiscreteScheduler)", scheduler_file.string()));
   }
-  const auto transformer_config_file = paths.at("transformer") / "config.json";
+  const auto transformer_config_file = checkpoint ? *checkpoint / "config.json" : components.transformer / "config.json";
   const auto config = models::read_sana_config(transformer_config_file);
   const auto vae_config = models::load_autoencoder_dc_config(paths.at("vae"));
   const int64_t factor = vae_config.spatial_compression_ratio();
@@ -183,10 +181,8 @@ int infer(const InferRequest& request) {
   }
 
   // ---- the transformer, its blocks behind tune's checkpointing
-  models::Sana model(config);
-  io::load_into_module(*model, io::WeightSource::open_directory(paths.at("transformer"),
-                                                                "diffusion_pytorch_model.safetensors",
-                                                                "diffusion_pytorch_model.safetensors.index.json"));
+  models::Sana model = load_sana_transformer(transformer_config_file, components.transformer, settings.lora, checkpoint);
+  if (checkpoint) log::info("transformer: {} (the run's newest checkpoint)", checkpoint->string());
   if (run.frozen_weights_bf16) model->to(torch::kBFloat16);
   model->to(device);
   model->eval();

@@ -1,5 +1,4 @@
-// The sana recipe's registration: sampling (tune infer). Training, tune prepare and export are not built yet
-// (docs/status.md).
+// The sana recipe's registration: sampling (tune infer), tune prepare, training and export.
 #include "tune/recipes/sana/sana_recipe.h"
 #include "tune/recipes/sana/sana_settings.h"
 
@@ -8,9 +7,12 @@ namespace tune::recipes::sana {
 Recipe make_recipe() {
   Recipe recipe;
   recipe.name = "sana";
-  recipe.description = "Sana text-to-image (a diffusers SanaPipeline directory): sampling from prompts";
+  recipe.description = "Sana text-to-image (a diffusers SanaPipeline directory): sampling from prompts; full or LoRA fine-tuning on captioned images";
   recipe.schema = sana_schema;
   recipe.infer = infer;
+  recipe.prepare = prepare;
+  recipe.train = train;
+  recipe.export_model = export_pipeline;
   recipe.validate = validate_sana_config;
   return recipe;
 }

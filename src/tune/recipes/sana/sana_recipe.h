@@ -1,4 +1,5 @@
-// The sana recipe (NVlabs' Sana as diffusers publishes it: SanaPipeline directories): sampling from prompts.
+// The sana recipe (NVlabs' Sana as diffusers publishes it: SanaPipeline directories): sampling from prompts, and
+// fine-tuning the transformer (full or LoRA) on captioned images that tune prepare turned into latents.
 #pragma once
 
 #include "tune/recipes/recipe.h"
@@ -7,5 +8,8 @@ namespace tune::recipes::sana {
 
 Recipe make_recipe();
 int infer(const InferRequest& request);
+int prepare(const PrepareRequest& request);
+int train(const TrainRequest& request);
+int export_pipeline(const ExportRequest& request);
 
 }  // namespace tune::recipes::sana

@@ -3,6 +3,7 @@
 #include "tune/models/sana.h"
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/data_parallel.h"
+#include "tune/recipes/diffusion/lora_settings.h"
 
 namespace tune::recipes::sana {
 
@@ -29,6 +30,27 @@ config::Schema sana_schema() {
   schema.boolean("sampling.complex_human_instruction", true,
                  "tune infer: prepend SanaPipeline's complex human instruction to each prompt (its default)");
   diffusion_common::add_guidance_keys(schema);
+
+  schema.path("data.path", "captioned images: a JSONL of {\"image\": PATH, \"caption\": TEXT} rows, or a folder of "
+                           "images each with a same-named .txt caption");
+  schema.path("data.latents", "tune prepare's output (DC-AE latents and Gemma 2 caption embeddings); training reads it");
+  schema.integer("data.image_size", 1024, "square training size in pixels (short side resized, then center-cropped)");
+  schema.real("data.caption_dropout", 0.1, "probability an image trains on the empty prompt (for classifier-free guidance)");
+  schema.choice("data.on_bad_image", {"fail", "skip"}, "fail",
+                "an image that is missing, unreadable or without a caption: stop naming it, or skip it (logged)");
+  schema.boolean("data.complex_human_instruction", true,
+                 "tune prepare: encode captions with the complex human instruction, as the official trainer and "
+                 "SanaPipeline's sampling do");
+  diffusion_common::add_lora_keys(schema, {"to_q", "to_k", "to_v"},
+                                  "projections to adapt (attn1 and attn2): to_q, to_k, to_v, to_out.0 (diffusers' "
+                                  "train_dreambooth_lora_sana.py default: to_q, to_k, to_v)");
+  schema.real("flow.shift", 3.0, "sigma' = s sigma / (1 + (s - 1) sigma) of the training sigmas (Sana's flow_shift)");
+  schema.choice("flow.weighting", {"logit_normal", "uniform", "mode"}, "logit_normal",
+                "how training timesteps are drawn (diffusers' weighting_scheme; the loss is unweighted)");
+  schema.real("flow.logit_mean", 0.0, "logit_normal: the normal's mean");
+  schema.real("flow.logit_std", 1.0, "logit_normal: the normal's standard deviation");
+  schema.real("ema.decay", 0.9999, "EMA of the weights, used for sampling");
+  schema.integer("training.clip_start_step", 0, "clip gradients only from this step on");
   return schema;
 }
 
@@ -49,6 +71,26 @@ SanaSettings read_sana_settings(const config::Config& config) {
   sampling.max_text_tokens = get_int_at_least(config, "sampling.max_text_tokens", 2);
   sampling.complex_human_instruction = config.get_bool("sampling.complex_human_instruction");
   settings.guidance = diffusion_common::read_guidance_settings(config, 1, "the image (one frame)");
+
+  auto& data = settings.data;
+  if (config.has("data.path")) data.path = config.get_string("data.path");
+  if (config.has("data.latents")) data.latents = config.get_string("data.latents");
+  data.image_size = get_int_at_least(config, "data.image_size", 1);
+  data.caption_dropout = config.get_real("data.caption_dropout");
+  if (data.caption_dropout < 0 || data.caption_dropout >= 1) config.fail("data.caption_dropout", "must be in [0, 1)");
+  data.skip_bad_images = config.get_string("data.on_bad_image") == "skip";
+  data.complex_human_instruction = config.get_bool("data.complex_human_instruction");
+  settings.lora = diffusion_common::read_lora_settings(config, models::sana_lora_targets());
+  auto& flow = settings.flow;
+  flow.flow_shift = config.get_real("flow.shift");
+  if (flow.flow_shift <= 0) config.fail("flow.shift", "must be > 0");
+  flow.density = diffusion::parse_timestep_density(config.get_string("flow.weighting"));
+  flow.logit_mean = config.get_real("flow.logit_mean");
+  flow.logit_std = config.get_real("flow.logit_std");
+  if (flow.logit_std <= 0) config.fail("flow.logit_std", "must be > 0");
+  settings.ema_decay = config.get_real("ema.decay");
+  if (settings.ema_decay < 0 || settings.ema_decay >= 1) config.fail("ema.decay", "must be in [0, 1)");
+  settings.clip_start_step = get_int_at_least(config, "training.clip_start_step", 0);
   return settings;
 }
 

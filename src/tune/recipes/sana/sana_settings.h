@@ -1,5 +1,6 @@
 // The sana recipe's own keys (NVlabs' Sana, diffusers' SanaPipeline layout) as plain structs: where the pipeline's
-// components are, and how `tune infer` samples from a prompt. The defaults are SanaPipeline's.
+// components are, how `tune infer` samples from a prompt (SanaPipeline's defaults), and how training sees its
+// captioned images (the official trainer's flow matching: shift 3.0, logit-normal timesteps).
 #pragma once
 
 #include <cstdint>
@@ -7,6 +8,8 @@
 #include <string>
 
 #include "tune/config/config.h"
+#include "tune/diffusion/flow_matching.h"
+#include "tune/models/sana_layers.h"
 #include "tune/recipes/diffusion/guidance_settings.h"
 #include "tune/recipes/diffusion/pipeline_components.h"
 
@@ -28,10 +31,26 @@ struct SanaSamplingSettings {
   bool complex_human_instruction = true;  // SanaPipeline's default instruction prefix on prompts
 };
 
+// Training: captioned images (data.path: a JSONL of {"image", "caption"} rows or a folder of images with same-named
+// .txt captions), trained from the DC-AE latents and Gemma 2 caption embeddings `tune prepare` writes (data.latents).
+struct SanaDataSettings {
+  std::optional<std::string> path;
+  std::optional<std::string> latents;
+  int64_t image_size = 1024;             // square: the short side resized to it, then center-cropped
+  double caption_dropout = 0.1;          // probability an image trains on the empty prompt (for guidance)
+  bool skip_bad_images = false;          // data.on_bad_image: skip (logged and counted) or fail
+  bool complex_human_instruction = true; // captions encoded with the instruction, as the official trainer and sampling
+};
+
 struct SanaSettings {
   SanaPipelineSettings model;
   SanaSamplingSettings sampling;
   diffusion_common::GuidanceSettings guidance;
+  SanaDataSettings data;
+  models::SanaLora lora;            // lora.rank 0: full fine-tuning of the transformer
+  diffusion::FlowMatchingOptions flow;
+  double ema_decay = 0.9999;
+  int64_t clip_start_step = 0;      // gradient clipping applies from this step on
 };
 
 config::Schema sana_schema();
