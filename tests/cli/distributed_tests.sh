@@ -383,6 +383,32 @@ case_ddp_and_full_shard_sana() {
   [ ! -e "$WORK/runs/zero3-sana-bad" ] || fail "a refused run wrote its directory"
 }
 
+# tune plan against two processes' measured peaks (full_shard, checkpointing full and off): each rank's tracked
+# peak within 10% of the plan's row for the same setting.
+case_sana_plan_matches_two_processes() {
+  sana_prepared "$WORK/plan-sana"
+  local yaml="$WORK/plan-sana/sana.yaml" policy
+  for policy in full off; do
+    local run="$WORK/runs/plan-sana-$policy" checkpointing=(gradient_checkpointing=true checkpointing.policy=full)
+    [ "$policy" = off ] && checkpointing=(gradient_checkpointing=false)
+    rm -rf "$run"
+    expect_exit 0 "$TUNE" plan "$yaml" --memory 1GiB --nproc 2 --json distributed.strategy=full_shard \
+      training.batch_size=3 "${checkpointing[@]}"
+    local plan="$OUT"
+    expect_exit 0 "$TUNE" train "$yaml" --output-dir "$run" --nproc 2 threads=0 distributed.strategy=full_shard \
+      training.batch_size=3 training.max_steps=2 checkpoint.every=0 "${checkpointing[@]}"
+    "$PYTHON" - "$plan" "$run/memory.json" "$policy" <<'PY' || fail "plan vs measured ($policy)"
+import json, sys
+plan, memory, policy = json.loads(sys.argv[1]), json.load(open(sys.argv[2])), sys.argv[3]
+row = next(r for r in plan["rows"] if r["checkpointing"] == policy and r["batch_size"] == 3)
+measured = max(memory["peak_bytes_per_rank"])
+print(f"sana full_shard x 2, checkpointing {policy}: plan {row['peak_bytes']} bytes, measured {measured} per rank "
+      f"({row['peak_bytes'] / measured:.3f})")
+assert 0.9 <= row["peak_bytes"] / measured <= 1.1, (row["peak_bytes"], measured)
+PY
+  done
+}
+
 case_full_shard_memory() {
   # Live tensor bytes once gradients are reduced (tracking allocator; memory.json resident_bytes per rank):
   # parameters + gradients + AdamW state, which full_shard divides by the number of processes. Parameters dominate

@@ -257,6 +257,41 @@ assert all(p <= budget for p in memory["peak_bytes_per_rank"])
 PY
 }
 
+# Sana-1600M at 1024 x 1024 (the published configs, no weights: scripts/make_sana_1600m_configs.py), full fine-tuning
+# with AdamW under bf16, on 4 processes of 24 GiB (the seed's 4 x RTX 3090): ddp fits nowhere (each rank holds the
+# 1.6B parameters' weights, gradients, moments and EMA, ~30 GiB), full_shard fits at every policy, and LoRA fits with ddp.
+case_plan_sana_1600m_four_24gib() {
+  local dir="$WORK/sana-1600m"
+  rm -rf "$dir"
+  "$PYTHON" -c "import diffusers" 2>/dev/null || { echo "SKIP: diffusers is not installed for $PYTHON"; exit 77; }
+  "$PYTHON" "$TUNE_SOURCE/scripts/make_sana_1600m_configs.py" --out "$dir/pipeline" >/dev/null 2>&1 || fail "configs"
+  cat > "$dir/sana.yaml" <<YAML
+recipe: sana
+output_dir: $dir/run
+mixed_precision: bf16
+model:
+  path: $dir/pipeline
+data:
+  latents: $dir/latents
+  image_size: 1024
+training:
+  batch_size: 1
+YAML
+  expect_exit 1 "$TUNE" plan "$dir/sana.yaml" --memory 24GiB --nproc 4 distributed.strategy=ddp
+  contains "$OUT" "1.6G parameters (full fine-tuning)"; contains "$OUT" "(none fits)"
+  expect_exit 0 "$TUNE" plan "$dir/sana.yaml" --memory 24GiB --nproc 4 distributed.strategy=full_shard --json
+  "$PYTHON" - "$OUT" <<'PY' || fail "the full_shard plan"
+import json, sys
+plan = json.loads(sys.argv[1])
+fits = {r["checkpointing"]: r["peak_bytes"] / 2**30 for r in plan["rows"] if r["fits"]}
+print("Sana-1600M, 1024^2, full_shard x 4, 24 GiB:", {k: f"{v:.1f} GiB" for k, v in fits.items()})
+assert set(fits) == {"off", "selective", "every_k", "sqrt", "full"}, fits
+assert fits["full"] < fits["off"] < 24, fits
+PY
+  expect_exit 0 "$TUNE" plan "$dir/sana.yaml" --memory 24GiB --nproc 4 distributed.strategy=ddp lora.rank=16
+  contains "$OUT" "LoRA rank 16"
+}
+
 case="${1:?case name}"
 mkdir -p "$WORK"
 "case_$case"

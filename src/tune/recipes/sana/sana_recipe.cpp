@@ -1,4 +1,4 @@
-// The sana recipe's registration: sampling (tune infer), tune prepare, training and export.
+// The sana recipe's registration: sampling (tune infer), tune prepare, training, export and tune plan.
 #include "tune/recipes/sana/sana_recipe.h"
 #include "tune/recipes/sana/sana_settings.h"
 
@@ -13,6 +13,7 @@ Recipe make_recipe() {
   recipe.prepare = prepare;
   recipe.train = train;
   recipe.export_model = export_pipeline;
+  recipe.plan = plan;
   recipe.validate = validate_sana_config;
   return recipe;
 }
