@@ -66,7 +66,9 @@ def main():
 def write_text_to_video(args):
     vae = json.load(open(os.path.join(args.vae, "config.json")))
     channels = vae.get("latent_channels", 4)
-    size = args.image_size // 2 ** (len(vae["block_out_channels"]) - 1)
+    # AutoencoderKL: 2^(stages - 1); AutoencoderDC (Sana) names its stages encoder_block_out_channels.
+    stages = vae.get("encoder_block_out_channels", vae.get("block_out_channels"))
+    size = args.image_size // 2 ** (len(stages) - 1)
     generator = torch.Generator().manual_seed(args.seed)
     videos = args.classes * args.videos_per_class
     tokens = args.max_text_tokens

@@ -25,16 +25,15 @@ from diffusers import AutoencoderDC, DPMSolverMultistepScheduler, SanaTransforme
 from transformers import Gemma2Config
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    out = args.out
+SANA_1600M = dict(in_channels=32, out_channels=32, num_attention_heads=70, attention_head_dim=32, num_layers=20,
+                  num_cross_attention_heads=20, cross_attention_head_dim=112, cross_attention_dim=2240,
+                  caption_channels=2304, mlp_ratio=2.5, sample_size=32, patch_size=1)
+
+
+def write_pipeline_configs(out, transformer_config=SANA_1600M):
+    """Every component's config (no weights); `transformer_config`: SanaTransformer2DModel's arguments."""
     with torch.device("meta"):
-        transformer = SanaTransformer2DModel(
-            in_channels=32, out_channels=32, num_attention_heads=70, attention_head_dim=32, num_layers=20,
-            num_cross_attention_heads=20, cross_attention_head_dim=112, cross_attention_dim=2240,
-            caption_channels=2304, mlp_ratio=2.5, sample_size=32, patch_size=1)
+        transformer = SanaTransformer2DModel(**transformer_config)
         blocks = ("ResBlock",) * 3 + ("EfficientViTBlock",) * 3
         vae = AutoencoderDC(  # dc-ae-f32c32-sana-1.0, as diffusers' conversion script configures it
             in_channels=3, latent_channels=32, attention_head_dim=32, encoder_block_types=blocks,
@@ -63,7 +62,14 @@ def main():
              "scheduler": ["diffusers", "DPMSolverMultistepScheduler"]}
     with open(os.path.join(out, "model_index.json"), "w") as f:
         json.dump(index, f, indent=2)
-    print(f"make_sana_1600m_configs: Sana_1600M_1024px's configs (no weights) in {out}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    write_pipeline_configs(args.out)
+    print(f"make_sana_1600m_configs: Sana_1600M_1024px's configs (no weights) in {args.out}")
 
 
 if __name__ == "__main__":
