@@ -87,4 +87,12 @@ std::shared_ptr<const ClipSource> captioned_latent_clips(const std::filesystem::
   return std::make_shared<CaptionedLatentClips>(root, std::move(shape), tokens, channels, skip_bad);
 }
 
+std::pair<torch::Tensor, torch::Tensor> drop_captions(const Conditioning& condition, const torch::Tensor& drop,
+                                                      const torch::Tensor& null_text, const torch::Tensor& null_mask) {
+  if (!drop.defined()) return {condition.text, condition.text_mask};
+  const auto dropped = drop.to(torch::kBool);
+  return {torch::where(dropped.view({-1, 1, 1}), null_text.unsqueeze(0), condition.text),
+          torch::where(dropped.view({-1, 1}), null_mask.unsqueeze(0), condition.text_mask)};
+}
+
 }  // namespace tune::recipes::diffusion_common

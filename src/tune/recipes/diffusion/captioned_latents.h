@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tune/recipes/diffusion/clip_batches.h"
@@ -34,5 +35,11 @@ CaptionTensors load_caption(const std::filesystem::path& file, int64_t tokens, i
 std::shared_ptr<const ClipSource> captioned_latent_clips(const std::filesystem::path& root,
                                                                           std::vector<int64_t> shape, int64_t tokens,
                                                                           int64_t channels, bool skip_bad);
+
+// Caption dropout as the loop draws it: the rows of `drop` ([B] int64, 1 = dropped; undefined: none) see the empty
+// prompt's embedding and mask (`null_text` [L, D], `null_mask` [L], on the device) in place of their caption, as
+// classifier-free guidance's unconditional branch will. Returns {text, mask}.
+std::pair<torch::Tensor, torch::Tensor> drop_captions(const Conditioning& condition, const torch::Tensor& drop,
+                                                      const torch::Tensor& null_text, const torch::Tensor& null_mask);
 
 }  // namespace tune::recipes::diffusion_common

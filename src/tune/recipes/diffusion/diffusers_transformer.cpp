@@ -10,6 +10,7 @@
 #include "tune/io/safetensors.h"
 #include "tune/io/weights.h"
 #include "tune/nn/lora_linear.h"
+#include "tune/recipes/checkpoint_files.h"
 #include "tune/recipes/diffusion/diffusion_checkpoint.h"
 #include "tune/recipes/peft_adapter_config.h"
 
@@ -80,6 +81,24 @@ void write_diffusers_lora(const std::filesystem::path& dir, const models::Diffus
                                  {"transformer.bias", "none"}};
   io::save_safetensors(dir / "pytorch_lora_weights.safetensors", named,
                        {{"format", "pt"}, {"lora_adapter_metadata", config.dump(2)}});
+}
+
+void set_checkpoint_files(DiffusionTrainee& trainee, torch::nn::Module& model, bool has_lora,
+                          const std::filesystem::path& config_file, const models::DiffusersLora& lora,
+                          const std::string& base_model_path, bool diffusers_lora_file) {
+  trainee.save_trainable_only = has_lora;
+  trainee.save_config = [config_file, has_lora, lora, base_model_path, diffusers_lora_file](const std::filesystem::path& dir) {
+    std::filesystem::copy_file(config_file, dir / "config.json", std::filesystem::copy_options::overwrite_existing);
+    if (!has_lora) return;
+    const auto adapter = read_named_tensors(dir / "ema.safetensors");
+    write_peft_adapter(dir, lora, adapter, base_model_path);
+    if (diffusers_lora_file) write_diffusers_lora(dir, lora, adapter);
+  };
+  trainee.load_weights = [&model, has_lora](const std::filesystem::path& file) {
+    io::LoadOptions options;
+    if (has_lora) options.ignore_missing_containing = {""};  // adapters only; the base is the pipeline's
+    io::load_into_module(model, io::WeightSource::open_file(file), options);
+  };
 }
 
 }  // namespace tune::recipes::diffusion_common

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tune/models/diffusers_layers.h"
+#include "tune/recipes/diffusion/diffusion_train.h"
 
 namespace tune::recipes::diffusion_common {
 
@@ -42,5 +43,13 @@ void write_peft_adapter(const std::filesystem::path& dir, const models::Diffuser
 // (without it diffusers would take alpha = r).
 void write_diffusers_lora(const std::filesystem::path& dir, const models::DiffusersLora& lora,
                           const std::vector<std::pair<std::string, torch::Tensor>>& adapter);
+
+// What a diffusers transformer's checkpoints hold, set on `trainee`: the transformer's config.json (copied from
+// `config_file`) in every checkpoint; after LoRA the trained adapters only, which are also a PEFT adapter (on
+// `base_model_path`) and, with `diffusers_lora_file`, a diffusers LoRA file, both of the EMA adapters (what
+// sampling uses); loading a LoRA checkpoint leaves the pipeline's base weights as they are.
+void set_checkpoint_files(DiffusionTrainee& trainee, torch::nn::Module& model, bool has_lora,
+                          const std::filesystem::path& config_file, const models::DiffusersLora& lora,
+                          const std::string& base_model_path, bool diffusers_lora_file);
 
 }  // namespace tune::recipes::diffusion_common

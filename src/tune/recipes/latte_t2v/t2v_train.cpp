@@ -137,12 +137,7 @@ int train(const TrainRequest& request) {
   const auto null_mask = prepared.null_caption.mask.to(device);
   trainee.forward = [&](const torch::Tensor& x, const torch::Tensor& t, const diffusion_common::Conditioning& condition,
                         const torch::Tensor& drop) {
-    torch::Tensor text = condition.text, mask = condition.text_mask;
-    if (drop.defined()) {  // dropped rows see the empty prompt, as guidance's unconditional branch will
-      const auto dropped = drop.to(torch::kBool);
-      text = torch::where(dropped.view({-1, 1, 1}), null_text.unsqueeze(0), text);
-      mask = torch::where(dropped.view({-1, 1}), null_mask.unsqueeze(0), mask);
-    }
+    const auto [text, mask] = diffusion_common::drop_captions(condition, drop, null_text, null_mask);
     return model->forward(x, t, text, mask);
   };
   // The estimate counts full fine-tuning (LoRA keeps about as much: the adapters' inputs are the frozen layers' own).
@@ -153,21 +148,8 @@ int train(const TrainRequest& request) {
     return t2v_activation_estimate(transformer_config, shape, device.type(),
                                    precision::compute_dtype(run.mixed_precision), runner);
   };
-  trainee.save_trainable_only = model->has_lora();
-  trainee.save_config = [&](const std::filesystem::path& dir) {
-    std::filesystem::copy_file(transformer_config_file, dir / "config.json",
-                               std::filesystem::copy_options::overwrite_existing);
-    // A LoRA checkpoint is also a PEFT adapter: the EMA adapters (what sampling uses) under diffusers' names.
-    if (model->has_lora()) {
-      diffusion_common::write_peft_adapter(dir, settings.lora, read_named_tensors(dir / "ema.safetensors"),
-                         settings.model.path.value_or(paths.transformer.string()));
-    }
-  };
-  trainee.load_weights = [&](const std::filesystem::path& file) {
-    io::LoadOptions options;
-    if (model->has_lora()) options.ignore_missing_containing = {""};  // adapters only; the base is the pipeline's
-    io::load_into_module(*model, io::WeightSource::open_file(file), options);
-  };
+  diffusion_common::set_checkpoint_files(trainee, *model, model->has_lora(), transformer_config_file, settings.lora,
+                                         settings.model.path.value_or(paths.transformer.string()), /*diffusers_lora_file=*/false);
 
   const diffusion_common::DiffusionTrainingData data{
       prepared.clips, {},

@@ -158,12 +158,7 @@ int train(const TrainRequest& request) {
   const double timestep_scale = transformer_config.timestep_scale;
   trainee.forward = [&](const torch::Tensor& x, const torch::Tensor& t, const diffusion_common::Conditioning& condition,
                         const torch::Tensor& drop) {
-    torch::Tensor text = condition.text, mask = condition.text_mask;
-    if (drop.defined()) {  // dropped rows see the empty prompt, as guidance's unconditional branch will
-      const auto dropped = drop.to(torch::kBool);
-      text = torch::where(dropped.view({-1, 1, 1}), null_text.unsqueeze(0), text);
-      mask = torch::where(dropped.view({-1, 1}), null_mask.unsqueeze(0), mask);
-    }
+    const auto [text, mask] = diffusion_common::drop_captions(condition, drop, null_text, null_mask);
     // The loop's clips are [B, 1, C, h, w]; the model takes [B, C, h, w] and SanaPipeline's t * timestep_scale.
     const auto model_t = timestep_scale == 1.0 ? t : t.to(torch::kFloat64) * timestep_scale;
     return model->forward(x.select(1, 0), model_t, text, mask).unsqueeze(1);
@@ -178,23 +173,8 @@ int train(const TrainRequest& request) {
   trainee.activation_estimate = [&](const memory::CheckpointRunner& runner) {
     return sana_activation_estimate(transformer_config, shape, device.type(), compute_dtype, runner);
   };
-  trainee.save_trainable_only = model->has_lora();
-  trainee.save_config = [&](const std::filesystem::path& dir) {
-    std::filesystem::copy_file(transformer_config_file, dir / "config.json",
-                               std::filesystem::copy_options::overwrite_existing);
-    // A LoRA checkpoint is also a PEFT adapter and a diffusers LoRA file: the EMA adapters (what sampling uses).
-    if (model->has_lora()) {
-      const auto adapter = read_named_tensors(dir / "ema.safetensors");
-      diffusion_common::write_peft_adapter(dir, settings.lora, adapter,
-                                           settings.model.path.value_or(paths.transformer.string()));
-      diffusion_common::write_diffusers_lora(dir, settings.lora, adapter);
-    }
-  };
-  trainee.load_weights = [&](const std::filesystem::path& file) {
-    io::LoadOptions options;
-    if (model->has_lora()) options.ignore_missing_containing = {""};  // adapters only; the base is the pipeline's
-    io::load_into_module(*model, io::WeightSource::open_file(file), options);
-  };
+  diffusion_common::set_checkpoint_files(trainee, *model, model->has_lora(), transformer_config_file, settings.lora,
+                                         settings.model.path.value_or(paths.transformer.string()), /*diffusers_lora_file=*/true);
 
   const diffusion_common::DiffusionTrainingData data{
       prepared.clips, {},
