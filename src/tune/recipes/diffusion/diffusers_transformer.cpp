@@ -1,6 +1,7 @@
 #include "tune/recipes/diffusion/diffusers_transformer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <map>
@@ -43,6 +44,13 @@ int64_t freeze_all_but_adapters(torch::nn::Module& model) {
     trainable += adapter ? 1 : 0;
   }
   return trainable;
+}
+
+void train_adapters_only(torch::nn::Module& model, const models::DiffusersLora& lora) {
+  if (lora.options.rank == 0) return;
+  const int64_t adapters = freeze_all_but_adapters(model);
+  log::info("LoRA: rank {}, alpha {}, on {} ({} adapter tensors train; the transformer's weights are frozen)",
+            lora.options.rank, lora.options.alpha, fmt::join(lora.targets, ", "), adapters);
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> merged_state(const torch::nn::Module& model) {

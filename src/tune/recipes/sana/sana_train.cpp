@@ -125,11 +125,7 @@ int train(const TrainRequest& request) {
                    "prepare the run directory");
 
   models::Sana model = load_sana_transformer(transformer_config_file, paths.transformer, settings.lora);
-  if (model->has_lora()) {
-    const int64_t adapters = diffusion_common::freeze_all_but_adapters(*model);
-    log::info("LoRA: rank {}, alpha {}, on {} ({} adapter tensors train; the transformer's weights are frozen)",
-              settings.lora.options.rank, settings.lora.options.alpha, fmt::join(settings.lora.targets, ", "), adapters);
-  }
+  diffusion_common::train_adapters_only(*model, settings.lora);
   model->to(device);
   const auto& manifest = prepared.manifest;
   const int64_t tokens = manifest.text->max_tokens;
