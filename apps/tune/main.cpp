@@ -149,7 +149,8 @@ int main(int argc, char** argv) {
   validate_command->add_option("overrides", validate_overrides, "key=value overrides");
 
   ExportArguments export_arguments;
-  auto* export_command = app.add_subcommand("export", "write a checkpoint as a Hugging Face model directory");
+  auto* export_command = app.add_subcommand("export", "write a checkpoint as a Hugging Face model directory (LLMs) or a diffusers "
+                                                    "pipeline directory (Latte-1, Sana)");
   export_command->add_option("checkpoint", export_arguments.checkpoint, "run directory or checkpoint directory")->required();
   export_command->add_flag("--merge-lora", export_arguments.merge_lora, "merge LoRA adapters into the base weights");
   export_command->add_option("--base", export_arguments.base,
@@ -174,12 +175,13 @@ int main(int argc, char** argv) {
 
   PrepareArguments prepare;
   auto* prepare_command =
-      app.add_subcommand("prepare", "precompute what training needs (video recipes: VAE latents of every video)");
+      app.add_subcommand("prepare", "precompute what training needs (diffusion recipes: the VAE latents of every video or "
+                                    "image, and the text encoder's caption embeddings)");
   prepare_command->add_option("recipe", prepare.recipe, "recipe YAML")->required();
   prepare_command->add_option("overrides", prepare.overrides, "key=value overrides");
   prepare_command->add_option("--out", prepare.out, "output folder (default: the recipe's data.latents)");
   prepare_command->add_option("--clips-per-video", prepare.clips_per_video,
-                              "random clips (temporal crop, flip) encoded per video")
+                              "video recipes: random clips (temporal crop, flip) encoded per video")
       ->check(count_of("clips"));
 
   TokenizeArguments tokenize;
