@@ -25,7 +25,7 @@ BudgetPlan make_plan(const std::filesystem::path& file, const std::vector<std::s
   config::Config config = config::load(file, overrides, recipe.schema());
   if (!recipe.plan) {
     throw UsageError(fmt::format("recipe '{}' has no memory planner yet: tune plan and --memory-budget cover the sft "
-                                 "recipe", recipe.name));
+                                 "and sana recipes", recipe.name));
   }
   return recipe.plan({std::move(config), budget, std::max(1, processes)});
 }
