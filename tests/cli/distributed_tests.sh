@@ -75,6 +75,34 @@ case_ddp_dpo_matches_single_process() {
   grep -q '"rewards/accuracies"' "$WORK/runs/ddp-dpo-full-2/metrics.jsonl" || fail "no DPO metrics from the ddp run"
 }
 
+# recipe: dpo under full_shard: the reference forward (LoRA: the sharded base with the adapters off) gathers each
+# block as the training forward does; the same training as ddp, evaluation included, and a sharded resume. A full
+# fine-tune with dpo.precompute_reference holds no reference copy on any rank.
+case_full_shard_dpo() {
+  local fixture="$TUNE_SOURCE/tests/fixtures/dpo" rows="$WORK/zero3-dpo-rows.jsonl" yaml="$WORK/zero3-dpo.yaml"
+  for k in 0 1 2 3; do cat "$fixture/rows_conversational.jsonl"; done > "$rows"
+  printf '%s\n' "recipe: dpo" "seed: 3" "threads: 2" 'mixed_precision: "no"' "model:" "  path: $fixture/model" \
+    "data:" "  train: $rows" "  eval: $fixture/rows_conversational.jsonl" "  shuffle: false" "optimizer:" \
+    "  lr: 0.01" "logging:" "  every: 1" "eval:" "  every: 2" > "$yaml"
+  local base=(training.max_steps=4 checkpoint.every=2 checkpoint.keep_last=0)
+  FILES=adapter_model.safetensors TOL=1e-5 WEIGHT_TOL=1e-4 full_shard_matches_ddp "$WORK/runs/zero3-dpo-lora" "$yaml" 4 \
+    "${base[@]}" lora.rank=4 lora.target_modules=[all-linear]
+  "$PYTHON" - "$WORK/runs/zero3-dpo-lora-ddp/metrics.jsonl" "$WORK/runs/zero3-dpo-lora-sharded/metrics.jsonl" <<'PY' \
+    || fail "full_shard's DPO evaluation differs from ddp's"
+import json, sys
+a, b = ([json.loads(l) for l in open(f) if "eval_loss" in l] for f in sys.argv[1:])
+assert len(a) == len(b) == 2, (a, b)
+for x, y in zip(a, b):
+    for key in ["eval_loss", "eval_rewards/margins", "eval_rewards/accuracies"]:
+        assert abs(x[key] - y[key]) <= 1e-5 * max(1.0, abs(x[key])), (key, x[key], y[key])
+PY
+  FILES=adapter_model.safetensors resume_matches "$WORK/runs/zero3-dpo-lora-sharded" 2 4 2 distributed.strategy=full_shard
+  # Full fine-tuning, the reference's log-probs precomputed: the frozen copy is loaded for that pass only.
+  TOL=1e-5 WEIGHT_TOL=2e-4 full_shard_matches_ddp "$WORK/runs/zero3-dpo-full" "$yaml" 4 "${base[@]}" \
+    dpo.reference_dtype=fp32 dpo.precompute_reference=true
+  contains "$ERR" "reference: log-probs precomputed before training (none held now)"
+}
+
 case_ddp_latte_matches_single_process() {
   need_video
   make_shapes

@@ -104,6 +104,65 @@ case_dpo_full_reference_and_losses() {
   grep -q '"nll_loss"' "$WORK/runs/dpo-full/metrics.jsonl" || fail "orpo logs no nll_loss"
 }
 
+# close_losses A B TOL: two metrics.jsonl files' losses agree step by step within TOL (relative).
+close_losses() {
+  "$PYTHON" - "$1" "$2" "$3" <<'PY' || fail "losses of $1 and $2 differ"
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(f) if l.strip()] for f in sys.argv[1:3])
+assert len(a) == len(b) and len(a) > 0, (a, b)
+for x, y in zip(a, b):
+    assert abs(x - y) <= float(sys.argv[3]) * max(1.0, abs(y)), (a, b)
+PY
+}
+
+# dpo.precompute_reference: the reference's log-probs computed once before training and stored in the run directory
+# give the losses of the run that computes them at every step (fp32, same batches), with no reference held; a
+# resume reads the stored figures back instead of loading the reference; other pairs make them be computed again.
+case_dpo_precompute_reference() {
+  make_rows
+  local yaml="$WORK/dpo-pre.yaml" live="$WORK/runs/dpo-pre-live" pre="$WORK/runs/dpo-pre"
+  rm -rf "$live" "$pre" "$WORK/runs/dpo-pre-resume"
+  # LoRA (reference: the base with the adapters off).
+  write_dpo_recipe "$yaml" "$pre" "lora:" "  rank: 4" "  alpha: 8" "  target_modules: [all-linear]"
+  expect_exit 0 "$TUNE" train "$yaml" --output-dir "$live"
+  expect_exit 0 "$TUNE" train "$yaml" dpo.precompute_reference=true
+  contains "$ERR" "dpo: precomputing the reference's log-probs of 12 training and 3 evaluation pairs"
+  contains "$ERR" "reference: log-probs precomputed before training (none held now)"
+  [ -s "$pre/reference_logps.safetensors" ] || fail "no reference_logps.safetensors"
+  close_losses "$live/metrics.jsonl" "$pre/metrics.jsonl" 1e-5
+  "$PYTHON" - "$live/metrics.jsonl" "$pre/metrics.jsonl" <<'PY' || fail "eval metrics differ"
+import json, sys
+a, b = ([json.loads(l) for l in open(f)][-1] for f in sys.argv[1:])
+for key in ["eval_loss", "eval_rewards/margins", "eval_logps/chosen"]:
+    assert abs(a[key] - b[key]) <= 1e-5 * max(1.0, abs(a[key])), (key, a[key], b[key])
+PY
+  # Resumed from step 3 in another directory: the stored figures of the run it continues are read, not recomputed.
+  local resumed="$WORK/runs/dpo-pre-resume"
+  mkdir -p "$resumed"
+  expect_exit 0 "$TUNE" train "$yaml" dpo.precompute_reference=true --output-dir "$resumed" \
+    --resume "$pre/checkpoints/step-3"
+  contains "$ERR" "reference log-probs of 12 + 3 pairs read from $pre/reference_logps.safetensors"
+  grep -q "precomputing" <<<"$ERR" && fail "the resumed run computed the reference log-probs again"
+  [ "$(losses "$pre/metrics.jsonl" | cut -d' ' -f4-)" = "$(losses "$resumed/metrics.jsonl")" ] \
+    || fail "the resumed run's losses differ"
+  # Other pairs (a shorter max_length truncates some): the stored file is not reused.
+  rm -rf "$pre/checkpoints"
+  expect_exit 0 "$TUNE" train "$yaml" dpo.precompute_reference=true data.max_length=40 training.max_steps=1
+  contains "$ERR" "holds reference log-probs of other pairs or another reference; computing them again"
+  # Full fine-tuning against a separate fp32 reference: loaded for the pass only.
+  rm -rf "$live" "$pre"
+  local full=("dpo.reference_model=$FIXTURE/ref_model" dpo.reference_dtype=fp32 training.max_steps=3)
+  expect_exit 0 "$TUNE" train "$yaml" lora.rank=0 "${full[@]}" --output-dir "$live"
+  expect_exit 0 "$TUNE" train "$yaml" lora.rank=0 "${full[@]}" dpo.precompute_reference=true
+  contains "$ERR" "reference: log-probs precomputed before training (none held now)"
+  close_losses "$live/metrics.jsonl" "$pre/metrics.jsonl" 1e-5
+  "$PYTHON" -c "import json,sys; m=json.load(open(sys.argv[1])); assert m['reference_bytes'] == 0, m" \
+    "$pre/memory.json" || fail "memory.json counts a reference copy"
+  # A reference-free loss has nothing to precompute.
+  expect_exit 2 "$TUNE" train "$yaml" dpo.loss=simpo dpo.precompute_reference=true
+  contains "$ERR" "dpo.precompute_reference"
+}
+
 case_dpo_config_and_data_errors() {
   make_rows
   local yaml="$WORK/dpo-errors.yaml"

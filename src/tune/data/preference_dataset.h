@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,10 @@ std::vector<PreferenceRow> read_preference_file(const std::filesystem::path& pat
 struct TokenizedPair {
   std::vector<int64_t> prompt_ids, chosen_ids, rejected_ids;
   std::string source;
+  // The reference model's summed completion log-probs, when computed once before training (dpo.precompute_reference):
+  // they travel with the pair through shuffles and resumes. NaN: not computed.
+  float reference_chosen = std::numeric_limits<float>::quiet_NaN();
+  float reference_rejected = std::numeric_limits<float>::quiet_NaN();
 };
 TokenizedPair tokenize_pair(const PreferenceRow& row, const Tokenizer& tokenizer, const ChatTemplate& chat_template);
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "tune/core/error.h"
@@ -47,6 +48,19 @@ PreferenceBatch collate_pairs(const std::vector<const TokenizedPair*>& pairs) {
       batch.tokens += column;
     }
   }
+  const bool precomputed = std::all_of(pairs.begin(), pairs.end(), [](const TokenizedPair* pair) {
+    return !std::isnan(pair->reference_chosen) && !std::isnan(pair->reference_rejected);
+  });
+  if (precomputed && count > 0) {
+    batch.reference_chosen = torch::empty({count}, torch::kFloat);
+    batch.reference_rejected = torch::empty({count}, torch::kFloat);
+    auto chosen = batch.reference_chosen.accessor<float, 1>();
+    auto rejected = batch.reference_rejected.accessor<float, 1>();
+    for (int64_t i = 0; i < count; ++i) {
+      chosen[i] = pairs[static_cast<size_t>(i)]->reference_chosen;
+      rejected[i] = pairs[static_cast<size_t>(i)]->reference_rejected;
+    }
+  }
   return batch;
 }
 
@@ -62,6 +76,10 @@ PreferenceBatch slice_pairs(const PreferenceBatch& batch, int64_t begin, int64_t
   slice.position_ids = both_halves(batch.position_ids);
   slice.segment_ids = both_halves(batch.segment_ids);
   slice.tokens = slice.segment_ids.ge(0).sum().item<int64_t>();
+  if (batch.reference_chosen.defined()) {
+    slice.reference_chosen = batch.reference_chosen.slice(0, begin, end);
+    slice.reference_rejected = batch.reference_rejected.slice(0, begin, end);
+  }
   return slice;
 }
 

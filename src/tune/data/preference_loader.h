@@ -21,6 +21,9 @@ struct PreferenceBatch {
   torch::Tensor segment_ids;   // [2P, T] int64: 0 on tokens, -1 on padding
   int64_t pairs = 0;
   int64_t tokens = 0;          // non-padding tokens of both halves
+  // [P] float32, the pairs' precomputed reference log-probs (TokenizedPair::reference_*); undefined unless every
+  // pair of the batch has them.
+  torch::Tensor reference_chosen, reference_rejected;
 };
 
 // Pairs in order into one batch (the padded width is their longest prompt + completion).

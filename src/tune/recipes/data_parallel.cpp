@@ -217,6 +217,14 @@ double DataParallel::sum(double value) const {
   return group ? group->all_reduce(value, distributed::ReduceOp::sum, "sum of a training scalar") : value;
 }
 
+torch::Tensor DataParallel::sum(torch::Tensor values) const {
+  auto* group = distributed::world();
+  if (group == nullptr) return values;
+  values = values.contiguous().clone();
+  group->all_reduce(values, distributed::ReduceOp::sum, "sum of per-row figures");
+  return values;
+}
+
 std::string DataParallel::describe() const {
   if (sharded_) return describe_sharded();
   if (!reducer_) return "single process";

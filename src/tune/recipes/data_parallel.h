@@ -124,6 +124,7 @@ class DataParallel {
   void finish_gradients();
   // The sum over ranks (identity in a single process).
   double sum(double value) const;
+  torch::Tensor sum(torch::Tensor values) const;  // a CPU tensor summed elementwise over ranks (a copy)
 
   // Whether each rank holds only a share of the optimizer state (shard_grad_op with more than one process).
   bool shards_optimizer_state() const { return !owner_.empty() || sharded_ != nullptr; }

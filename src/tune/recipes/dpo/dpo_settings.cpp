@@ -23,6 +23,10 @@ config::Schema dpo_schema() {
               "starts); with LoRA the reference is the base with the adapters off and this key is refused");
   schema.choice("dpo.reference_dtype", {"bf16", "fp32"}, "bf16",
                 "full fine-tuning: the frozen reference copy's storage (bf16 halves it)");
+  schema.boolean("dpo.precompute_reference", false,
+                 "compute the reference's log-probs of every pair once, before training, and store them in "
+                 "RUN/reference_logps.safetensors (reused by --resume): training then holds no reference copy and runs "
+                 "no reference forward (TRL's precompute_ref_log_probs)");
   schema.integer("data.max_length", 1024,
                  "tokens of prompt + completion; longer completions are cut at the end (TRL's keep_start), and "
                  "pairs whose prompt alone fills it are dropped and counted");
@@ -64,6 +68,15 @@ DpoSettings read_dpo_settings(const config::Config& config) {
     settings.reference_path = config.get_string("dpo.reference_model");
   }
   settings.reference_bf16 = config.get_string("dpo.reference_dtype") == "bf16";
+  settings.precompute_reference = config.get_bool("dpo.precompute_reference");
+  if (settings.precompute_reference && !settings.uses_reference()) {
+    config.fail("dpo.precompute_reference", fmt::format("is true, but dpo.loss {} needs no reference model; remove it",
+                                                        config.get_string("dpo.loss")));
+  }
+  if (!settings.reference_bf16 && settings.reference_is_base()) {
+    config.fail("dpo.reference_dtype", "is fp32, but with LoRA the reference is the base model with the adapters "
+                                       "switched off (stored as param_dtype says); remove it");
+  }
   return settings;
 }
 
@@ -91,11 +104,6 @@ void validate_dpo_config(const config::Config& config) {
   }
   if (config.get_bool("data.train_on_prompt")) {
     config.fail("data.train_on_prompt", "is not used by dpo (only completions are scored); remove it");
-  }
-  if (config.get_string("distributed.strategy") == "full_shard") {
-    config.fail("distributed.strategy", "full_shard is not supported by dpo yet (its reference forward would need "
-                                        "the gathered weights outside the training forward); use ddp or "
-                                        "shard_grad_op");
   }
   if (config.has("data.train")) {
     for (const auto& file : config.get_weighted_paths("data.train")) {

@@ -17,6 +17,9 @@ struct DpoSettings {
   // The reference of a full fine-tune: a frozen model read from here (default: model.path, the policy's start).
   std::optional<std::string> reference_path;
   bool reference_bf16 = true;  // dpo.reference_dtype: the frozen copy's storage
+  // dpo.precompute_reference: the reference's log-probs computed once before training (reference_logps.h); no
+  // reference copy or reference forward during training.
+  bool precompute_reference = false;
   bool uses_reference() const { return train::needs_reference(loss.type); }
   bool reference_is_base() const { return sft.model.lora.lora.rank > 0; }  // LoRA: adapters off, no copy
 };

@@ -1,5 +1,6 @@
 #include "tune/recipes/dpo/dpo_step.h"
 
+#include "tune/core/error.h"
 #include "tune/data/sft_dataset.h"
 #include "tune/nn/lora_linear.h"
 #include "tune/train/sequence_logps.h"
@@ -49,6 +50,16 @@ train::PairLogps reference_pair_logps(models::LlamaForCausalLM& policy, models::
   // The base alone: with the adapters off nothing random is left (LoRA's dropout is on the adapter's input only).
   const nn::LoraAdaptersOff base_only;
   return pair_logps(policy, batch, device);
+}
+
+train::PairLogps stored_reference_logps(const data::PreferenceBatch& batch, const torch::Device& device) {
+  if (!batch.reference_chosen.defined()) {
+    throw Error("dpo: a batch has no precomputed reference log-probs (dpo.precompute_reference)");
+  }
+  train::PairLogps logps;
+  logps.chosen = batch.reference_chosen.to(device);
+  logps.rejected = batch.reference_rejected.to(device);
+  return logps;
 }
 
 void PreferenceTally::add(const train::PreferenceLossTerms& terms, const train::PairLogps& policy,

@@ -28,6 +28,10 @@ int64_t chosen_sequence_tokens(const data::PreferenceBatch& batch);
 train::PairLogps reference_pair_logps(models::LlamaForCausalLM& policy, models::LlamaForCausalLM* reference,
                                       const data::PreferenceBatch& batch, const torch::Device& device);
 
+// The batch's precomputed reference log-probs (dpo.precompute_reference, reference_logps.h) as PairLogps on
+// `device`; throws if the batch has none.
+train::PairLogps stored_reference_logps(const data::PreferenceBatch& batch, const torch::Device& device);
+
 // Sums over pairs of what TRL logs as batch means: rewards/chosen, rewards/rejected, rewards/accuracies,
 // rewards/margins, logps/chosen, logps/rejected (summed completion log-probs; for simpo and orpo the per-token
 // averages those losses use, as TRL's CPO and ORPO trainers log them), and the loss terms.

@@ -17,6 +17,7 @@
 #include "tune/recipes/dpo/dpo_recipe.h"
 #include "tune/recipes/dpo/dpo_settings.h"
 #include "tune/recipes/dpo/dpo_step.h"
+#include "tune/recipes/dpo/reference_logps.h"
 #include "tune/recipes/model_workloads.h"
 #include "tune/recipes/run_directory.h"
 #include "tune/recipes/sft/llama_training.h"
@@ -40,6 +41,20 @@ models::LlamaForCausalLM build_reference(const DpoSettings& settings, const data
   model->to(device);
   model->eval();
   return model;
+}
+
+constexpr const char* kReferenceLogpsFile = "reference_logps.safetensors";
+
+// What the precomputed log-probs depend on besides the pairs' token ids (reference_logps.h fingerprints both).
+std::string reference_identity(const DpoSettings& settings, const config::Config& config) {
+  if (settings.reference_is_base()) {
+    return fmt::format("the base of {} with the LoRA adapters off (lora.quantize_base {}, param_dtype {}), "
+                       "mixed_precision {}", settings.sft.model.path.value_or(""),
+                       config.get_string("lora.quantize_base"), config.get_string("param_dtype"),
+                       config.get_string("mixed_precision"));
+  }
+  return fmt::format("{} in {}, mixed_precision {}", settings.reference_path.value_or(settings.sft.model.path.value_or("")),
+                     settings.reference_bf16 ? "bf16" : "fp32", config.get_string("mixed_precision"));
 }
 
 // The summed figures of a tally over every rank's share.
@@ -89,7 +104,7 @@ int train(const TrainRequest& request) {
   if (run.frozen_weights_bf16) sft::store_frozen_weights_in_bf16(model);
   model->to(device);
   std::optional<models::LlamaForCausalLM> reference;
-  if (settings.uses_reference() && !settings.reference_is_base()) {
+  if (settings.uses_reference() && !settings.reference_is_base() && !settings.precompute_reference) {
     reference = build_reference(settings, tokenizer, run.seed, device);
   }
   // Both halves of every pair in one forward: twice the rows of the batch.
@@ -102,7 +117,22 @@ int train(const TrainRequest& request) {
   const std::shared_ptr<memory::CheckpointRunner>& checkpointing = setup.checkpointing;
   DataParallel& parallel = *setup.parallel;
 
-  const PreparedPairs prepared = prepare_pairs(data_settings, tokenizer, run.seed);
+  PreparedPairs prepared = prepare_pairs(data_settings, tokenizer, run.seed);
+  if (settings.precompute_reference) {
+    // A full fine-tune's reference is loaded for the pass alone (and not at all when the figures are stored).
+    std::optional<models::LlamaForCausalLM> temporary;
+    ReferencePass pass;
+    pass.identity = reference_identity(settings, config);
+    pass.pairs_per_batch = training.batch_size * parallel.size();
+    pass.logps = [&](const data::PreferenceBatch& batch) {
+      if (!settings.reference_is_base() && !temporary) temporary = build_reference(settings, tokenizer, run.seed, device);
+      precision::AutocastScope autocast(run.mixed_precision, device);
+      return reference_pair_logps(model, temporary ? &*temporary : nullptr, batch, device);
+    };
+    std::optional<std::filesystem::path> earlier;
+    if (request.resume_from) earlier = request.resume_from->parent_path().parent_path() / kReferenceLogpsFile;
+    attach_reference_logps(prepared, pass, parallel, output_dir / kReferenceLogpsFile, earlier);
+  }
   // The loader yields global batches (every rank's pairs); each rank computes its share.
   data::PreferenceLoader loader(prepared.train, training.batch_size * parallel.size(), data_settings.shuffle, run.seed);
   const auto eval_batches = prepared.eval.empty()
@@ -119,6 +149,7 @@ int train(const TrainRequest& request) {
   if (request.resume_from) {
     parallel.gather_parameters();
     OptimizerStateReader read_optimizer;
+    if (parallel.fully_sharded()) read_optimizer = [&](const auto& dir) { return parallel.read_sharded_optimizer_state(dir); };
     state = sft::read_checkpoint(*request.resume_from, model, optimizer, read_optimizer);
     parallel.reshard_parameters();
     loader.restore(state.loader);
@@ -131,6 +162,8 @@ int train(const TrainRequest& request) {
   for (const auto& tensor : model->parameters()) param_bytes += tensor.numel() * static_cast<int64_t>(tensor.element_size());
   for (const auto& tensor : param_tensors) trainable_bytes += tensor.numel() * static_cast<int64_t>(tensor.element_size());
   param_bytes += sft::nf4_footprint(model).bytes;
+  param_bytes = parallel.bytes_per_process(param_bytes, false);  // full_shard: its flat shards
+  trainable_bytes = parallel.bytes_per_process(trainable_bytes, true);
   int64_t reference_bytes = 0;
   if (reference) {
     for (const auto& tensor : (*reference)->parameters()) {
@@ -139,6 +172,7 @@ int train(const TrainRequest& request) {
   }
   const std::string reference_text =
       !settings.uses_reference() ? "none (the loss is reference-free)"
+      : settings.precompute_reference ? "log-probs precomputed before training (none held now)"
       : settings.reference_is_base()
           ? "the base model with the LoRA adapters off (no second copy)"
           : fmt::format("a frozen copy of {} in {} ({})", settings.reference_path.value_or(*settings.sft.model.path),
@@ -168,7 +202,11 @@ int train(const TrainRequest& request) {
   auto batch_terms = [&](const data::PreferenceBatch& batch) {
     precision::AutocastScope autocast(run.mixed_precision, device);
     train::PairLogps reference_logps;
-    if (settings.uses_reference()) reference_logps = reference_pair_logps(model, reference_model, batch, device);
+    if (settings.precompute_reference) {
+      reference_logps = stored_reference_logps(batch, device);
+    } else if (settings.uses_reference()) {
+      reference_logps = reference_pair_logps(model, reference_model, batch, device);
+    }
     const train::PairLogps policy =
         pair_logps(model, batch, device, settings.loss.type == train::PreferenceLossType::orpo);
     return std::pair{train::preference_loss(policy, reference_logps, settings.loss), policy};
@@ -234,13 +272,18 @@ int train(const TrainRequest& request) {
     model->eval();
     PreferenceTally tally;
     for (const auto& global_batch : eval_batches) {
-      const RowRange rows = parallel.share(global_batch.pairs);
-      if (rows.size() == 0) continue;
+      RowRange rows = parallel.share(global_batch.pairs);
+      // full_shard: a rank without pairs still runs the forward (its gathers), on pair 0, counting nothing.
+      const bool dummy = rows.size() == 0 && parallel.every_rank_computes();
+      if (rows.size() == 0 && !dummy) continue;
+      if (dummy) rows = {0, 1};
       const data::PreferenceBatch batch =
           parallel.active() ? data::slice_pairs(global_batch, rows.begin, rows.end) : global_batch;
+      parallel.before_forward();
       auto [terms, policy] = batch_terms(batch);
-      tally.add(terms, policy, settings.loss.type);
+      if (!dummy) tally.add(terms, policy, settings.loss.type);
     }
+    parallel.release_parameters();
     model->train();
     eval_tally = sum_over_ranks(tally, parallel);
     return eval_tally.loss();
@@ -254,6 +297,8 @@ int train(const TrainRequest& request) {
     sft::write_checkpoint(dir, model, tokenizer, settings.sft.model.path.value_or(""), &optimizer, state,
                           parallel.shards_optimizer_state());
   };
+  hooks.before_save = [&] { parallel.gather_parameters(); };
+  hooks.after_save = [&] { parallel.release_parameters(); };
   if (parallel.shards_optimizer_state()) {
     hooks.save_optimizer_shard = [&](const std::filesystem::path& file,
                                      const std::map<std::string, std::string>& metadata) {
