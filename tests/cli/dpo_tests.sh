@@ -57,6 +57,9 @@ case_dpo_lora_train_resume_export() {
   contains "$ERR" "reference: the base model with the LoRA adapters off"
   contains "$ERR" "reward acc"
   contains "$ERR" "12 pairs read"
+  # loss.svg draws the reward margin (train and eval) on its own axis beside the loss.
+  grep -q 'class="secondary"' "$run/loss.svg" && grep -q 'class="secondary-eval"' "$run/loss.svg" \
+    && grep -q "reward margin (right)" "$run/loss.svg" || fail "loss.svg lacks the reward margin"
   # TRL's names in metrics.jsonl, train and eval; the first step's policy is the reference (LoRA B starts at 0).
   "$PYTHON" - "$run/metrics.jsonl" <<'PY' || fail "metrics.jsonl"
 import json, math, sys

@@ -152,6 +152,31 @@ TEST_CASE("A long loss curve is thinned but keeps its spikes", "[run][plot]") {
   CHECK(top == Approx(spike_only[1].y).margin(0.11));
 }
 
+TEST_CASE("Loss SVG draws a secondary metric on its own right-hand axis", "[run][plot]") {
+  tune::LossCurves curves;
+  curves.train = {{1, 0.69}, {2, 0.60}, {3, 0.50}};
+  curves.secondary = {{1, 0.0}, {2, 4.0}, {3, 8.0}};  // a reward margin, on a scale the loss never reaches
+  curves.secondary_eval = {{3, 6.0}};
+  tune::LossPlotOptions options;
+  options.secondary_label = "reward margin";
+  const std::string svg = render_loss_plot(curves, options);
+  CHECK(tags_balanced(svg));
+  const auto loss = polyline_points(svg, "train");
+  const auto margin = polyline_points(svg, "secondary");
+  REQUIRE(loss.size() == 3);
+  REQUIRE(margin.size() == 3);
+  // Each curve spans its own axis: the rising margin goes up the plot while the falling loss goes down, and both
+  // reach near the plot's top and bottom edges (the axes are scaled separately).
+  CHECK(margin[2].y < margin[0].y);
+  CHECK(loss[2].y > loss[0].y);
+  CHECK(std::abs((margin[0].y - margin[2].y) - (loss[2].y - loss[0].y)) < 0.5 * (loss[2].y - loss[0].y));
+  CHECK(count(svg, "<circle class=\"secondary-eval\"") == 1);
+  CHECK_THAT(svg, Catch::Contains("reward margin (right)") && Catch::Contains("eval reward margin (right)") &&
+                      Catch::Contains(">8<"));
+  // Without secondary points the plot is the plain loss plot.
+  CHECK(tune::render_loss_plot(tune::LossCurves{curves.train, {}, {}, {}}, options) == render_loss_svg(curves.train, {}));
+}
+
 TEST_CASE("loss_curves_from_metrics pulls loss and eval_loss and skips nulls", "[run][plot]") {
   const std::vector<nlohmann::json> records = {
       {{"step", 1}, {"loss", 2.0}},
@@ -166,6 +191,15 @@ TEST_CASE("loss_curves_from_metrics pulls loss and eval_loss and skips nulls", "
   REQUIRE(curves.eval.size() == 1);
   CHECK(curves.eval[0].step == 3);
   CHECK(curves.eval[0].loss == 1.7);
+  CHECK(curves.secondary.empty());
+  const std::vector<nlohmann::json> dpo = {{{"step", 1}, {"loss", 0.69}, {"rewards/margins", 0.0}},
+                                           {{"step", 2}, {"loss", 0.5}, {"rewards/margins", 0.4},
+                                            {"eval_loss", 0.6}, {"eval_rewards/margins", 0.3}}};
+  const auto with_margin = tune::loss_curves_from_metrics(dpo, "rewards/margins");
+  REQUIRE(with_margin.secondary.size() == 2);
+  CHECK(with_margin.secondary[1].loss == 0.4);
+  REQUIRE(with_margin.secondary_eval.size() == 1);
+  CHECK(with_margin.secondary_eval[0].loss == 0.3);
 }
 
 TEST_CASE("write_loss_svg replaces the file atomically and leaves no temporary behind", "[run][plot]") {

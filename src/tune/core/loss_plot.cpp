@@ -19,6 +19,7 @@ namespace {
 
 constexpr const char* kTrainColour = "#1f77b4";
 constexpr const char* kEvalColour = "#d62728";
+constexpr const char* kSecondaryColour = "#2ca02c";
 
 std::vector<LossPoint> finite_points(const std::vector<LossPoint>& points) {
   std::vector<LossPoint> finite;
@@ -105,16 +106,19 @@ std::string escape_xml(const std::string& text) {
 
 }  // namespace
 
-LossCurves loss_curves_from_metrics(const std::vector<nlohmann::json>& records) {
+LossCurves loss_curves_from_metrics(const std::vector<nlohmann::json>& records, const std::string& secondary_metric) {
   LossCurves curves;
   for (const nlohmann::json& record : records) {
     if (!record.is_object() || !record.contains("step") || !record["step"].is_number_integer()) continue;
     const int64_t step = record["step"].get<int64_t>();
-    if (auto it = record.find("loss"); it != record.end() && it->is_number()) {
-      curves.train.push_back({step, it->get<double>()});
-    }
-    if (auto it = record.find("eval_loss"); it != record.end() && it->is_number()) {
-      curves.eval.push_back({step, it->get<double>()});
+    auto take = [&](const std::string& key, std::vector<LossPoint>& into) {
+      if (auto it = record.find(key); it != record.end() && it->is_number()) into.push_back({step, it->get<double>()});
+    };
+    take("loss", curves.train);
+    take("eval_loss", curves.eval);
+    if (!secondary_metric.empty()) {
+      take(secondary_metric, curves.secondary);
+      take("eval_" + secondary_metric, curves.secondary_eval);
     }
   }
   return curves;
@@ -122,30 +126,54 @@ LossCurves loss_curves_from_metrics(const std::vector<nlohmann::json>& records) 
 
 std::string render_loss_svg(const std::vector<LossPoint>& train_points, const std::vector<LossPoint>& eval_points,
                             const LossPlotOptions& options) {
-  const std::vector<LossPoint> train = thin(finite_points(train_points), options.max_points);
-  const std::vector<LossPoint> eval = finite_points(eval_points);
+  return render_loss_plot(LossCurves{train_points, eval_points, {}, {}}, options);
+}
+
+std::string render_loss_plot(const LossCurves& curves, const LossPlotOptions& options) {
+  const std::vector<LossPoint> train = thin(finite_points(curves.train), options.max_points);
+  const std::vector<LossPoint> eval = finite_points(curves.eval);
+  const std::vector<LossPoint> secondary = thin(finite_points(curves.secondary), options.max_points);
+  const std::vector<LossPoint> secondary_eval = finite_points(curves.secondary_eval);
+  const bool has_secondary = !secondary.empty() || !secondary_eval.empty();
 
   const double width = std::max(options.width, 200);
   const double height = std::max(options.height, 150);
-  const double left = 70, right = 20, top = 40, bottom = 50;
+  const double left = 70, right = has_secondary ? 70 : 20, top = 40, bottom = 50;
   const double plot_width = width - left - right, plot_height = height - top - bottom;
 
   double min_step = 0, max_step = 1, min_loss = 0, max_loss = 1;
   bool any = false;
-  for (const auto* curve : {&train, &eval}) {
+  for (const auto* curve : {&train, &eval, &secondary, &secondary_eval}) {
     for (const LossPoint& point : *curve) {
       const double step = static_cast<double>(point.step);
       min_step = any ? std::min(min_step, step) : step;
       max_step = any ? std::max(max_step, step) : step;
-      min_loss = any ? std::min(min_loss, point.loss) : point.loss;
-      max_loss = any ? std::max(max_loss, point.loss) : point.loss;
       any = true;
+    }
+  }
+  bool any_loss = false;
+  for (const auto* curve : {&train, &eval}) {
+    for (const LossPoint& point : *curve) {
+      min_loss = any_loss ? std::min(min_loss, point.loss) : point.loss;
+      max_loss = any_loss ? std::max(max_loss, point.loss) : point.loss;
+      any_loss = true;
+    }
+  }
+  double min_value = 0, max_value = 1;
+  bool any_value = false;
+  for (const auto* curve : {&secondary, &secondary_eval}) {
+    for (const LossPoint& point : *curve) {
+      min_value = any_value ? std::min(min_value, point.loss) : point.loss;
+      max_value = any_value ? std::max(max_value, point.loss) : point.loss;
+      any_value = true;
     }
   }
   const Axis x_axis = make_axis(min_step, max_step, /*min_step=*/1.0);
   const Axis y_axis = make_axis(min_loss, max_loss, /*min_step=*/0.0);
+  const Axis y2_axis = make_axis(min_value, max_value, /*min_step=*/0.0);
   auto x_of = [&](double step) { return left + (step - x_axis.low) / (x_axis.high - x_axis.low) * plot_width; };
   auto y_of = [&](double loss) { return top + (y_axis.high - loss) / (y_axis.high - y_axis.low) * plot_height; };
+  auto y2_of = [&](double value) { return top + (y2_axis.high - value) / (y2_axis.high - y2_axis.low) * plot_height; };
 
   std::string svg = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
@@ -169,6 +197,16 @@ std::string render_loss_svg(const std::vector<LossPoint>& train_points, const st
         "<text x=\"{3:.1f}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>\n",
         left, y, left + plot_width, left - 6, y + 4, tick_label(tick, false));
   }
+  if (has_secondary) {  // the right-hand axis: ticks and title only (the grid follows the loss axis)
+    for (double tick = y2_axis.low; tick <= y2_axis.high + y2_axis.step * 1e-6; tick += y2_axis.step) {
+      svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"start\" fill=\"{}\">{}</text>\n",
+                         left + plot_width + 6, y2_of(tick) + 4, kSecondaryColour, tick_label(tick, false));
+    }
+    const double x = width - 12, y = top + plot_height / 2;
+    svg += fmt::format("<text x=\"{0:.1f}\" y=\"{1:.1f}\" text-anchor=\"middle\" fill=\"{2}\" "
+                       "transform=\"rotate(90 {0:.1f} {1:.1f})\">{3}</text>\n",
+                       x, y, kSecondaryColour, escape_xml(options.secondary_label));
+  }
   svg += fmt::format(
       "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"none\" stroke=\"black\"/>\n"
       "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">step</text>\n"
@@ -181,17 +219,27 @@ std::string render_loss_svg(const std::vector<LossPoint>& train_points, const st
                        left + plot_width / 2, top + plot_height / 2);
   }
 
-  auto polyline = [&](const std::vector<LossPoint>& points, const char* name, const char* colour) {
+  auto polyline = [&](const std::vector<LossPoint>& points, const char* name, const char* colour,
+                      bool right_axis = false, const char* dash = "") {
     std::string coordinates;
     for (const LossPoint& point : points) {
       if (!coordinates.empty()) coordinates += ' ';
-      coordinates += fmt::format("{:.1f},{:.1f}", x_of(static_cast<double>(point.step)), y_of(point.loss));
+      coordinates += fmt::format("{:.1f},{:.1f}", x_of(static_cast<double>(point.step)),
+                                 right_axis ? y2_of(point.loss) : y_of(point.loss));
     }
     return fmt::format(
-        "<polyline class=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" stroke-linejoin=\"round\" "
+        "<polyline class=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" stroke-linejoin=\"round\"{} "
         "points=\"{}\"/>\n",
-        name, colour, coordinates);
+        name, colour, *dash ? fmt::format(" stroke-dasharray=\"{}\"", dash) : "", coordinates);
   };
+  if (!secondary.empty()) svg += polyline(secondary, "secondary", kSecondaryColour, true);
+  if (!secondary_eval.empty()) {
+    svg += polyline(secondary_eval, "secondary-eval", kSecondaryColour, true, "4 3");
+    for (const LossPoint& point : secondary_eval) {
+      svg += fmt::format("<circle class=\"secondary-eval\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n",
+                         x_of(static_cast<double>(point.step)), y2_of(point.loss), kSecondaryColour);
+    }
+  }
   if (!train.empty()) svg += polyline(train, "train", kTrainColour);
   // A lone train point draws no line; a dot keeps it visible.
   if (train.size() == 1) {
@@ -207,7 +255,8 @@ std::string render_loss_svg(const std::vector<LossPoint>& train_points, const st
   }
 
   // Legend, top right inside the plot.
-  const double legend_x = left + plot_width - 110;
+  const double legend_width = has_secondary ? 190 : 104;
+  const double legend_x = left + plot_width - legend_width - 6;
   double legend_y = top + 16;
   auto legend_entry = [&](const char* label, const char* colour, bool marker) {
     std::string entry = fmt::format(
@@ -221,18 +270,26 @@ std::string render_loss_svg(const std::vector<LossPoint>& train_points, const st
     legend_y += 18;
     return entry;
   };
-  svg += fmt::format("<g class=\"legend\"><rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"104\" height=\"{}\" fill=\"white\" "
-                     "stroke=\"#c0c0c0\"/>\n",
-                     legend_x - 6, top + 5, eval.empty() ? 22 : 40);
+  const int entries = 1 + (eval.empty() ? 0 : 1) + (secondary.empty() ? 0 : 1) + (secondary_eval.empty() ? 0 : 1);
+  svg += fmt::format("<g class=\"legend\"><rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.0f}\" height=\"{}\" "
+                     "fill=\"white\" stroke=\"#c0c0c0\"/>\n",
+                     legend_x - 6, top + 5, legend_width, 4 + 18 * entries);
   svg += legend_entry("train loss", kTrainColour, false);
   if (!eval.empty()) svg += legend_entry("eval loss", kEvalColour, true);
+  const std::string label = escape_xml(options.secondary_label.empty() ? "secondary" : options.secondary_label);
+  if (!secondary.empty()) svg += legend_entry((label + " (right)").c_str(), kSecondaryColour, false);
+  if (!secondary_eval.empty()) svg += legend_entry(("eval " + label + " (right)").c_str(), kSecondaryColour, true);
   svg += "</g>\n</svg>\n";
   return svg;
 }
 
 void write_loss_svg(const fs::path& path, const std::vector<LossPoint>& train, const std::vector<LossPoint>& eval,
                     const LossPlotOptions& options) {
-  const std::string svg = render_loss_svg(train, eval, options);
+  write_loss_plot(path, LossCurves{train, eval, {}, {}}, options);
+}
+
+void write_loss_plot(const fs::path& path, const LossCurves& curves, const LossPlotOptions& options) {
+  const std::string svg = render_loss_plot(curves, options);
   const fs::path temporary = path.string() + fmt::format(".tmp-{}", ::getpid());
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);

@@ -132,7 +132,7 @@ int run_step_loop(const StepLoopSettings& settings, const StepLoopHooks& hooks, 
     metrics.emplace(output_dir);
     metrics->truncate_after(start.step);
     const std::vector<nlohmann::json> history = read_metrics(metrics->path());
-    curves = loss_curves_from_metrics(history);
+    curves = loss_curves_from_metrics(history, settings.plot_metric);
     // The event files are remade from metrics.jsonl (trimmed to the resume step), so a resumed run's curves go on
     // without a repeated step.
     if (settings.tensorboard) tensorboard.emplace(output_dir / "tensorboard", history, start.elapsed_s);
@@ -223,6 +223,9 @@ int run_step_loop(const StepLoopSettings& settings, const StepLoopHooks& hooks, 
       if (result.loss_scale) record["loss_scale"] = *result.loss_scale;
       for (const auto& [name, value] : result.metrics) record[name] = value;
       curves.train.push_back({step, result.loss});
+      if (record.contains(settings.plot_metric)) {
+        curves.secondary.push_back({step, record[settings.plot_metric].get<double>()});
+      }
       if (eval_now && hooks.evaluate) {
         if (const auto eval_loss = hooks.evaluate()) {
           record["eval_loss"] = *eval_loss;
@@ -230,13 +233,18 @@ int run_step_loop(const StepLoopSettings& settings, const StepLoopHooks& hooks, 
             for (const auto& [name, value] : hooks.evaluate_metrics()) record["eval_" + name] = value;
           }
           curves.eval.push_back({step, *eval_loss});
+          if (const std::string key = "eval_" + settings.plot_metric; record.contains(key)) {
+            curves.secondary_eval.push_back({step, record[key].get<double>()});
+          }
           progress.print(fmt::format("step {}: eval loss {:.4f}", step, *eval_loss));
         }
       }
       if (main_rank) {
         metrics->write(record);
         if (tensorboard) tensorboard->write(record);
-        write_loss_svg(output_dir / "loss.svg", curves.train, curves.eval);
+        LossPlotOptions plot;
+        plot.secondary_label = settings.plot_metric_label;
+        write_loss_plot(output_dir / "loss.svg", curves, plot);
       }
       window_items = 0.0;
       window_peak = 0;

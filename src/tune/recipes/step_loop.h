@@ -26,6 +26,10 @@ struct StepLoopSettings {
   std::string throughput_unit = "tokens";    // metrics key <unit>_per_s; "tokens" or "samples"
   bool cuda = false;                         // which allocator's peak to read
   bool tensorboard = true;                   // also RUN/tensorboard/ event files (rank 0)
+  // A recipe figure (StepResult::metrics, and its eval_ form) loss.svg draws on a right-hand axis: DPO's reward
+  // margin. Empty: the loss alone.
+  std::string plot_metric;
+  std::string plot_metric_label;
 };
 
 struct TrainingSettings;

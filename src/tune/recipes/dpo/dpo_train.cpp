@@ -305,7 +305,9 @@ int train(const TrainRequest& request) {
       io::save_safetensors(file, optimizer.state_tensors(), metadata);
     };
   }
-  const StepLoopSettings loop = make_step_loop_settings(training, output_dir, "tokens", device.is_cuda());
+  StepLoopSettings loop = make_step_loop_settings(training, output_dir, "tokens", device.is_cuda());
+  loop.plot_metric = "rewards/margins";  // loss.svg: the reward margin beside the loss, as TRL users plot it
+  loop.plot_metric_label = "reward margin";
   return run_step_loop(loop, hooks, {state.step, state.elapsed_s}, memory_plan);
 }
 
