@@ -121,7 +121,7 @@ PY
 # dpo.precompute_reference: the reference's log-probs computed once before training and stored in the run directory
 # give the losses of the run that computes them at every step (fp32, same batches), with no reference held; a
 # resume reads the stored figures back instead of loading the reference; other pairs make them be computed again.
-case_dpo_precompute_reference() {
+case_dpo_precompute_reference_and_mixture() {
   make_rows
   local yaml="$WORK/dpo-pre.yaml" live="$WORK/runs/dpo-pre-live" pre="$WORK/runs/dpo-pre"
   rm -rf "$live" "$pre" "$WORK/runs/dpo-pre-resume"
@@ -161,6 +161,12 @@ PY
   close_losses "$live/metrics.jsonl" "$pre/metrics.jsonl" 1e-5
   "$PYTHON" -c "import json,sys; m=json.load(open(sys.argv[1])); assert m['reference_bytes'] == 0, m" \
     "$pre/memory.json" || fail "memory.json counts a reference copy"
+  # Weighted data.train files mix as SFT's do: 12 pairs x 0.5 + 3 pairs x 2 = 12 pairs an epoch, 6 batches of 2.
+  rm -rf "$pre"
+  expect_exit 0 "$TUNE" train "$yaml" training.max_steps=2 \
+    "data.train=[{path: $WORK/dpo-rows.jsonl, weight: 0.5}, {path: $FIXTURE/rows_conversational.jsonl, weight: 2}]"
+  contains "$ERR" "data: mixture: $WORK/dpo-rows.jsonl: 12 pairs x weight 0.5 -> 6 per epoch (50.0% of the epoch)"
+  contains "$ERR" "(6 batches per epoch)"
   # A reference-free loss has nothing to precompute.
   expect_exit 2 "$TUNE" train "$yaml" dpo.loss=simpo dpo.precompute_reference=true
   contains "$ERR" "dpo.precompute_reference"

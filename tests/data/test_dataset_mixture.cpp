@@ -8,6 +8,7 @@
 
 #include "tune/core/error.h"
 #include "tune/data/dataset_mixture.h"
+#include "tune/data/preference_loader.h"
 #include "tune/data/sft_loader.h"
 
 using namespace tune::data;
@@ -130,4 +131,42 @@ TEST_CASE("with every weight 1 the mixture is the plain loader", "[data][mixture
   SftLoader plain(mixed.examples, options);
   CHECK(weighted.batches_per_epoch() == plain.batches_per_epoch());
   for (int i = 0; i < 15; ++i) CHECK(weighted.next().input_ids.equal(plain.next().input_ids));
+}
+
+TEST_CASE("the preference loader mixes data.train's files by weight as the SFT loader does", "[data][mixture]") {
+  // Pairs of files 0 (20 pairs, weight 0.5) and 1 (6 pairs, weight 2): an epoch holds 10 + 12 pairs, the second
+  // file's each exactly twice; pair i's prompt is the single token i, so a batch names its pairs.
+  std::vector<TokenizedPair> pairs;
+  for (int64_t i = 0; i < 26; ++i) {
+    TokenizedPair pair;
+    pair.prompt_ids = {i};
+    pair.chosen_ids = {1, 2};
+    pair.rejected_ids = {3};
+    pair.file_index = i < 20 ? 0 : 1;
+    pairs.push_back(pair);
+  }
+  PreferenceLoader loader(pairs, 4, /*shuffle=*/true, 9, {0.5, 2.0});
+  CHECK(loader.batches_per_epoch() == 6);  // ceil(22 / 4)
+  std::map<int64_t, int64_t> seen;
+  for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
+    const PreferenceBatch batch = loader.next();
+    for (int64_t p = 0; p < batch.pairs; ++p) ++seen[batch.input_ids[p][0].item<int64_t>()];
+  }
+  int64_t first_file = 0;
+  for (const auto& [pair, times] : seen) {
+    if (pair < 20) {
+      first_file += times;
+      CHECK(times == 1);
+    } else {
+      CHECK(times == 2);
+    }
+  }
+  CHECK(first_file == 10);
+  CHECK(loader.position().epoch == 1);
+  // A resumed loader continues with the same batches; unweighted, every pair once per epoch.
+  PreferenceLoader resumed(pairs, 4, true, 9, {0.5, 2.0});
+  resumed.restore(loader.position());
+  for (int i = 0; i < 8; ++i) CHECK(loader.next().input_ids.equal(resumed.next().input_ids));
+  CHECK(PreferenceLoader(pairs, 4, true, 9, {1.0, 1.0}).batches_per_epoch() == 7);
+  CHECK(PreferenceLoader(pairs, 4, true, 9, {0.5, 2.0}).all_batches_in_order().size() == 7);
 }

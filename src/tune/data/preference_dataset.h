@@ -41,6 +41,7 @@ std::vector<PreferenceRow> read_preference_file(const std::filesystem::path& pat
 struct TokenizedPair {
   std::vector<int64_t> prompt_ids, chosen_ids, rejected_ids;
   std::string source;
+  int32_t file_index = 0;  // which of data.train's files it came from (a weighted mixture, dataset_mixture.h)
   // The reference model's summed completion log-probs, when computed once before training (dpo.precompute_reference):
   // they travel with the pair through shuffles and resumes. NaN: not computed.
   float reference_chosen = std::numeric_limits<float>::quiet_NaN();

@@ -84,26 +84,44 @@ PreferenceBatch slice_pairs(const PreferenceBatch& batch, int64_t begin, int64_t
 }
 
 PreferenceLoader::PreferenceLoader(std::vector<TokenizedPair> pairs, int64_t pairs_per_batch, bool shuffle,
-                                   uint64_t seed)
+                                   uint64_t seed, std::vector<double> file_weights)
     : pairs_(std::move(pairs)), pairs_per_batch_(pairs_per_batch), shuffle_(shuffle), seed_(seed) {
   if (pairs_.empty()) throw InputError("no preference pairs to train on");
   if (pairs_per_batch_ < 1) throw UsageError("PreferenceLoader: pairs_per_batch must be >= 1");
+  if (is_weighted(file_weights)) file_weights_ = std::move(file_weights);
+  epoch_pairs_ = static_cast<int64_t>(pairs_.size());
+  if (!file_weights_.empty()) {
+    std::vector<int64_t> counts(file_weights_.size(), 0);
+    for (const auto& pair : pairs_) ++counts.at(static_cast<size_t>(pair.file_index));
+    epoch_pairs_ = 0;
+    for (size_t i = 0; i < counts.size(); ++i) epoch_pairs_ += examples_per_epoch(counts[i], file_weights_[i]);
+  }
   plan_epoch(0);
 }
 
 void PreferenceLoader::plan_epoch(int64_t epoch) {
-  const auto count = static_cast<int64_t>(pairs_.size());
-  if (shuffle_) {
-    order_ = seeded_permutation(count, seed_ + static_cast<uint64_t>(epoch));
+  // The epoch's pairs (a weighted mixture repeats some files and draws from others), then their seeded order.
+  // Unweighted, the pool is 0..n-1, so the order is the permutation itself.
+  std::vector<int64_t> pool(pairs_.size());
+  if (file_weights_.empty()) {
+    std::iota(pool.begin(), pool.end(), int64_t{0});
   } else {
-    order_.resize(static_cast<size_t>(count));
-    std::iota(order_.begin(), order_.end(), int64_t{0});
+    std::vector<int32_t> file_of;
+    file_of.reserve(pairs_.size());
+    for (const auto& pair : pairs_) file_of.push_back(pair.file_index);
+    pool = mixture_epoch(file_of, file_weights_, seed_, epoch);
+  }
+  order_ = pool;
+  if (shuffle_) {
+    const std::vector<int64_t> permutation =
+        seeded_permutation(static_cast<int64_t>(pool.size()), seed_ + static_cast<uint64_t>(epoch));
+    for (size_t i = 0; i < pool.size(); ++i) order_[i] = pool[static_cast<size_t>(permutation[i])];
   }
   planned_epoch_ = epoch;
 }
 
 int64_t PreferenceLoader::batches_per_epoch() const {
-  return (static_cast<int64_t>(pairs_.size()) + pairs_per_batch_ - 1) / pairs_per_batch_;
+  return (epoch_pairs_ + pairs_per_batch_ - 1) / pairs_per_batch_;
 }
 
 PreferenceBatch PreferenceLoader::batch_at(const std::vector<int64_t>& order, int64_t batch_index) const {
@@ -143,7 +161,8 @@ std::vector<PreferenceBatch> PreferenceLoader::all_batches_in_order() const {
   std::vector<int64_t> order(pairs_.size());
   std::iota(order.begin(), order.end(), int64_t{0});
   std::vector<PreferenceBatch> batches;
-  for (int64_t b = 0; b < batches_per_epoch(); ++b) batches.push_back(batch_at(order, b));
+  const auto count = static_cast<int64_t>(pairs_.size());  // every pair once, whatever the mixture's weights
+  for (int64_t b = 0; b * pairs_per_batch_ < count; ++b) batches.push_back(batch_at(order, b));
   return batches;
 }
 

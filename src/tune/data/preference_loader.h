@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "tune/data/dataset_mixture.h"
 #include "tune/data/preference_dataset.h"
 #include "tune/data/sft_loader.h"
 
@@ -33,7 +34,10 @@ PreferenceBatch slice_pairs(const PreferenceBatch& batch, int64_t begin, int64_t
 
 class PreferenceLoader {
  public:
-  PreferenceLoader(std::vector<TokenizedPair> pairs, int64_t pairs_per_batch, bool shuffle, uint64_t seed);
+  // `file_weights` (indexed by TokenizedPair::file_index; empty or all 1: each pair once per epoch): several files
+  // mixed by weight, each epoch drawing from them as dataset_mixture.h says, as the SFT loader does.
+  PreferenceLoader(std::vector<TokenizedPair> pairs, int64_t pairs_per_batch, bool shuffle, uint64_t seed,
+                   std::vector<double> file_weights = {});
   PreferenceBatch next();  // wraps to a new epoch (a new seeded order: seed + epoch) at the end of the data
   int64_t batches_per_epoch() const;
   LoaderPosition position() const { return {position_.epoch, position_.batch_in_epoch, pairs_per_batch_}; }
@@ -42,6 +46,8 @@ class PreferenceLoader {
 
  private:
   std::vector<TokenizedPair> pairs_;
+  std::vector<double> file_weights_;  // empty unless the mixture is weighted
+  int64_t epoch_pairs_ = 0;           // pairs per epoch: all of them, or what the mixture draws
   int64_t pairs_per_batch_;
   bool shuffle_;
   uint64_t seed_;

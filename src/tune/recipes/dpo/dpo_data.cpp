@@ -4,6 +4,7 @@
 #include "tune/core/log.h"
 #include "tune/data/dataset_file.h"
 #include "tune/data/train_eval_split.h"
+#include "tune/recipes/sft/sft_data.h"
 
 namespace tune::recipes::dpo {
 namespace {
@@ -32,11 +33,13 @@ std::vector<data::TokenizedPair> read_and_tokenize(const std::string& path, cons
 PreparedPairs prepare_pairs(const sft::DataSettings& settings, const data::Tokenizer& tokenizer, uint64_t seed) {
   const data::ChatTemplate chat_template = data::ChatTemplate::resolve(settings.chat_template, tokenizer);
   std::vector<data::TokenizedPair> all;
-  for (const auto& file : settings.train) {
-    auto pairs = read_and_tokenize(file.path, settings, tokenizer, chat_template);
-    all.insert(all.end(), std::make_move_iterator(pairs.begin()), std::make_move_iterator(pairs.end()));
-  }
   PreparedPairs prepared;
+  for (size_t i = 0; i < settings.train.size(); ++i) {
+    auto pairs = read_and_tokenize(settings.train[i].path, settings, tokenizer, chat_template);
+    for (auto& pair : pairs) pair.file_index = static_cast<int32_t>(i);
+    all.insert(all.end(), std::make_move_iterator(pairs.begin()), std::make_move_iterator(pairs.end()));
+    prepared.file_weights.push_back(settings.train[i].weight);
+  }
   if (settings.eval_path) {
     prepared.train = std::move(all);
     prepared.eval = read_and_tokenize(*settings.eval_path, settings, tokenizer, chat_template);
@@ -44,6 +47,9 @@ PreparedPairs prepare_pairs(const sft::DataSettings& settings, const data::Token
     data::split_train_eval_items(std::move(all), settings.eval_fraction, seed, prepared.train, prepared.eval);
   }
   log::info("data: {} training and {} evaluation pairs", prepared.train.size(), prepared.eval.size());
+  std::vector<int64_t> per_file(settings.train.size(), 0);
+  for (const auto& pair : prepared.train) ++per_file[static_cast<size_t>(pair.file_index)];
+  sft::log_mixture(settings, per_file, "pairs");
   return prepared;
 }
 

@@ -11,6 +11,7 @@ namespace tune::recipes::dpo {
 
 struct PreparedPairs {
   std::vector<data::TokenizedPair> train, eval;
+  std::vector<double> file_weights;  // data.train's weights, by TokenizedPair::file_index
 };
 
 // Every row of every file is read and validated first (a bad row stops the run before anything trains), then

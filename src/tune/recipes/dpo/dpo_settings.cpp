@@ -105,14 +105,6 @@ void validate_dpo_config(const config::Config& config) {
   if (config.get_bool("data.train_on_prompt")) {
     config.fail("data.train_on_prompt", "is not used by dpo (only completions are scored); remove it");
   }
-  if (config.has("data.train")) {
-    for (const auto& file : config.get_weighted_paths("data.train")) {
-      if (file.weight != 1.0) {
-        config.fail("data.train", fmt::format("gives '{}' weight {}, but dpo does not mix files by weight yet; "
-                                              "list the files without weights", file.path, file.weight));
-      }
-    }
-  }
 }
 
 }  // namespace tune::recipes::dpo

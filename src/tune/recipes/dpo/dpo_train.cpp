@@ -134,7 +134,8 @@ int train(const TrainRequest& request) {
     attach_reference_logps(prepared, pass, parallel, output_dir / kReferenceLogpsFile, earlier);
   }
   // The loader yields global batches (every rank's pairs); each rank computes its share.
-  data::PreferenceLoader loader(prepared.train, training.batch_size * parallel.size(), data_settings.shuffle, run.seed);
+  data::PreferenceLoader loader(prepared.train, training.batch_size * parallel.size(), data_settings.shuffle, run.seed,
+                                prepared.file_weights);
   const auto eval_batches = prepared.eval.empty()
                                 ? std::vector<data::PreferenceBatch>{}
                                 : data::PreferenceLoader(prepared.eval, training.batch_size * parallel.size(), false,

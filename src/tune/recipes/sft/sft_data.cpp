@@ -45,22 +45,21 @@ std::vector<data::TokenizedExample> tokenize(const ReadFile& file, int32_t sourc
   return examples;
 }
 
-// What one epoch draws from each file, so a mixture's proportions are visible before training.
-void log_mixture(const DataSettings& settings, const data::MixedExamples& train) {
-  if (settings.train.size() < 2 && !data::is_weighted(train.source_weights)) return;
-  std::vector<int64_t> counts(settings.train.size(), 0);
-  for (const auto& example : train.examples) ++counts[static_cast<size_t>(example.source)];
+}  // namespace
+
+void log_mixture(const DataSettings& settings, const std::vector<int64_t>& counts, const std::string& items) {
+  std::vector<double> weights;
+  for (const auto& file : settings.train) weights.push_back(file.weight);
+  if (settings.train.size() < 2 && !data::is_weighted(weights)) return;
   int64_t total = 0;
   for (size_t i = 0; i < counts.size(); ++i) total += data::examples_per_epoch(counts[i], settings.train[i].weight);
   for (size_t i = 0; i < counts.size(); ++i) {
     const int64_t per_epoch = data::examples_per_epoch(counts[i], settings.train[i].weight);
-    log::info("data: mixture: {}: {} training examples x weight {} -> {} per epoch ({:.1f}% of the epoch)",
-              settings.train[i].path, counts[i], settings.train[i].weight, per_epoch,
+    log::info("data: mixture: {}: {} {} x weight {} -> {} per epoch ({:.1f}% of the epoch)",
+              settings.train[i].path, counts[i], items, settings.train[i].weight, per_epoch,
               total > 0 ? 100.0 * static_cast<double>(per_epoch) / static_cast<double>(total) : 0.0);
   }
 }
-
-}  // namespace
 
 PreparedData prepare_data(const DataSettings& settings, const data::Tokenizer& tokenizer, uint64_t seed) {
   // Every row of every file is parsed and validated before anything is tokenized.
@@ -89,7 +88,9 @@ PreparedData prepare_data(const DataSettings& settings, const data::Tokenizer& t
     // One split over all files together: with a single file exactly the split it always was.
     data::split_train_eval(std::move(all), settings.eval_fraction, seed, prepared.train.examples, prepared.eval);
   }
-  log_mixture(settings, prepared.train);
+  std::vector<int64_t> per_file(settings.train.size(), 0);
+  for (const auto& example : prepared.train.examples) ++per_file[static_cast<size_t>(example.source)];
+  log_mixture(settings, per_file, "training examples");
   log::info("data: {} training and {} evaluation examples ({}, packing {})", prepared.train.size(),
             prepared.eval.size(),
             settings.format == data::DataFormat::text ? "raw text" : "template " + settings.chat_template,

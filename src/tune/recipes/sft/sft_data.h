@@ -19,4 +19,8 @@ struct PreparedData {
 // before training), then tokenizes: conversations through the chat template, raw text (format text) into chunks.
 PreparedData prepare_data(const DataSettings& settings, const data::Tokenizer& tokenizer, uint64_t seed);
 
+// What one epoch draws from each of data.train's files (`counts`: the training items each holds), so a mixture's
+// proportions are visible before training; nothing for a single unweighted file. `items`: "training examples".
+void log_mixture(const DataSettings& settings, const std::vector<int64_t>& counts, const std::string& items);
+
 }  // namespace tune::recipes::sft
