@@ -292,6 +292,72 @@ PY
   contains "$OUT" "LoRA rank 16"
 }
 
+
+# recipe: dpo. A 4-layer model (hidden 128, vocabulary 8000) exported from an SFT run, pairs whose prompts are a few
+# tokens and whose completions fill data.max_length 256 (the plan counts every position as scored: an upper bound
+# by the prompts' share), bf16 autocast, 2 pairs (4 rows) per step. The predicted peak of each setting is within
+# 10% of the measured one (the issue's bar), full fine-tuning with its bf16 reference copy, LoRA with the base as
+# reference, and with the reference's log-probs precomputed (no copy); --memory-budget picks a setting that fits.
+case_plan_dpo_matches_measured() {
+  local base="$WORK/plan-dpo-sft.yaml" model="$WORK/runs/plan-dpo-model" rows="$WORK/plan-dpo-rows.jsonl"
+  write_plan_recipe "$base" "$WORK/runs/plan-dpo-sft"
+  sed -i 's/^model:/model:\n  vocab_size: 8000/' "$base"
+  rm -rf "$WORK/runs/plan-dpo-sft" "$model"
+  expect_exit 0 "$TUNE" train "$base" training.max_steps=1
+  expect_exit 0 "$TUNE" export "$WORK/runs/plan-dpo-sft" --out "$model"
+  "$PYTHON" - "$DATA/train.jsonl" "$rows" <<'PY' || fail "pairs"
+import json, sys
+texts = [" ".join(str(v) for v in json.loads(l).values()) for l in open(sys.argv[1])]
+with open(sys.argv[2], "w") as f:
+    for i in range(32):
+        long = lambda step: " ".join(texts[(i * step + k) % len(texts)] for k in range(12))
+        f.write(json.dumps({"prompt": texts[i][:6], "chosen": long(7), "rejected": long(11)}) + "\n")
+PY
+  local yaml="$WORK/plan-dpo.yaml"
+  printf '%s\n' "recipe: dpo" "seed: 3" "threads: 2" "mixed_precision: bf16" "model:" "  path: $model" "data:" \
+    "  train: $rows" "  max_length: 256" "  eval_fraction: 0" "training:" "  batch_size: 2" "  max_steps: 2" \
+    "logging:" "  every: 1" "checkpoint:" "  every: 0" > "$yaml"
+  local variant policy name peak
+  for variant in "lora.rank=0" "lora.rank=0 dpo.precompute_reference=true" "lora.rank=8 lora.target_modules=[all-linear]"; do
+    # shellcheck disable=SC2086
+    expect_exit 0 "$TUNE" plan "$yaml" --memory 100GiB --json $variant
+    echo "$OUT" > "$WORK/plan-dpo.json"
+    contains "$OUT" '"batch_unit": "pairs"'
+    for policy in off full selective; do
+      name="dpo-${variant//[^a-z0-9]/}-$policy"
+      local setting=(checkpointing.policy=$policy)
+      [ "$policy" = off ] && setting=(gradient_checkpointing=false)
+      # shellcheck disable=SC2086
+      peak=$(train_setting "$name" "$yaml" $variant "${setting[@]}") || exit 1
+      "$PYTHON" - "$WORK/plan-dpo.json" "$peak" "$policy" "$variant" <<'PY' || fail "dpo plan ($variant, $policy)"
+import json, sys
+plan, measured, policy, variant = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+row = next(r for r in plan["rows"] if r["checkpointing"] == policy and r["batch_size"] == 2)
+b = row["breakdown"]
+print(f"dpo {variant}, {policy}: predicted {row['peak_bytes'] / 2**20:.1f} MiB (parameters {b['parameters'] / 2**20:.1f}, "
+      f"activations {b['activations'] / 2**20:.1f}), measured {measured / 2**20:.1f} MiB "
+      f"({row['peak_bytes'] / measured - 1:+.1%})")
+assert abs(row["peak_bytes"] / measured - 1) <= 0.10
+PY
+    done
+  done
+  # The reference copy is counted: full fine-tuning's plan holds it unless precomputed.
+  expect_exit 0 "$TUNE" plan "$yaml" --memory 100GiB lora.rank=0
+  contains "$OUT" "reference: a frozen copy in bf16"
+  # A budget between the full and off predictions of full fine-tuning: the planner's choice runs within it.
+  expect_exit 0 "$TUNE" plan "$yaml" --memory 100GiB --json lora.rank=0
+  local budget
+  budget=$("$PYTHON" -c "
+import json, sys
+rows = json.load(open(sys.argv[1]))['rows']
+peak = lambda p: next(r['peak_bytes'] for r in rows if r['checkpointing'] == p and r['batch_size'] == 2)
+print((peak('full') + peak('off')) // 2)" <(echo "$OUT"))
+  rm -rf "$WORK/runs/plan-dpo-budget"
+  expect_exit 0 "$TUNE" train "$yaml" --output-dir "$WORK/runs/plan-dpo-budget" lora.rank=0 --memory-budget "$budget"
+  contains "$ERR" "memory budget"
+  [ "$(peak_of "$WORK/runs/plan-dpo-budget")" -le "$budget" ] || fail "the budgeted dpo run exceeded $budget bytes"
+}
+
 case="${1:?case name}"
 mkdir -p "$WORK"
 "case_$case"

@@ -115,6 +115,10 @@ struct SequenceLogProbs : public torch::autograd::Function<SequenceLogProbs> {
 
 }  // namespace
 
+int64_t sequence_logps_chunk_rows(int64_t scored, int64_t vocab, bool cuda, bool weight_trains) {
+  return chunked::rows_per_chunk(0, scored, vocab, cuda, weight_trains);
+}
+
 SequenceLogps causal_lm_sequence_logps(const torch::Tensor& hidden, const torch::Tensor& weight,
                                        const torch::Tensor& labels, int64_t chunk_rows, double softcap) {
   if (hidden.dim() != 3 || weight.dim() != 2 || labels.dim() != 2 || hidden.size(2) != weight.size(1) ||

@@ -17,6 +17,10 @@ struct SequenceLogps {
 // hidden itself and the positions: no per-row weight gradient, whatever the number of rows.
 // `chunk_rows` > 0 sets the scored positions per chunk (tests); <= 0 picks it from the vocabulary size.
 // `softcap` > 0 (Gemma 2): the fp32 logits are softcap * tanh(logits / softcap), as causal_lm_linear_loss_sum's.
+// The scored positions per chunk causal_lm_sequence_logps takes (chunk_rows <= 0) for `scored` positions at this
+// vocabulary, on CUDA or not, with the output layer trained or frozen: for memory estimates.
+int64_t sequence_logps_chunk_rows(int64_t scored, int64_t vocab, bool cuda, bool weight_trains);
+
 SequenceLogps causal_lm_sequence_logps(const torch::Tensor& hidden, const torch::Tensor& weight,
                                        const torch::Tensor& labels, int64_t chunk_rows = 0, double softcap = 0.0);
 

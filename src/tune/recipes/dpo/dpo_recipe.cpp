@@ -14,6 +14,7 @@ Recipe make_recipe() {
   recipe.infer = sft::infer;
   recipe.chat = sft::chat;
   recipe.export_model = sft::export_model;
+  recipe.plan = plan;
   recipe.validate = validate_dpo_config;
   return recipe;
 }

@@ -8,5 +8,6 @@ namespace tune::recipes::dpo {
 
 Recipe make_recipe();
 int train(const TrainRequest& request);
+BudgetPlan plan(const PlanRequest& request);  // tune plan, --memory-budget (dpo_plan.cpp)
 
 }  // namespace tune::recipes::dpo

@@ -80,7 +80,8 @@ struct BudgetPlan {
   std::string device;        // "cpu" / "cuda"
   uint64_t budget_bytes = 0;
   int processes = 1;
-  int64_t global_batch = 1;  // rows per optimizer step over all processes
+  int64_t global_batch = 1;  // rows (or batch_unit) per optimizer step over all processes
+  std::string batch_unit = "rows";  // what training.batch_size counts: rows, or preference pairs (dpo)
   int64_t sequence = 0;      // tokens per row
   std::string time_model;    // how relative_time is computed, one sentence
   std::vector<PlanRow> rows;               // every candidate, fitting or not, in ranked order (fastest first)

@@ -24,8 +24,8 @@ BudgetPlan make_plan(const std::filesystem::path& file, const std::vector<std::s
   const Recipe& recipe = find_recipe(config::peek_recipe_name(file, overrides));
   config::Config config = config::load(file, overrides, recipe.schema());
   if (!recipe.plan) {
-    throw UsageError(fmt::format("recipe '{}' has no memory planner yet: tune plan and --memory-budget cover the sft "
-                                 "and sana recipes", recipe.name));
+    throw UsageError(fmt::format("recipe '{}' has no memory planner yet: tune plan and --memory-budget cover the sft, "
+                                 "dpo and sana recipes", recipe.name));
   }
   return recipe.plan({std::move(config), budget, std::max(1, processes)});
 }

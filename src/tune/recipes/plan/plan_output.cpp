@@ -60,10 +60,10 @@ nlohmann::json row_json(const PlanRow& row) {
 
 std::string plan_table(const BudgetPlan& plan) {
   std::string out = fmt::format("memory plan ({} recipe): {}\n", plan.recipe, plan.model);
-  out += fmt::format("  {} on {}, {} process{}{}; global batch {} rows x {} tokens per step; budget {} per process\n",
+  out += fmt::format("  {} on {}, {} process{}{}; global batch {} {} x {} tokens per step; budget {} per process\n",
                      plan.precision, plan.device, plan.processes, plan.processes > 1 ? "es" : "",
                      plan.processes > 1 && !plan.rows.empty() ? " (strategy " + plan.rows[0].setting.strategy() + ")" : "",
-                     plan.global_batch, plan.sequence,
+                     plan.global_batch, plan.batch_unit, plan.sequence,
                      bytes(static_cast<int64_t>(plan.budget_bytes)));
   out += fmt::format("  relative time: {}\n\n", plan.time_model);
   out += fmt::format("  {:<15} {:>11} {:>6}  {:<12} {:<13} {:>14} {:>10}\n", "checkpointing", "micro-batch", "accum",
@@ -107,6 +107,7 @@ nlohmann::json plan_to_json(const BudgetPlan& plan) {
           {"budget_bytes", plan.budget_bytes},
           {"processes", plan.processes},
           {"global_batch", plan.global_batch},
+          {"batch_unit", plan.batch_unit},
           {"sequence", plan.sequence},
           {"time_model", plan.time_model},
           {"rows", rows},

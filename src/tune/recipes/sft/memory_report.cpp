@@ -15,6 +15,7 @@ constexpr int64_t kFloat32 = 4;
 struct Sizes {
   int64_t tokens, hidden, head_dim, q_width, kv_width, repeated_kv_width, intermediate, heads, batch, sequence, c;
   int64_t mask_batch;
+  int64_t head_chunk_rows;
   models::LlamaLoraOptions lora;
   bool base_weights_in_compute_dtype;
   bool low_precision;  // compute dtype narrower than the fp32 weights: autocast makes copies
@@ -41,6 +42,7 @@ Sizes sizes_of(const models::LlamaConfig& config, const ActivationShape& shape) 
   s.sequence = shape.sequence;
   s.c = shape.compute_bytes;
   s.mask_batch = shape.mask_batch;
+  s.head_chunk_rows = shape.head_chunk_rows;
   s.lora = shape.lora;
   s.base_weights_in_compute_dtype = shape.base_weights_in_compute_dtype;
   s.low_precision = shape.compute_bytes < kFloat32;
@@ -268,6 +270,16 @@ int64_t head_peak(const models::LlamaConfig& config, const Sizes& s) {
   const int64_t vocab = config.vocab_size;
   int64_t bytes = rms_norm_saved(s) + norm_output_for_matmuls(s, 1);
   if (s.low_precision && !s.base_weights_in_compute_dtype) bytes += vocab * s.hidden * s.c;  // lm_head copy
+  if (s.head_chunk_rows > 0) {
+    // Chunked per-sequence log-probs (train/sequence_logps.cpp): one chunk's fp32 logits at a time (the product's
+    // compute-dtype output is freed as it is widened) and logsumexp's fp32 temporary; in backward the softmax is
+    // made in place and the gradient's compute-dtype copy is smaller than that temporary. Backward also builds the
+    // hidden states' fp32 gradient whole. Every position counts as scored: an upper bound by the prompts' share.
+    const int64_t rows = std::min(s.head_chunk_rows, s.tokens);
+    bytes += rows * vocab * 2 * kFloat32 + s.tokens * s.hidden * kFloat32;
+    if (s.softcapped_logits) bytes += rows * vocab * kFloat32;
+    return bytes;
+  }
   bytes += 3 * s.tokens * vocab * kFloat32;  // fp32 logits, shifted fp32 copy, log-probabilities
   // Gemma 2's final soft cap keeps tanh's fp32 output for its backward.
   if (s.softcapped_logits) bytes += s.tokens * vocab * kFloat32;

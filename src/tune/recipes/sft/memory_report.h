@@ -21,6 +21,9 @@ struct ActivationShape {
   models::LlamaLoraOptions lora;  // rank 0: no adapters (full fine-tuning)
   bool base_weights_in_compute_dtype = false;  // param_dtype: bf16 (frozen base stored in bf16): autocast makes no
                                                // weight copies
+  // The head: 0, the summed next-token loss over whole fp32 logits (sft); > 0, per-sequence log-probs through the
+  // output layer in chunks of this many positions (train/sequence_logps: dpo), the logits never whole.
+  int64_t head_chunk_rows = 0;
   bool fused_attention = false;  // nn::uses_fused_attention: attention_core_fused (scaled_dot_product_attention)
                                  // for every policy, which keeps q, k, v, the output and a log-sum-exp per row, no
                                  // probabilities (CUDA; the CPU where LibTorch's kernel is the faster one)

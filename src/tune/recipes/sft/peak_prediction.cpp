@@ -9,6 +9,7 @@
 #include "tune/recipes/sft/parameter_bytes.h"
 #include "tune/recipes/sft/step_flops.h"
 #include "tune/train/adamw.h"
+#include "tune/train/sequence_logps.h"
 
 namespace tune::recipes::sft {
 namespace {
@@ -69,8 +70,14 @@ PeakBreakdown predict_peak(const SftPlanInputs& inputs, const PlanSetting& setti
                                                                   counts.largest_trainable * per_element);
   }
 
-  ActivationShape shape{setting.batch_size, inputs.sequence, inputs.low_precision ? 2 : 4};
-  shape.mask_batch = setting.batch_size;  // SFT rows carry segment ids: one mask per row (as sft_train.cpp)
+  // Rows per micro-batch: a preference pair is two (chosen and rejected in one forward).
+  const int64_t rows = setting.batch_size * (inputs.pairs.enabled ? 2 : 1);
+  ActivationShape shape{rows, inputs.sequence, inputs.low_precision ? 2 : 4};
+  shape.mask_batch = rows;  // SFT rows carry segment ids: one mask per row (as sft_train.cpp)
+  if (inputs.pairs.enabled) {
+    shape.head_chunk_rows = train::sequence_logps_chunk_rows(rows * inputs.sequence, inputs.model.vocab_size,
+                                                             inputs.cuda, inputs.lora.lora.rank == 0);
+  }
   shape.lora = inputs.lora;
   shape.base_weights_in_compute_dtype = frozen_bf16;
   shape.fused_attention = fused_attention(inputs, false);
@@ -86,10 +93,10 @@ PeakBreakdown predict_peak(const SftPlanInputs& inputs, const PlanSetting& setti
   // rank slices a copy of its share; on CUDA only the micro-batch copied to the device counts.
   const int64_t row_bytes = 4 * 8 * inputs.sequence;
   if (inputs.cuda) {
-    peak.other = row_bytes * setting.batch_size;
+    peak.other = row_bytes * rows;
   } else {
-    peak.other = row_bytes * setting.batch_size * setting.processes * setting.accumulation;
-    if (setting.processes > 1) peak.other += row_bytes * setting.batch_size;
+    peak.other = row_bytes * rows * setting.processes * setting.accumulation;
+    if (setting.processes > 1) peak.other += row_bytes * rows;
   }
   // QLoRA: one NF4 weight dequantised at a time (forward, and again in backward): the int32 byte indices (2 bytes
   // per element), the float32 code values and their scaled copy (4 + 4) and the result in the compute dtype.
@@ -129,14 +136,21 @@ PeakBreakdown predict_peak(const SftPlanInputs& inputs, const PlanSetting& setti
   if (inputs.full_shard && setting.processes > 1) {
     shard_fully(peak, inputs, counts, phases.peak(), setting.processes, batch_tensors, tied_lookup_gradient);
   }
+  // dpo, full fine-tuning: the frozen reference copy, whole on every process (not sharded). Its forward runs
+  // without gradients before the policy's and keeps nothing, so its transients never meet the policy's activations.
+  if (inputs.pairs.enabled && full_training) {
+    peak.parameters += counts.total * inputs.pairs.reference_copy_bytes_per_parameter;
+  }
   return peak;
 }
 
 double predict_relative_time(const SftPlanInputs& inputs, const PlanSetting& setting) {
   const memory::CheckpointRunner runner(checkpoint_options(setting), inputs.model.num_hidden_layers);
-  return step_flops(inputs.model, inputs.lora, inputs.sequence, runner,
-                    fused_attention(inputs, runner.policy() == memory::Policy::selective))
-      .relative_time();
+  const StepFlops flops = step_flops(inputs.model, inputs.lora, inputs.sequence, runner,
+                                     fused_attention(inputs, runner.policy() == memory::Policy::selective));
+  // dpo: the reference's forward (without gradients) is part of every step, whatever the policy.
+  const double reference = inputs.pairs.enabled && inputs.pairs.reference_forward ? flops.forward : 0.0;
+  return (flops.forward + flops.backward + flops.recompute + reference) / (flops.forward + flops.backward + reference);
 }
 
 }  // namespace tune::recipes::sft

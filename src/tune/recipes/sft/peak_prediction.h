@@ -27,6 +27,13 @@ struct SftPlanInputs {
   bool optimizer_state_bf16 = false;  // optimizer.state_dtype
   bool shard_optimizer_state = false;  // distributed.strategy shard_grad_op: each process keeps a share of it
   bool full_shard = false;             // distributed.strategy full_shard: parameters, gradients and state 1/N
+  // recipe dpo: a batch item is a preference pair, its chosen and rejected sequences two rows of one forward, scored
+  // by the chunked per-sequence log-probs (no whole logits); and the reference.
+  struct Pairs {
+    bool enabled = false;
+    bool reference_forward = false;  // a reference forward (without gradients) per batch: not precomputed or free
+    int64_t reference_copy_bytes_per_parameter = 0;  // full fine-tuning's frozen copy: 2 (bf16) or 4; 0: none
+  } pairs;
 };
 
 memory::CheckpointOptions checkpoint_options(const PlanSetting& setting);

@@ -39,7 +39,7 @@ models::LlamaConfig model_config(const SftSettings& sft) {
   return config;
 }
 
-RecipeShape read_recipe(const config::Config& config) {
+RecipeShape read_recipe(const config::Config& config, const SftPlanInputs::Pairs& pairs) {
   const RunSettings run = read_run_settings(config);
   const TrainingSettings training = read_training_settings(config);
   const SftSettings sft = read_sft_settings(config);
@@ -60,6 +60,7 @@ RecipeShape read_recipe(const config::Config& config) {
   shape.inputs.optimizer_state_bf16 = training.adamw.state_dtype == torch::kBFloat16;
   shape.inputs.shard_optimizer_state = distributed.strategy == "shard_grad_op";
   shape.inputs.full_shard = distributed.strategy == "full_shard";
+  shape.inputs.pairs = pairs;
   shape.rows_per_process = training.batch_size * training.gradient_accumulation_steps;
   shape.recipe_k = run.checkpointing.k;
   shape.param_dtype = run.frozen_weights_bf16 ? "bf16" : "fp32";
@@ -76,9 +77,17 @@ std::string describe_model(const SftPlanInputs& inputs) {
                         format_count(static_cast<double>(counts.trainable)),
                         counts.nf4 > 0 ? fmt::format(", {} in NF4", format_count(static_cast<double>(counts.nf4))) : "")
           : std::string("full fine-tuning");
-  return fmt::format("{} layers, hidden {}, vocabulary {}, {} parameters ({})", inputs.model.num_hidden_layers,
+  std::string pairs;
+  if (inputs.pairs.enabled) {
+    const int64_t copy = inputs.pairs.reference_copy_bytes_per_parameter;
+    pairs = fmt::format("; preference pairs, two rows each; reference: {}",
+                        !inputs.pairs.reference_forward ? "none held (reference-free loss, or precomputed)"
+                        : inputs.lora.lora.rank > 0     ? "the base with the adapters off"
+                                                        : fmt::format("a frozen copy in {}", copy == 2 ? "bf16" : "fp32"));
+  }
+  return fmt::format("{} layers, hidden {}, vocabulary {}, {} parameters ({}){}", inputs.model.num_hidden_layers,
                      inputs.model.hidden_size, inputs.model.vocab_size, format_count(static_cast<double>(counts.total)),
-                     training);
+                     training, pairs);
 }
 
 // The attention core a run of `recipe` would take on this CPU (measured per sequence length, per row, so every
@@ -266,11 +275,14 @@ BudgetPlan plan_for(const SftPlanInputs& inputs, const std::vector<PlanSetting>&
   return plan;
 }
 
-BudgetPlan plan(const PlanRequest& request) {
-  const RecipeShape recipe = read_recipe(request.config);
+BudgetPlan plan(const PlanRequest& request) { return plan_llama(request, {}, "sft"); }
+
+BudgetPlan plan_llama(const PlanRequest& request, const SftPlanInputs::Pairs& pairs, const std::string& recipe_name) {
+  const RecipeShape recipe = read_recipe(request.config, pairs);
   configure_threads(read_run_settings(request.config).threads);  // the measured attention choice is per thread count
   BudgetPlan result = plan_recipe(recipe, request.processes, request.budget_bytes);
-  result.recipe = "sft";
+  result.recipe = recipe_name;
+  if (pairs.enabled) result.batch_unit = "pairs";
   result.model = describe_model(recipe.inputs);
   result.precision = recipe.inputs.low_precision ? request.config.get_string("mixed_precision") + " autocast" : "fp32";
   result.device = recipe.inputs.cuda ? "cuda" : "cpu";
@@ -280,6 +292,7 @@ BudgetPlan plan(const PlanRequest& request) {
   result.time_model = "a FLOP model, not a measurement: (forward + backward + recompute) / (forward + backward) of the "
                       "same step without checkpointing; matmul FLOPs counted exactly, elementwise work roughly, "
                       "memory traffic and communication not at all";
+  if (pairs.enabled && pairs.reference_forward) result.time_model += "; the reference's forward counted in both";
   if (!result.chosen) result.alternatives = alternatives(recipe, request.processes, request.budget_bytes);
   return result;
 }

@@ -13,6 +13,9 @@ namespace tune::recipes::sft {
 
 BudgetPlan plan(const PlanRequest& request);
 
+// The same planner for a recipe built on SFT's model and step (dpo): `pairs` says how its batches differ.
+BudgetPlan plan_llama(const PlanRequest& request, const SftPlanInputs::Pairs& pairs, const std::string& recipe_name);
+
 // The candidate settings for a recipe whose global batch is `rows_per_process` x `processes` rows per optimizer
 // step: every micro-batch dividing rows_per_process (accumulation making up the rest) x off, selective,
 // every_k (k = 2, 4, 8 below the layer count, and `recipe_k`), sqrt, full x fp32 (and bf16 with LoRA under
