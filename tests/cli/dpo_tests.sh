@@ -51,7 +51,7 @@ PY
 case_dpo_lora_train_resume_export() {
   make_rows
   local run="$WORK/runs/dpo-lora" yaml="$WORK/dpo-lora.yaml"
-  rm -rf "$run" "$WORK/runs/dpo-lora-resume" "$WORK/runs/dpo-adapter"
+  rm -rf "$run" "$WORK/runs/dpo-lora-resume" "$WORK/runs/dpo-adapter" "$WORK/runs/dpo-lora-padded"
   write_dpo_recipe "$yaml" "$run" "lora:" "  rank: 4" "  alpha: 8" "  target_modules: [all-linear]"
   expect_exit 0 "$TUNE" train "$yaml"
   contains "$ERR" "reference: the base model with the LoRA adapters off"
@@ -71,6 +71,11 @@ assert abs(records[0]["loss"] - math.log(2)) < 1e-6 and records[0]["rewards/marg
 assert records[-1]["rewards/margins"] > 0, records[-1]
 assert all("eval_" + n in records[-1] for n in names) and "eval_loss" in records[-1], records[-1]
 PY
+  # data.packing (the default) packs a batch's sequences without padding: the same training as one padded row per
+  # sequence (TRL's layout), to fp32 summation order.
+  contains "$ERR" "packed without padding"
+  expect_exit 0 "$TUNE" train "$yaml" --output-dir "$WORK/runs/dpo-lora-padded" data.packing=false
+  close_losses "$run/metrics.jsonl" "$WORK/runs/dpo-lora-padded/metrics.jsonl" 1e-5
   # Resume from step 3: the same losses and adapter as the uninterrupted run.
   local resumed="$WORK/runs/dpo-lora-resume"
   cp -r "$run" "$resumed"; rm -rf "$resumed/checkpoints/step-6"
@@ -179,7 +184,7 @@ case_dpo_config_and_data_errors() {
   expect_exit 2 "$TUNE" validate "$yaml" dpo.label_smoothing=0.1; contains "$ERR" "dpo.label_smoothing"
   expect_exit 2 "$TUNE" validate "$yaml" dpo.reference_model="$FIXTURE/ref_model"
   contains "$ERR" "adapters switched off"
-  expect_exit 2 "$TUNE" validate "$yaml" data.packing=true; contains "$ERR" "data.packing"
+  expect_exit 2 "$TUNE" validate "$yaml" data.packing=maybe; contains "$ERR" "data.packing"
   expect_exit 2 "$TUNE" validate "$yaml" data.format=chat; contains "$ERR" "data.format"
   expect_exit 2 "$TUNE" validate "$yaml" dpo.loss=kto; contains "$ERR" "dpo.loss"
   expect_exit 2 "$TUNE" validate "$yaml" dpo.simpo_gamma=1.0; contains "$ERR" "dpo.simpo_gamma"

@@ -160,10 +160,16 @@ TEST_CASE("dpo data: keep_start truncation drops a prompt that fills max_length 
 
 TEST_CASE("dpo: first-step loss, log-probs, rewards and gradients equal TRL's for every loss and reference", "[dpo]") {
   const auto& cases = json_file("cases.json")["cases"];
-  const data::PreferenceBatch batch = standard_batch();
+  // Each case twice: one sequence per row as TRL pads them, and packed without padding (pack_pairs: the fixture's
+  // six sequences fit fewer rows of the batch's width).
+  const data::PreferenceBatch padded = standard_batch();
+  const data::PreferenceBatch packed = data::pack_pairs(padded);
+  REQUIRE(packed.packed);
+  REQUIRE(packed.input_ids.size(0) < padded.input_ids.size(0));
   const torch::Device cpu(torch::kCPU);
-  for (const auto& [name, spec] : cases.items()) {
-    DYNAMIC_SECTION(name) {
+  for (const auto& [name, spec] : cases.items()) for (const bool pack : {false, true}) {
+    const data::PreferenceBatch& batch = pack ? packed : padded;
+    DYNAMIC_SECTION(name << (pack ? " (packed)" : "")) {
       const bool lora = spec["policy"] == "lora";
       const bool reference_free = !spec.contains("reference_chosen_logps");
       train::PreferenceLossOptions options;

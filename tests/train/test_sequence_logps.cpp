@@ -61,3 +61,41 @@ TEST_CASE("sequence_logps: a frozen weight gets no gradient, and a row with noth
   CHECK(!weight.grad().defined());
   CHECK(hidden.grad()[1].abs().max().item<double>() == 0.0);
 }
+
+TEST_CASE("sequence_logps: sequences packed in rows sum per sequence, as the float64 reference of each alone",
+          "[train][sequence_logps]") {
+  torch::manual_seed(13);
+  const int64_t time = 10, width = 8, vocab = 30;
+  const auto hidden = torch::randn({2, time, width}).requires_grad_(true);
+  const auto weight = (torch::randn({vocab, width}) * 0.3).requires_grad_(true);
+  auto labels = torch::randint(0, vocab, {2, time});
+  // Row 0 holds sequence 2 (positions 0-5) then sequence 0 (6-9); row 1 holds sequence 1 (0-7) and padding. A
+  // sequence's first position is never labelled; sequence 2 has a prompt of 2 tokens.
+  auto ids = torch::full({2, time}, int64_t{-1}, torch::kLong);
+  ids.index_put_({0, torch::indexing::Slice(0, 6)}, 2);
+  ids.index_put_({0, torch::indexing::Slice(6, time)}, 0);
+  ids.index_put_({1, torch::indexing::Slice(0, 8)}, 1);
+  for (const auto& [row, column] : {std::pair{0, 0}, {0, 1}, {0, 6}, {1, 0}, {1, 8}, {1, 9}}) {
+    labels.index_put_({row, column}, -100);
+  }
+  const auto logps = tune::train::causal_lm_sequence_logps(hidden, weight, labels, ids, 3, 4);
+  const auto upstream = torch::tensor({0.5, -1.0, 2.0});
+  (logps.sums * upstream).sum().backward();
+
+  // The reference: each sequence alone in a row of its own (float64), its gradients mapped back.
+  const auto hidden64 = hidden.detach().to(torch::kDouble).requires_grad_(true);
+  const auto weight64 = weight.detach().to(torch::kDouble).requires_grad_(true);
+  const std::vector<std::tuple<int64_t, int64_t, int64_t>> spans = {{0, 6, 10}, {1, 0, 8}, {0, 0, 6}};  // by sequence
+  std::vector<torch::Tensor> sums;
+  for (const auto& [row, begin, end] : spans) {
+    const auto slice = torch::indexing::Slice(begin, end);
+    sums.push_back(reference_sums(hidden64.index({torch::indexing::Slice(row, row + 1), slice}), weight64,
+                                  labels.index({torch::indexing::Slice(row, row + 1), slice}))[0]);
+  }
+  const auto expected = torch::stack(sums);
+  (expected * upstream.to(torch::kDouble)).sum().backward();
+  CHECK(torch::allclose(logps.sums.to(torch::kDouble), expected, 1e-5, 1e-5));
+  CHECK(torch::equal(logps.counts, torch::tensor({3.0f, 7.0f, 4.0f})));
+  CHECK(torch::allclose(hidden.grad().to(torch::kDouble), hidden64.grad(), 1e-5, 1e-5));
+  CHECK(torch::allclose(weight.grad().to(torch::kDouble), weight64.grad(), 1e-5, 1e-5));
+}

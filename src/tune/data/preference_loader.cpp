@@ -25,7 +25,9 @@ PreferenceBatch collate_pairs(const std::vector<const TokenizedPair*>& pairs) {
   batch.labels = torch::full({2 * count, width}, kIgnoreIndex, torch::kLong);
   batch.position_ids = torch::zeros({2 * count, width}, torch::kLong);
   batch.segment_ids = torch::full({2 * count, width}, int64_t{-1}, torch::kLong);
+  batch.sequence_ids = torch::full({2 * count, width}, int64_t{-1}, torch::kLong);
   auto ids = batch.input_ids.accessor<int64_t, 2>();
+  auto sequences = batch.sequence_ids.accessor<int64_t, 2>();
   auto labels = batch.labels.accessor<int64_t, 2>();
   auto positions = batch.position_ids.accessor<int64_t, 2>();
   auto segments = batch.segment_ids.accessor<int64_t, 2>();
@@ -41,6 +43,7 @@ PreferenceBatch collate_pairs(const std::vector<const TokenizedPair*>& pairs) {
         if (scored) labels[row][column] = id;
         positions[row][column] = column;
         segments[row][column] = 0;
+        sequences[row][column] = row;
         ++column;
       };
       for (const int64_t id : pair.prompt_ids) put(id, false);
@@ -65,6 +68,7 @@ PreferenceBatch collate_pairs(const std::vector<const TokenizedPair*>& pairs) {
 }
 
 PreferenceBatch slice_pairs(const PreferenceBatch& batch, int64_t begin, int64_t end) {
+  if (batch.packed) throw Error("slice_pairs: the batch is packed already; slice first, then pack");
   const int64_t count = batch.pairs;
   auto both_halves = [&](const torch::Tensor& tensor) {
     return torch::cat({tensor.slice(0, begin, end), tensor.slice(0, count + begin, count + end)});
@@ -76,11 +80,69 @@ PreferenceBatch slice_pairs(const PreferenceBatch& batch, int64_t begin, int64_t
   slice.position_ids = both_halves(batch.position_ids);
   slice.segment_ids = both_halves(batch.segment_ids);
   slice.tokens = slice.segment_ids.ge(0).sum().item<int64_t>();
+  // Row r of the slice is sequence r again.
+  slice.sequence_ids = torch::where(slice.segment_ids.ge(0),
+                                    torch::arange(2 * slice.pairs, torch::kLong).unsqueeze(1).expand_as(slice.segment_ids),
+                                    torch::full_like(slice.segment_ids, -1));
   if (batch.reference_chosen.defined()) {
     slice.reference_chosen = batch.reference_chosen.slice(0, begin, end);
     slice.reference_rejected = batch.reference_rejected.slice(0, begin, end);
   }
   return slice;
+}
+
+PreferenceBatch pack_pairs(const PreferenceBatch& batch) {
+  if (batch.packed) return batch;
+  const int64_t rows = batch.input_ids.size(0), width = batch.input_ids.size(1);
+  const torch::Tensor lengths_tensor = batch.segment_ids.ge(0).sum(1);
+  const auto lengths = lengths_tensor.accessor<int64_t, 1>();
+  std::vector<int64_t> order(static_cast<size_t>(rows));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return lengths[a] > lengths[b]; });
+  std::vector<std::vector<int64_t>> bins;  // the sequences of each packed row, in placing order
+  std::vector<int64_t> used;
+  for (const int64_t row : order) {
+    size_t bin = 0;
+    while (bin < bins.size() && used[bin] + lengths[row] > width) ++bin;
+    if (bin == bins.size()) {
+      bins.emplace_back();
+      used.push_back(0);
+    }
+    bins[bin].push_back(row);
+    used[bin] += lengths[row];
+  }
+  if (static_cast<int64_t>(bins.size()) == rows) return batch;
+
+  PreferenceBatch packed = batch;
+  const auto packed_rows = static_cast<int64_t>(bins.size());
+  packed.packed = true;
+  packed.input_ids = torch::zeros({packed_rows, width}, torch::kLong);
+  packed.labels = torch::full({packed_rows, width}, kIgnoreIndex, torch::kLong);
+  packed.position_ids = torch::zeros({packed_rows, width}, torch::kLong);
+  packed.segment_ids = torch::full({packed_rows, width}, int64_t{-1}, torch::kLong);
+  packed.sequence_ids = torch::full({packed_rows, width}, int64_t{-1}, torch::kLong);
+  const auto ids_in = batch.input_ids.accessor<int64_t, 2>();
+  const auto labels_in = batch.labels.accessor<int64_t, 2>();
+  auto ids = packed.input_ids.accessor<int64_t, 2>();
+  auto labels = packed.labels.accessor<int64_t, 2>();
+  auto positions = packed.position_ids.accessor<int64_t, 2>();
+  auto segments = packed.segment_ids.accessor<int64_t, 2>();
+  auto sequences = packed.sequence_ids.accessor<int64_t, 2>();
+  for (int64_t bin = 0; bin < packed_rows; ++bin) {
+    int64_t column = 0;
+    for (size_t k = 0; k < bins[static_cast<size_t>(bin)].size(); ++k) {
+      const int64_t row = bins[static_cast<size_t>(bin)][k];
+      for (int64_t t = 0; t < lengths[row]; ++t, ++column) {
+        ids[bin][column] = ids_in[row][t];
+        // A sequence's first token is never a label: it would be scored against the sequence before it.
+        labels[bin][column] = t == 0 ? kIgnoreIndex : labels_in[row][t];
+        positions[bin][column] = t;
+        segments[bin][column] = static_cast<int64_t>(k);
+        sequences[bin][column] = row;
+      }
+    }
+  }
+  return packed;
 }
 
 PreferenceLoader::PreferenceLoader(std::vector<TokenizedPair> pairs, int64_t pairs_per_batch, bool shuffle,

@@ -20,6 +20,10 @@ struct PreferenceBatch {
   torch::Tensor labels;        // [2P, T] int64: the token on completion positions, kIgnoreIndex elsewhere
   torch::Tensor position_ids;  // [2P, T] int64
   torch::Tensor segment_ids;   // [2P, T] int64: 0 on tokens, -1 on padding
+  // [rows, T] int64: which sequence each token is, chosen i = i and rejected i = P + i; -1 on padding. Rows are
+  // the sequences in that order, unless `packed` (pack_pairs).
+  torch::Tensor sequence_ids;
+  bool packed = false;
   int64_t pairs = 0;
   int64_t tokens = 0;          // non-padding tokens of both halves
   // [P] float32, the pairs' precomputed reference log-probs (TokenizedPair::reference_*); undefined unless every
@@ -29,8 +33,14 @@ struct PreferenceBatch {
 
 // Pairs in order into one batch (the padded width is their longest prompt + completion).
 PreferenceBatch collate_pairs(const std::vector<const TokenizedPair*>& pairs);
-// Pairs [begin, end) of a batch, both halves, with the batch's padded width: a data-parallel rank's share.
+// Pairs [begin, end) of a batch, both halves, with the batch's padded width: a data-parallel rank's share. Of a batch
+// not yet packed.
 PreferenceBatch slice_pairs(const PreferenceBatch& batch, int64_t begin, int64_t end);
+
+// The batch's 2P sequences packed without padding into as few rows as fit the batch's width (first fit, longest
+// first; segment ids tell the sequences of a row apart, positions restart in each): never more rows than before nor
+// wider ones, so never more work; fewer rows when short sequences share one. The batch itself when nothing packs.
+PreferenceBatch pack_pairs(const PreferenceBatch& batch);
 
 class PreferenceLoader {
  public:

@@ -28,27 +28,31 @@ struct ScoredPositions {
   torch::Tensor target;      // [N] int64
 };
 
-ScoredPositions scored_positions(const torch::Tensor& labels) {
+// `sequence_ids` empty: each row is one sequence; else `row` is the sequence of each scored label.
+ScoredPositions scored_positions(const torch::Tensor& labels, const torch::Tensor& sequence_ids) {
   const int64_t time = labels.size(1);
   const torch::Tensor next = labels.narrow(1, 1, time - 1);
   const torch::Tensor mask = next.ne(kIgnoreIndex);
   const torch::Tensor positions = mask.nonzero();  // [N, 2]: (row, t)
   ScoredPositions scored;
-  scored.row = positions.select(1, 0).contiguous();
-  scored.flat_index = scored.row * time + positions.select(1, 1);
+  const torch::Tensor row = positions.select(1, 0).contiguous();
+  scored.flat_index = row * time + positions.select(1, 1);
+  scored.row = sequence_ids.numel() > 0 ? sequence_ids.narrow(1, 1, time - 1).masked_select(mask).to(torch::kLong)
+                                        : row;
   scored.target = next.masked_select(mask).to(torch::kLong);
   return scored;
 }
 
 struct SequenceLogProbs : public torch::autograd::Function<SequenceLogProbs> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& hidden,
-                               const torch::Tensor& weight, const torch::Tensor& labels, int64_t chunk_rows,
+                               const torch::Tensor& weight, const torch::Tensor& labels,
+                               const torch::Tensor& sequence_ids, int64_t sequences, int64_t chunk_rows,
                                double softcap) {
     const auto dtype = chunked::product_dtype(hidden, weight);
     // Explicit casts below: autocast must not cast again (and its cast cache must not keep a copy of weight).
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    const int64_t rows = hidden.size(0), width = hidden.size(2);
-    const ScoredPositions scored = scored_positions(labels);
+    const int64_t rows = sequence_ids.numel() > 0 ? sequences : hidden.size(0), width = hidden.size(2);
+    const ScoredPositions scored = scored_positions(labels, sequence_ids);
     const torch::Tensor weight_c = weight.to(dtype);
     const int64_t count = scored.target.size(0);
     const auto wide = torch::promote_types(dtype, torch::kFloat);
@@ -109,7 +113,7 @@ struct SequenceLogProbs : public torch::autograd::Function<SequenceLogProbs> {
     if (want_weight && count == 0) grad_weight.zero_();
     return {want_hidden ? grad_flat.view(hidden.sizes()) : torch::Tensor(),
             want_weight ? grad_weight.to(weight.scalar_type()) : torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor()};
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -121,23 +125,41 @@ int64_t sequence_logps_chunk_rows(int64_t scored, int64_t vocab, bool cuda, bool
 
 SequenceLogps causal_lm_sequence_logps(const torch::Tensor& hidden, const torch::Tensor& weight,
                                        const torch::Tensor& labels, int64_t chunk_rows, double softcap) {
+  return causal_lm_sequence_logps(hidden, weight, labels, torch::Tensor(), -1, chunk_rows, softcap);
+}
+
+SequenceLogps causal_lm_sequence_logps(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                       const torch::Tensor& labels, const torch::Tensor& sequence_ids,
+                                       int64_t sequences, int64_t chunk_rows, double softcap) {
   if (hidden.dim() != 3 || weight.dim() != 2 || labels.dim() != 2 || hidden.size(2) != weight.size(1) ||
-      hidden.size(0) != labels.size(0) || hidden.size(1) != labels.size(1)) {
-    throw Error(fmt::format("sequence log-probs: expected hidden [R, T, H], weight [V, H] and labels [R, T], got "
-                            "hidden {}, weight {} and labels {}",
+      hidden.size(0) != labels.size(0) || hidden.size(1) != labels.size(1) ||
+      (sequence_ids.defined() && (sequence_ids.sizes() != labels.sizes() || sequences < 0))) {
+    throw Error(fmt::format("sequence log-probs: expected hidden [R, T, H], weight [V, H], labels [R, T] and "
+                            "sequence ids [R, T] (or none), got hidden {}, weight {}, labels {} and sequence ids {}",
                             fmt::join(hidden.sizes(), "x"), fmt::join(weight.sizes(), "x"),
-                            fmt::join(labels.sizes(), "x")));
+                            fmt::join(labels.sizes(), "x"),
+                            sequence_ids.defined() ? fmt::format("{}", fmt::join(sequence_ids.sizes(), "x")) : "none"));
   }
   SequenceLogps logps;
   const auto wide = torch::promote_types(chunked::product_dtype(hidden, weight), torch::kFloat);
+  const int64_t outputs = sequence_ids.defined() ? sequences : hidden.size(0);
   if (hidden.size(1) < 2) {
     // Nothing is scored; keep the graph connected so backward still reaches hidden (with zero gradient).
-    logps.sums = (hidden.sum({1, 2}) * 0).to(wide);
-    logps.counts = torch::zeros({hidden.size(0)}, hidden.options().dtype(torch::kFloat32));
+    logps.sums = (hidden.sum() * 0).expand({outputs}).to(wide);
+    logps.counts = torch::zeros({outputs}, hidden.options().dtype(torch::kFloat32));
     return logps;
   }
-  logps.sums = SequenceLogProbs::apply(hidden, weight, labels, chunk_rows, softcap);
-  logps.counts = labels.narrow(1, 1, labels.size(1) - 1).ne(kIgnoreIndex).sum(1).to(torch::kFloat32);
+  // An autograd Function takes no undefined tensor: an empty one stands for "one sequence per row".
+  const torch::Tensor grouping = sequence_ids.defined() ? sequence_ids : torch::empty({0}, labels.options());
+  logps.sums = SequenceLogProbs::apply(hidden, weight, labels, grouping, outputs, chunk_rows, softcap);
+  const torch::Tensor scored = labels.narrow(1, 1, labels.size(1) - 1).ne(kIgnoreIndex);
+  if (sequence_ids.defined()) {
+    const torch::Tensor ids = sequence_ids.narrow(1, 1, labels.size(1) - 1).masked_select(scored).to(torch::kLong);
+    logps.counts = torch::zeros({outputs}, labels.options().dtype(torch::kFloat32))
+                       .index_add_(0, ids, torch::ones_like(ids, ids.options().dtype(torch::kFloat32)));
+  } else {
+    logps.counts = scored.sum(1).to(torch::kFloat32);
+  }
   return logps;
 }
 

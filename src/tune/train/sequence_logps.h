@@ -24,4 +24,12 @@ int64_t sequence_logps_chunk_rows(int64_t scored, int64_t vocab, bool cuda, bool
 SequenceLogps causal_lm_sequence_logps(const torch::Tensor& hidden, const torch::Tensor& weight,
                                        const torch::Tensor& labels, int64_t chunk_rows = 0, double softcap = 0.0);
 
+// Rows that hold several sequences (packed without padding): `sequence_ids` [R, T] int64 names the sequence each
+// position belongs to (0 .. sequences - 1; anything where labels is kIgnoreIndex), and the sums and counts are per
+// sequence ([sequences]): the label at t + 1 counts for sequence_ids[t + 1]. The caller keeps a sequence's
+// positions contiguous and never labels a sequence's first position (it would be scored against the sequence before).
+SequenceLogps causal_lm_sequence_logps(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                       const torch::Tensor& labels, const torch::Tensor& sequence_ids,
+                                       int64_t sequences, int64_t chunk_rows = 0, double softcap = 0.0);
+
 }  // namespace tune::train

@@ -30,7 +30,9 @@ config::Schema dpo_schema() {
   schema.integer("data.max_length", 1024,
                  "tokens of prompt + completion; longer completions are cut at the end (TRL's keep_start), and "
                  "pairs whose prompt alone fills it are dropped and counted");
-  schema.boolean("data.packing", false, "not used by dpo (each sequence is its own row): must stay false");
+  schema.boolean("data.packing", true,
+                 "pack each batch's chosen and rejected sequences into as few rows as fit its width, without padding "
+                 "(attention kept within each sequence); false: one right-padded row per sequence, as TRL");
   schema.real("optimizer.lr", 5e-6, "peak learning rate (AdamW; preference tuning moves less than SFT: TRL 1e-6, LoRA 5e-6)");
   return schema;
 }
@@ -94,9 +96,6 @@ void validate_dpo_config(const config::Config& config) {
   if (!settings.sft.model.path) {
     config.fail("model.path", "is required by dpo: preference tuning starts from a trained model (an SFT run's "
                               "export, or a Hugging Face model directory)");
-  }
-  if (config.get_bool("data.packing")) {
-    config.fail("data.packing", "is true, but dpo runs each chosen and rejected sequence in its own row; set false");
   }
   if (config.get_string("data.format") != "auto") {
     config.fail("data.format", "is not used by dpo (preference rows are told apart by their fields: prompt, chosen, "

@@ -9,11 +9,14 @@ namespace tune::recipes::dpo {
 
 namespace {
 
-// Every non-padding token of the chosen rows as a label.
+// The chosen sequences' tokens after their first (what orpo's NLL scores).
+torch::Tensor chosen_after_first(const data::PreferenceBatch& batch) {
+  return batch.sequence_ids.ge(0) & batch.sequence_ids.lt(batch.pairs) & batch.position_ids.gt(0);
+}
+
+// Every token of the chosen sequences after the first as a label.
 torch::Tensor whole_chosen_labels(const data::PreferenceBatch& batch) {
-  const auto chosen = torch::indexing::Slice(0, batch.pairs);
-  return torch::where(batch.segment_ids.index({chosen}).ge(0), batch.input_ids.index({chosen}),
-                      torch::full_like(batch.input_ids.index({chosen}), data::kIgnoreIndex));
+  return torch::where(chosen_after_first(batch), batch.input_ids, torch::full_like(batch.input_ids, data::kIgnoreIndex));
 }
 
 }  // namespace
@@ -24,23 +27,24 @@ train::PairLogps pair_logps(models::LlamaForCausalLM& model, const data::Prefere
   const torch::Tensor hidden = model->forward_hidden(batch.input_ids.to(device), attention);
   const torch::Tensor weight = model->output_weight();
   const double softcap = model->output_softcap();
-  const train::SequenceLogps rows =
-      train::causal_lm_sequence_logps(hidden, weight, batch.labels.to(device), /*chunk_rows=*/0, softcap);
+  // Per sequence, whether each row holds one (chosen rows first) or several (pack_pairs).
   const int64_t pairs = batch.pairs;
-  train::PairLogps logps{rows.sums.slice(0, 0, pairs), rows.sums.slice(0, pairs, 2 * pairs),
-                         rows.counts.slice(0, 0, pairs), rows.counts.slice(0, pairs, 2 * pairs)};
+  const torch::Tensor sequence_ids = batch.sequence_ids.to(device);
+  const train::SequenceLogps sequences = train::causal_lm_sequence_logps(
+      hidden, weight, batch.labels.to(device), sequence_ids, 2 * pairs, /*chunk_rows=*/0, softcap);
+  train::PairLogps logps{sequences.sums.slice(0, 0, pairs), sequences.sums.slice(0, pairs, 2 * pairs),
+                         sequences.counts.slice(0, 0, pairs), sequences.counts.slice(0, pairs, 2 * pairs)};
   if (whole_chosen) {
-    const train::SequenceLogps chosen =
-        train::causal_lm_sequence_logps(hidden.slice(0, 0, pairs), weight, whole_chosen_labels(batch).to(device),
-                                        /*chunk_rows=*/0, softcap);
-    logps.chosen_whole = chosen.sums;
-    logps.chosen_whole_tokens = chosen.counts;
+    const train::SequenceLogps chosen = train::causal_lm_sequence_logps(
+        hidden, weight, whole_chosen_labels(batch).to(device), sequence_ids, 2 * pairs, /*chunk_rows=*/0, softcap);
+    logps.chosen_whole = chosen.sums.slice(0, 0, pairs);
+    logps.chosen_whole_tokens = chosen.counts.slice(0, 0, pairs);
   }
   return logps;
 }
 
 int64_t chosen_sequence_tokens(const data::PreferenceBatch& batch) {
-  return batch.segment_ids.slice(0, 0, batch.pairs).slice(1, 1).ge(0).sum().item<int64_t>();
+  return chosen_after_first(batch).sum().item<int64_t>();
 }
 
 train::PairLogps reference_pair_logps(models::LlamaForCausalLM& policy, models::LlamaForCausalLM* reference,

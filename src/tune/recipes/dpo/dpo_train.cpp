@@ -127,7 +127,8 @@ int train(const TrainRequest& request) {
     pass.logps = [&](const data::PreferenceBatch& batch) {
       if (!settings.reference_is_base() && !temporary) temporary = build_reference(settings, tokenizer, run.seed, device);
       precision::AutocastScope autocast(run.mixed_precision, device);
-      return reference_pair_logps(model, temporary ? &*temporary : nullptr, batch, device);
+      return reference_pair_logps(model, temporary ? &*temporary : nullptr,
+                                  data_settings.packing ? data::pack_pairs(batch) : batch, device);
     };
     std::optional<std::filesystem::path> earlier;
     if (request.resume_from) earlier = request.resume_from->parent_path().parent_path() / kReferenceLogpsFile;
@@ -191,6 +192,10 @@ int train(const TrainRequest& request) {
             training.schedule.total_steps, loader.batches_per_epoch(), training.gradient_accumulation_steps,
             training.batch_size, parallel.active() ? fmt::format(" on each of {} processes", parallel.size()) : "");
   if (parallel.active()) log::info("data parallel: {}", parallel.describe());
+  log::info("data.packing: {}", data_settings.packing
+                                    ? "each batch's sequences packed without padding into as few rows of its width "
+                                      "as fit (attention kept within each sequence)"
+                                    : "off: one right-padded row per sequence");
   const nlohmann::json memory_plan = {{"parameters_bytes", param_bytes},
                                       {"reference_bytes", reference_bytes},
                                       {"optimizer_state_bytes", optimizer.state_bytes()},
@@ -198,6 +203,10 @@ int train(const TrainRequest& request) {
                                       {"mixed_precision", precision::to_string(run.mixed_precision)}};
 
   models::LlamaForCausalLM* reference_model = reference ? &*reference : nullptr;
+  // data.packing: a rank's share of a batch (never a batch before slicing) packed without padding.
+  auto packed = [&](data::PreferenceBatch batch) {
+    return data_settings.packing ? data::pack_pairs(batch) : batch;
+  };
   // The loss of a (local share of a) batch, normalised by the whole step's pairs (and chosen tokens, orpo), so the
   // gradients summed over micro-batches and ranks are those of one process running the global batch.
   auto batch_terms = [&](const data::PreferenceBatch& batch) {
@@ -231,7 +240,7 @@ int train(const TrainRequest& request) {
       const RowRange rows = share->rows;
       const bool dummy = share->dummy;
       const data::PreferenceBatch batch =
-          parallel.active() ? data::slice_pairs(micro_batches[i], rows.begin, rows.end) : micro_batches[i];
+          packed(parallel.active() ? data::slice_pairs(micro_batches[i], rows.begin, rows.end) : micro_batches[i]);
       parallel.before_backward(i + 1 == micro_batches.size());
       parallel.before_forward();
       const nn::RowKeyScope row_key({static_cast<uint64_t>(run.seed), step, static_cast<int64_t>(i), rows.begin});
@@ -279,7 +288,7 @@ int train(const TrainRequest& request) {
       if (rows.size() == 0 && !dummy) continue;
       if (dummy) rows = {0, 1};
       const data::PreferenceBatch batch =
-          parallel.active() ? data::slice_pairs(global_batch, rows.begin, rows.end) : global_batch;
+          packed(parallel.active() ? data::slice_pairs(global_batch, rows.begin, rows.end) : global_batch);
       parallel.before_forward();
       auto [terms, policy] = batch_terms(batch);
       if (!dummy) tally.add(terms, policy, settings.loss.type);
