@@ -16,6 +16,7 @@ struct Sizes {
   int64_t tokens, hidden, head_dim, q_width, kv_width, repeated_kv_width, intermediate, heads, batch, sequence, c;
   int64_t mask_batch;
   int64_t head_chunk_rows;
+  int64_t residual;  // bytes per element of the residual stream: 4, or 2 with bf16_residual
   models::LlamaLoraOptions lora;
   bool base_weights_in_compute_dtype;
   bool low_precision;  // compute dtype narrower than the fp32 weights: autocast makes copies
@@ -43,6 +44,7 @@ Sizes sizes_of(const models::LlamaConfig& config, const ActivationShape& shape) 
   s.c = shape.compute_bytes;
   s.mask_batch = shape.mask_batch;
   s.head_chunk_rows = shape.head_chunk_rows;
+  s.residual = shape.bf16_residual ? 2 : kFloat32;
   s.lora = shape.lora;
   s.base_weights_in_compute_dtype = shape.base_weights_in_compute_dtype;
   s.low_precision = shape.compute_bytes < kFloat32;
@@ -117,10 +119,22 @@ int64_t lora_saved(const Sizes& s) {
   for (const Projection& p : projections) {
     const auto& targets = s.lora.target_modules;
     if (std::find(targets.begin(), targets.end(), p.name) == targets.end()) continue;
-    const int64_t input_bytes = p.fp32_input ? kFloat32 : s.c;
+    const int64_t input_bytes = p.fp32_input ? s.residual : s.c;
     if (dropout) bytes += s.tokens * p.in * input_bytes;  // the dropout noise, in the input's dtype
-    bytes += s.tokens * p.in * s.c;                       // lora_A's input in the compute dtype
+    // lora_A's input in the compute dtype; with a bf16 residual stream a norm's output is bf16 already, and the
+    // adapters reading it without dropout all keep that one tensor (counted once per norm, below).
+    if (dropout || !p.fp32_input || s.residual == kFloat32) bytes += s.tokens * p.in * s.c;
     bytes += s.tokens * s.lora.lora.rank * s.c;           // lora_A's output
+  }
+  if (!dropout && s.residual != kFloat32) {
+    const auto& targets = s.lora.target_modules;
+    auto targeted = [&](std::initializer_list<const char*> names) {
+      return std::any_of(names.begin(), names.end(), [&](const char* name) {
+        return std::find(targets.begin(), targets.end(), name) != targets.end();
+      });
+    };
+    if (targeted({"q_proj", "k_proj", "v_proj"})) bytes += s.tokens * s.hidden * s.c;  // input_layernorm's output
+    if (targeted({"gate_proj", "up_proj"})) bytes += s.tokens * s.hidden * s.c;         // the MLP norm's output
   }
   return bytes;
 }
@@ -163,9 +177,9 @@ int64_t mlp_norms_saved(const Sizes& s, int64_t norm_saved, int64_t post_norm_sa
 // multiplication by the cap, numbers, keep nothing).
 int64_t softcap_saved(const Sizes& s) { return s.softcapped_scores ? score_elements(s) * s.c : 0; }
 
-// Gradients in flight through a layer's backward: the fp32 residual-stream gradient and the fresh gradient of the
-// weight being accumulated.
-int64_t gradients_in_flight(const Sizes& s) { return s.tokens * s.hidden * kFloat32 + largest_weight_gradient(s); }
+// Gradients in flight through a layer's backward: the residual-stream gradient (in its dtype) and the fresh gradient
+// of the weight being accumulated.
+int64_t gradients_in_flight(const Sizes& s) { return s.tokens * s.hidden * s.residual + largest_weight_gradient(s); }
 
 // The fused attention core (nn::attention_core_fused, where nn::uses_fused_attention says so: CUDA, and CPUs whose
 // LibTorch kernel is the faster one): scaled_dot_product_attention keeps q, the repeated k and v, its output and an
@@ -216,7 +230,7 @@ LayerFootprint selective_layer_footprint(const models::LlamaConfig& config, cons
   const Sizes s = sizes_of(config, shape);
   LayerFootprint layer;
   // The two norms keep only their fp32 inputs; their outputs as the projections' inputs as in a plain layer.
-  layer.saved = 2 * s.tokens * s.hidden * kFloat32 + base_inputs_from_norm(s, 3) + base_inputs_from_norm(s, 2);
+  layer.saved = 2 * s.tokens * s.hidden * s.residual + base_inputs_from_norm(s, 3) + base_inputs_from_norm(s, 2);
   // Gemma 2's post-attention and post-feedforward norm regions keep their inputs, o_proj's and down_proj's
   // compute-dtype outputs (their outputs go to residual adds, which keep nothing).
   if (s.sandwich_norms) layer.saved += 2 * s.tokens * s.hidden * s.c;
@@ -236,7 +250,7 @@ LayerFootprint selective_layer_footprint(const models::LlamaConfig& config, cons
   const int64_t mlp_phase = layer.saved + gradients_in_flight(s) + 4 * s.tokens * s.intermediate * s.c;
   if (s.fused_attention) {
     layer.backward_peak = std::max(
-        mlp_phase, fused_attention_phase(s, layer.saved - mlp_half_saved(s, 2, mlp_norms_saved(s, s.tokens * s.hidden * kFloat32,
+        mlp_phase, fused_attention_phase(s, layer.saved - mlp_half_saved(s, 2, mlp_norms_saved(s, s.tokens * s.hidden * s.residual,
                                                                                               s.tokens * s.hidden * s.c))));
     return layer;
   }
@@ -247,7 +261,7 @@ LayerFootprint selective_layer_footprint(const models::LlamaConfig& config, cons
   const int64_t chunk_scores = s.batch * s.heads * rows * s.sequence;
   // A soft cap adds the chunk's tanh, in the compute dtype.
   int64_t attention_phase = layer.saved -
-                            mlp_half_saved(s, 2, mlp_norms_saved(s, s.tokens * s.hidden * kFloat32, s.tokens * s.hidden * s.c)) +
+                            mlp_half_saved(s, 2, mlp_norms_saved(s, s.tokens * s.hidden * s.residual, s.tokens * s.hidden * s.c)) +
                             3 * chunk_scores * kFloat32 + (s.softcapped_scores ? chunk_scores * s.c : 0) +
                             gradients_in_flight(s) +
                             s.tokens * s.q_width * (s.c + s.c) +  // scaled queries, their gradient
@@ -276,7 +290,7 @@ int64_t head_peak(const models::LlamaConfig& config, const Sizes& s) {
     // made in place and the gradient's compute-dtype copy is smaller than that temporary. Backward also builds the
     // hidden states' fp32 gradient whole. Every position counts as scored: an upper bound by the prompts' share.
     const int64_t rows = std::min(s.head_chunk_rows, s.tokens);
-    bytes += rows * vocab * 2 * kFloat32 + s.tokens * s.hidden * kFloat32;
+    bytes += rows * vocab * 2 * kFloat32 + s.tokens * s.hidden * s.residual;
     if (s.softcapped_logits) bytes += rows * vocab * kFloat32;
     return bytes;
   }
@@ -331,7 +345,7 @@ StackMemory llama_stack(const models::LlamaConfig& config, const ActivationShape
   const LayerFootprint layer =
       selective ? selective_layer_footprint(config, shape) : plain_layer_footprint(config, shape);
   stack.blocks.assign(static_cast<size_t>(config.num_hidden_layers), layer);
-  stack.block_input = s.tokens * s.hidden * kFloat32;  // a checkpointed layer keeps only its fp32 input
+  stack.block_input = s.tokens * s.hidden * s.residual;  // a checkpointed layer keeps only its input
   stack.block_output = stack.block_input;
   stack.head_peak = head_peak(config, s);
   // One mask per distinct window among the layers (models/llama.cpp builds them once per forward): Gemma 2's

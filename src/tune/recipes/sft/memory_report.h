@@ -19,6 +19,9 @@ struct ActivationShape {
   int64_t mask_batch = 1;      // sequences the attention mask is built for: batch when rows carry segment ids
                                // (SFT: packing and padding), 1 for a plain causal mask
   models::LlamaLoraOptions lora;  // rank 0: no adapters (full fine-tuning)
+  // The residual stream is bf16: a frozen bf16 embedding (LoRA with param_dtype bf16) under bf16 autocast, so every
+  // block input and norm input is bf16 and the norms' outputs are too (the projections reading one share it).
+  bool bf16_residual = false;
   bool base_weights_in_compute_dtype = false;  // param_dtype: bf16 (frozen base stored in bf16): autocast makes no
                                                // weight copies
   // The head: 0, the summed next-token loss over whole fp32 logits (sft); > 0, per-sequence log-probs through the

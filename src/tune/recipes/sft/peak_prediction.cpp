@@ -80,6 +80,7 @@ PeakBreakdown predict_peak(const SftPlanInputs& inputs, const PlanSetting& setti
   }
   shape.lora = inputs.lora;
   shape.base_weights_in_compute_dtype = frozen_bf16;
+  shape.bf16_residual = frozen_bf16 && inputs.low_precision && !inputs.fp16;
   shape.fused_attention = fused_attention(inputs, false);
   ActivationShape selective_shape = shape;
   selective_shape.fused_attention = fused_attention(inputs, true);

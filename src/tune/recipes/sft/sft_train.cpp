@@ -161,6 +161,7 @@ int train(const TrainRequest& request) {
   shape.mask_batch = training.batch_size;  // SFT rows carry segment ids (packing, padding): one mask per row
   shape.lora = model->lora_options();
   shape.base_weights_in_compute_dtype = run.frozen_weights_bf16 && model->has_lora();
+  shape.bf16_residual = shape.base_weights_in_compute_dtype && run.mixed_precision == precision::MixedPrecision::bf16;
   // The attention core nn::run_attention_core will take: for plainly run layers, and for selective's.
   const c10::ScalarType compute_dtype = precision::compute_dtype(run.mixed_precision);
   // Gemma 2's soft-capped scores always take tune's own core.
