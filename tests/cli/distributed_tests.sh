@@ -507,6 +507,15 @@ case_qlora_ddp_and_full_shard() {
   contains "$ERR" "to NF4"
   FILES=adapter_model.safetensors WEIGHT_TOL=1e-4 full_shard_matches_ddp "$WORK/runs/qlora-zero3" \
     "$WORK/qlora-dist-lora.yaml" 6 "${base[@]}"
+  # The NF4 bytes and statistics are sharded with their blocks: each process holds about half of ddp's weights.
+  "$PYTHON" - "$WORK/runs/qlora-zero3-ddp/memory.json" "$WORK/runs/qlora-zero3-sharded/memory.json" <<'PY' \
+    || fail "full_shard does not shard the NF4 base"
+import json, sys
+ddp, sharded = (json.load(open(f)) for f in sys.argv[1:])
+ratio = sharded["parameters_bytes"] / ddp["parameters_bytes"]
+print(f"QLoRA parameters per process: ddp {ddp['parameters_bytes']} B, full_shard {sharded['parameters_bytes']} B ({ratio:.3f})")
+assert 0.45 <= ratio <= 0.6, ratio
+PY
 }
 
 case_launcher_environment_contracts() {

@@ -89,7 +89,9 @@ struct ModelBlocks {
   std::vector<std::shared_ptr<torch::nn::Module>> modules;
   std::vector<std::string> types;
   std::vector<std::string> default_types;
-  std::vector<std::pair<std::string, torch::Tensor>> named_parameters;  // the whole model's
+  // The whole model's parameters, and frozen buffers that are weights in all but name (QLoRA's NF4 bytes and
+  // statistics): full_shard shards every tensor listed, each with the block whose module holds it.
+  std::vector<std::pair<std::string, torch::Tensor>> named_parameters;
   // Other names distributed.shard_blocks may use for a type (alias -> type), such as the official code's class name
   // for diffusers' (Sana: SanaMSBlock -> SanaTransformerBlock); wrapping follows the type they name.
   std::map<std::string, std::string> type_aliases;

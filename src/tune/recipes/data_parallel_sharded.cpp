@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -47,6 +48,9 @@ void DataParallel::shard_model(const ModelBlocks& blocks) {
   for (size_t i = 0; i < blocks.modules.size(); ++i) {
     if (!wrapped_block_.at(i)) continue;
     for (const auto& item : blocks.modules[i]->named_parameters()) {
+      block_of[item.value().unsafeGetTensorImpl()] = i;
+    }
+    for (const auto& item : blocks.modules[i]->named_buffers()) {  // NF4 weights
       block_of[item.value().unsafeGetTensorImpl()] = i;
     }
   }
@@ -122,11 +126,14 @@ std::vector<train::ParamGroup> DataParallel::optimizer_groups(const std::vector<
 
 int64_t DataParallel::bytes_per_process(int64_t whole, bool trainable_only) const {
   if (!sharded_) return whole;
-  int64_t bytes = 0;
+  // The flat shards, plus what `whole` counts that no flat parameter holds (QLoRA's NF4 code books stay whole).
+  int64_t shards = 0, sharded_whole = 0;
   for (auto* flat : sharded_->flat_parameters()) {
-    if (flat->trainable() || !trainable_only) bytes += flat->shard_numel() * flat->bytes_per_element();
+    if (!flat->trainable() && trainable_only) continue;
+    shards += flat->shard_numel() * flat->bytes_per_element();
+    sharded_whole += flat->numel() * flat->bytes_per_element();
   }
-  return bytes;
+  return shards + std::max<int64_t>(0, whole - sharded_whole);
 }
 
 std::vector<train::NamedParameter> DataParallel::trainable_shards() const {

@@ -19,6 +19,14 @@ LlamaTraining prepare_llama_training(models::LlamaForCausalLM& model, const conf
   ModelBlocks blocks{model->blocks(), {}, {models::LlamaForCausalLMImpl::block_type()}, {}};
   blocks.types.assign(blocks.modules.size(), models::LlamaForCausalLMImpl::block_type());
   for (const auto& item : model->named_parameters()) blocks.named_parameters.emplace_back(item.key(), item.value());
+  // QLoRA: the NF4 bytes and block statistics are sharded with their block like any frozen weight (the code books,
+  // 16 and 256 floats, stay whole).
+  for (const auto& item : model->named_buffers()) {
+    const std::string& name = item.key();
+    const bool nf4_data = name.size() > 11 && (name.ends_with(".nf4_packed") || name.ends_with(".nf4_absmax") ||
+                                                name.ends_with(".nf4_nested_absmax"));
+    if (nf4_data && item.value().numel() > 0) blocks.named_parameters.emplace_back(name, item.value());
+  }
   training.parallel = std::make_unique<DataParallel>(config, model_tensors, training.param_tensors, &blocks);
   model->set_block_runner(training.parallel->block_runner(training.checkpointing));
   return training;
