@@ -13,6 +13,7 @@
 #include "tune/nn/nf4_linear.h"
 #include "common/scoped_env.h"
 #include "tune/precision/nf4.h"
+#include "tune/precision/nf4_cpu_product.h"
 #include "tune/precision/nf4_cuda_kernel.h"
 
 using namespace tune;
@@ -140,6 +141,49 @@ TEST_CASE("under bf16 autocast the NF4 weight is dequantised to bf16 and the inp
   const auto grad_expected = torch::ones({5, 24}, torch::kDouble).matmul(
       precision::dequantize_nf4(weight, torch::kBFloat16).to(torch::kDouble));
   CHECK(max_diff(x.grad(), grad_expected) < 2e-2 * grad_expected.abs().max().item<double>());
+}
+
+TEST_CASE("the CPU's sliced fp32 product equals dequantise-then-multiply (fp32-accumulate numerics)", "[nn][nf4]") {
+  // Odd widths (rows starting in a byte's low nibble), partial blocks, weights of several slices, both quantisations;
+  // bf16 operands through tune's fp32-accumulate kernel, and fp32.
+  torch::manual_seed(6);
+  const tune::testing::ScopedEnv gemm("TUNE_CPU_GEMM", "fp32");
+  for (const auto& shape : {std::vector<int64_t>{37, 71}, std::vector<int64_t>{3000, 1024}, std::vector<int64_t>{9, 64}}) {
+    for (const bool double_quant : {false, true}) {
+      const auto weight = precision::quantize_nf4(torch::randn(shape) * 0.1, 64, double_quant);
+      for (const auto dtype : {torch::kBFloat16, torch::kFloat32}) {
+        INFO("shape " << shape[0] << "x" << shape[1] << ", double_quant " << double_quant << ", " << dtype);
+        const auto x = (torch::randn({70, shape[1]}) * 0.5).to(dtype);
+        const auto grad = torch::randn({70, shape[0]}).to(dtype);
+        const auto dequantised = precision::dequantize_nf4(weight, weight.dtype).to(dtype);  // as nf4_linear's
+        const auto y = precision::nf4_cpu_linear(x, weight);
+        const auto gx = precision::nf4_cpu_linear_input_grad(grad, weight);
+        CHECK(y.scalar_type() == dtype);
+        CHECK(gx.scalar_type() == dtype);
+        // fp32 sums in another order (slices of the output; of the inner dimension in the gradient): equal up to
+        // the last bits before the final rounding.
+        const double tolerance = dtype == torch::kBFloat16 ? 1e-2 : 1e-5;
+        const auto y_expected = torch::matmul(x, dequantised.t());
+        const auto gx_expected = torch::matmul(grad, dequantised);
+        CHECK(max_diff(y, y_expected) <= tolerance * y_expected.abs().max().item<double>());
+        CHECK(max_diff(gx, gx_expected) <= tolerance * gx_expected.abs().max().item<double>());
+      }
+    }
+  }
+  // nf4_linear takes it (TUNE_NF4_CPU=fused) or dequantises (=dequantize): the same outputs and input gradients.
+  const auto weight = precision::quantize_nf4(torch::randn({48, 96}) * 0.1, 64, true);
+  std::vector<torch::Tensor> outputs, grads;
+  for (const char* path : {"fused", "dequantize"}) {
+    const tune::testing::ScopedEnv choice("TUNE_NF4_CPU", path);
+    const auto x = torch::linspace(-1.0, 1.0, 2 * 3 * 96).view({2, 3, 96}).requires_grad_(true);
+    const auto y = nn::nf4_linear(x, weight);
+    (y * torch::linspace(0.0, 1.0, 48)).sum().backward();
+    outputs.push_back(y.detach());
+    grads.push_back(x.grad());
+  }
+  CHECK(outputs[0].sizes() == outputs[1].sizes());
+  CHECK(max_diff(outputs[0], outputs[1]) <= 1e-5 * outputs[1].abs().max().item<double>());
+  CHECK(max_diff(grads[0], grads[1]) <= 1e-5 * grads[1].abs().max().item<double>());
 }
 
 TEST_CASE("on CUDA, the NF4 layer dequantises on the GPU to the codec's values and matches float64", "[nn][nf4][cuda]") {

@@ -4,7 +4,12 @@
 
 #include <torch/autograd.h>
 
+#include <cstdlib>
+#include <string_view>
+#include <vector>
+
 #include "tune/compat/torch_compat.h"
+#include "tune/precision/nf4_cpu_product.h"
 
 namespace tune::nn {
 namespace {
@@ -60,12 +65,36 @@ torch::Tensor dequantise_for(const precision::Nf4Tensor& weight, torch::ScalarTy
   return precision::dequantize_nf4_on_device(weight, weight.dtype).to(compute);
 }
 
+// Whether a CPU product takes precision/nf4_cpu_product.h (the weight dequantised a slice at a time into fp32 for
+// sgemm) rather than dequantise-then-multiply: only with TUNE_NF4_CPU=fused. scripts/bench_nf4_cpu.sh measured the
+// dequantising path faster on this project's AMX Xeon under both CPU GEMM modes (0.26-0.30x the fused path's time
+// with LibTorch's bf16 kernels; 0.73-0.79x with the fp32-accumulate ones, whose MKL mixed-precision GEMM outran
+// sgemm there), except the smallest weight (2048 x 2048, fp32-accumulate: fused 0.75x); the fused path holds 0.17-
+// 0.83x the transient memory. So it is opt-in, for when the dequantised weight does not fit (docs/BENCHMARKS.md).
+bool fused_cpu_product(const torch::Tensor& operand) {
+  if (!operand.device().is_cpu()) return false;
+  const char* forced = std::getenv("TUNE_NF4_CPU");
+  return forced != nullptr && std::string_view(forced) == "fused";
+}
+
+// [..., width] as [rows, width], and back.
+torch::Tensor as_matrix(const torch::Tensor& tensor) { return tensor.reshape({-1, tensor.size(-1)}); }
+torch::Tensor like_batch(const torch::Tensor& matrix, const torch::Tensor& batch) {
+  std::vector<int64_t> sizes(batch.sizes().begin(), batch.sizes().end());
+  sizes.back() = matrix.size(1);
+  return matrix.view(sizes);
+}
+
 class Nf4LinearFunction : public torch::autograd::Function<Nf4LinearFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& input, const precision::Nf4Tensor& weight) {
     const torch::ScalarType compute = compute_dtype_for(input);
     save_weight(ctx, weight);
     ctx->saved_data["input_dtype"] = static_cast<int64_t>(input.scalar_type());
+    if (fused_cpu_product(input)) {
+      const torch::Tensor x = input.to(compute);
+      return like_batch(precision::nf4_cpu_linear(as_matrix(x), weight), x);
+    }
     // The temporary dies with this scope; only the product is returned.
     const torch::Tensor dequantised = dequantise_for(weight, compute);
     return torch::linear(input.to(compute), dequantised);
@@ -74,8 +103,13 @@ class Nf4LinearFunction : public torch::autograd::Function<Nf4LinearFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const torch::Tensor& grad_output = grad_outputs[0];
     const auto input_dtype = static_cast<torch::ScalarType>(ctx->saved_data["input_dtype"].toInt());
-    const torch::Tensor dequantised = dequantise_for(restore_weight(ctx), grad_output.scalar_type());
+    const precision::Nf4Tensor weight = restore_weight(ctx);
     // d(x W^T)/dx = grad W; the weight's own gradient is not computed (frozen), so neither is the input saved.
+    if (fused_cpu_product(grad_output)) {
+      const torch::Tensor grad = precision::nf4_cpu_linear_input_grad(as_matrix(grad_output), weight);
+      return {like_batch(grad, grad_output).to(input_dtype), torch::Tensor()};
+    }
+    const torch::Tensor dequantised = dequantise_for(weight, grad_output.scalar_type());
     return {torch::matmul(grad_output, dequantised).to(input_dtype), torch::Tensor()};
   }
 };
