@@ -153,6 +153,31 @@ PY
   grep -q "precomputing" <<<"$ERR" && fail "the resumed run computed the reference log-probs again"
   [ "$(losses "$pre/metrics.jsonl" | cut -d' ' -f4-)" = "$(losses "$resumed/metrics.jsonl")" ] \
     || fail "the resumed run's losses differ"
+  # An unfinished pass (here: the stored figures cut back to 6 of the 12 training pairs, as a pass killed after
+  # its save there leaves them) goes on from where it stopped, to the same figures.
+  cp "$pre/reference_logps.safetensors" "$WORK/reference_logps.complete"
+  "$PYTHON" - "$WORK/reference_logps.complete" "$pre/reference_logps.safetensors.partial" <<'PY' || fail "partial file"
+import sys
+from safetensors import safe_open
+from safetensors.torch import save_file
+with safe_open(sys.argv[1], "pt") as f:
+    tensors = {k: f.get_tensor(k) for k in f.keys()}
+    metadata = f.metadata()
+tensors["train"][6:] = 0
+tensors["eval"][:] = 0
+save_file(tensors, sys.argv[2], metadata=dict(metadata, done_train="6", done_eval="0"))
+PY
+  rm "$pre/reference_logps.safetensors"; rm -rf "$pre/checkpoints"
+  expect_exit 0 "$TUNE" train "$yaml" dpo.precompute_reference=true training.max_steps=1
+  contains "$ERR" "resuming the reference pass saved in $pre/reference_logps.safetensors.partial: 6 of 12 training and 0 of 3 evaluation pairs done"
+  [ ! -e "$pre/reference_logps.safetensors.partial" ] || fail "the finished pass left its .partial file"
+  "$PYTHON" - "$WORK/reference_logps.complete" "$pre/reference_logps.safetensors" <<'PY' || fail "resumed pass differs"
+import sys
+from safetensors.torch import load_file
+a, b = load_file(sys.argv[1]), load_file(sys.argv[2])
+for k in ("train", "eval"):
+    assert (a[k] - b[k]).abs().max().item() <= 1e-5 * max(1.0, a[k].abs().max().item()), k
+PY
   # Other pairs (a shorter max_length truncates some): the stored file is not reused.
   rm -rf "$pre/checkpoints"
   expect_exit 0 "$TUNE" train "$yaml" dpo.precompute_reference=true data.max_length=40 training.max_steps=1

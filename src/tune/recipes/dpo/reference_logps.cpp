@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
+#include <string>
 
 #include "tune/core/error.h"
 #include "tune/core/log.h"
@@ -35,14 +37,25 @@ std::string fingerprint(const PreparedPairs& pairs, const std::string& identity)
   return fmt::format("{:016x}", hash);
 }
 
-// [pairs, 2] float32: chosen and rejected per pair, in order; every rank computes its share of each batch (under
-// full_shard a rank without pairs runs pair 0 for the gathers) and the shares are summed over ranks.
-torch::Tensor compute(const std::vector<data::TokenizedPair>& pairs, const ReferencePass& pass, DataParallel& parallel) {
+// Global batches between two saves of an unfinished pass (RUN/reference_logps.safetensors.partial).
+constexpr int64_t kProgressEveryBatches = 100;
+
+// Fills rows [begin, count) of `values` ([pairs, 2] float32: chosen and rejected per pair, in order; the rows before
+// `begin` are known already). Every rank computes its share of each global batch (under full_shard a rank without
+// pairs runs pair 0 for the gathers) and the shares are summed over ranks; every kProgressEveryBatches batches the
+// rows done so far are merged and `save(done)` called (on every rank: it is collective).
+void compute(const std::vector<data::TokenizedPair>& pairs, int64_t begin, const ReferencePass& pass,
+             DataParallel& parallel, torch::Tensor& values, const std::function<void(int64_t)>& save) {
   const auto count = static_cast<int64_t>(pairs.size());
-  torch::Tensor values = torch::zeros({count, 2}, torch::kFloat);
-  if (count == 0) return values;
-  const data::PreferenceLoader loader(pairs, pass.pairs_per_batch, /*shuffle=*/false, 0);
-  int64_t first = 0;
+  if (begin >= count) return;
+  const data::PreferenceLoader loader(std::vector<data::TokenizedPair>(pairs.begin() + begin, pairs.end()),
+                                      pass.pairs_per_batch, /*shuffle=*/false, 0);
+  torch::Tensor fresh = torch::zeros({count, 2}, torch::kFloat);  // this rank's shares
+  auto merge = [&](int64_t done) {
+    const torch::Tensor merged = parallel.sum(fresh);
+    values.slice(0, begin, done).copy_(merged.slice(0, begin, done));
+  };
+  int64_t first = begin, batches = 0;
   for (const data::PreferenceBatch& global : loader.all_batches_in_order()) {
     RowRange rows = parallel.share(global.pairs);
     const bool dummy = rows.size() == 0 && parallel.every_rank_computes();
@@ -52,14 +65,18 @@ torch::Tensor compute(const std::vector<data::TokenizedPair>& pairs, const Refer
       parallel.before_forward();
       const train::PairLogps logps = pass.logps(batch);
       if (!dummy) {
-        values.slice(0, first + rows.begin, first + rows.end)
+        fresh.slice(0, first + rows.begin, first + rows.end)
             .copy_(torch::stack({logps.chosen, logps.rejected}, 1).to(torch::kCPU, torch::kFloat));
       }
     }
     first += global.pairs;
+    if (++batches % kProgressEveryBatches == 0 && first < count) {
+      merge(first);
+      save(first);
+    }
   }
   parallel.release_parameters();
-  return parallel.sum(values);
+  merge(count);
 }
 
 void attach(std::vector<data::TokenizedPair>& pairs, const torch::Tensor& values) {
@@ -94,6 +111,36 @@ std::optional<std::pair<torch::Tensor, torch::Tensor>> read_stored(const std::fi
   return std::pair{train, eval};
 }
 
+// How far an unfinished pass got: the figures so far (zero beyond) and the pairs done in each split.
+struct PassProgress {
+  torch::Tensor train, eval;
+  int64_t done_train = 0, done_eval = 0;
+  bool done() const { return done_train > 0 || done_eval > 0; }
+};
+
+PassProgress read_progress(const std::filesystem::path& partial, const std::string& expected,
+                           const PreparedPairs& pairs) {
+  if (!std::filesystem::exists(partial)) return {};
+  const auto stored = read_stored(partial, expected, pairs);
+  if (!stored) return {};
+  const auto file = io::SafetensorsFile::open(partial);
+  PassProgress progress;
+  try {
+    progress.done_train = std::stoll(file.metadata().at("done_train"));
+    progress.done_eval = std::stoll(file.metadata().at("done_eval"));
+  } catch (const std::exception&) {
+    log::info("dpo: {} does not say how far the pass got; computing the reference log-probs again", partial.string());
+    return {};
+  }
+  const auto train_count = static_cast<int64_t>(pairs.train.size()), eval_count = static_cast<int64_t>(pairs.eval.size());
+  if (progress.done_train < 0 || progress.done_train > train_count || progress.done_eval < 0 ||
+      progress.done_eval > eval_count || (progress.done_eval > 0 && progress.done_train != train_count)) {
+    return {};
+  }
+  std::tie(progress.train, progress.eval) = *stored;
+  return progress;
+}
+
 }  // namespace
 
 void attach_reference_logps(PreparedPairs& pairs, const ReferencePass& pass, DataParallel& parallel,
@@ -113,14 +160,35 @@ void attach_reference_logps(PreparedPairs& pairs, const ReferencePass& pass, Dat
     log::info("dpo: reference log-probs of {} + {} pairs read from {} (computed before; the reference is not loaded "
               "again)", pairs.train.size(), pairs.eval.size(), source.string());
   } else {
-    log::info("dpo: precomputing the reference's log-probs of {} training and {} evaluation pairs ({})",
-              pairs.train.size(), pairs.eval.size(), pass.identity);
+    // An unfinished pass of these pairs (interrupted, or a process killed) goes on where its last save left it.
+    const std::filesystem::path partial = file.string() + ".partial";
+    PassProgress progress = read_progress(partial, expected, pairs);
+    if (parallel.active() && parallel.sum(progress.done() ? 0.0 : 1.0) > 0) progress = PassProgress{};
+    train = progress.done() ? progress.train : torch::zeros({static_cast<int64_t>(pairs.train.size()), 2});
+    eval = progress.done() ? progress.eval : torch::zeros({static_cast<int64_t>(pairs.eval.size()), 2});
+    if (progress.done()) {
+      log::info("dpo: resuming the reference pass saved in {}: {} of {} training and {} of {} evaluation pairs done",
+                partial.string(), progress.done_train, pairs.train.size(), progress.done_eval, pairs.eval.size());
+    } else {
+      log::info("dpo: precomputing the reference's log-probs of {} training and {} evaluation pairs ({})",
+                pairs.train.size(), pairs.eval.size(), pass.identity);
+    }
+    auto save = [&](int64_t done_train, int64_t done_eval) {
+      run_on_main_rank([&] {
+        io::save_safetensors(partial, {{"train", train}, {"eval", eval}},
+                             {{"fingerprint", expected}, {"done_train", std::to_string(done_train)},
+                              {"done_eval", std::to_string(done_eval)}});
+      }, "save the reference pass's progress");
+    };
     const auto start = std::chrono::steady_clock::now();
-    train = compute(pairs.train, pass, parallel);
-    eval = compute(pairs.eval, pass, parallel);
+    const auto train_count = static_cast<int64_t>(pairs.train.size());
+    compute(pairs.train, progress.done_train, pass, parallel, train, [&](int64_t done) { save(done, 0); });
+    compute(pairs.eval, progress.done_eval, pass, parallel, eval, [&](int64_t done) { save(train_count, done); });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    run_on_main_rank([&] { io::save_safetensors(file, {{"train", train}, {"eval", eval}}, {{"fingerprint", expected}}); },
-                     "write the precomputed reference log-probs");
+    run_on_main_rank([&] {
+      io::save_safetensors(file, {{"train", train}, {"eval", eval}}, {{"fingerprint", expected}});
+      std::filesystem::remove(partial);
+    }, "write the precomputed reference log-probs");
     log::info("dpo: reference log-probs computed in {:.1f} s, stored in {}", seconds, file.string());
   }
   if (train.isnan().any().item<bool>() || eval.isnan().any().item<bool>()) {

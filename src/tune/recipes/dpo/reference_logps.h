@@ -2,7 +2,9 @@
 // every training and evaluation pair, computed in one pass before training and kept with the pairs, so training
 // runs no reference forward and holds no reference copy. The figures are stored in RUN/reference_logps.safetensors;
 // a resumed run (or a new run on the same data and reference) reads them back instead of computing them again when
-// the file's fingerprint matches: the pairs' token ids, the reference's identity and the precision it ran in.
+// the file's fingerprint matches: the pairs' token ids, the reference's identity and the precision it ran in. An
+// unfinished pass saves its progress every 100 global batches (RUN/reference_logps.safetensors.partial) and the
+// next run of the same pairs goes on from there.
 #pragma once
 
 #include <filesystem>
