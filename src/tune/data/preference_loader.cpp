@@ -11,6 +11,19 @@
 
 namespace tune::data {
 
+namespace {
+
+// `rows` rows of `width` padding: token 0, no label, position 0, segment and sequence -1.
+void allocate_rows(PreferenceBatch& batch, int64_t rows, int64_t width) {
+  batch.input_ids = torch::zeros({rows, width}, torch::kLong);
+  batch.labels = torch::full({rows, width}, kIgnoreIndex, torch::kLong);
+  batch.position_ids = torch::zeros({rows, width}, torch::kLong);
+  batch.segment_ids = torch::full({rows, width}, int64_t{-1}, torch::kLong);
+  batch.sequence_ids = torch::full({rows, width}, int64_t{-1}, torch::kLong);
+}
+
+}  // namespace
+
 PreferenceBatch collate_pairs(const std::vector<const TokenizedPair*>& pairs) {
   const auto count = static_cast<int64_t>(pairs.size());
   int64_t width = 1;
@@ -21,11 +34,7 @@ PreferenceBatch collate_pairs(const std::vector<const TokenizedPair*>& pairs) {
   }
   PreferenceBatch batch;
   batch.pairs = count;
-  batch.input_ids = torch::zeros({2 * count, width}, torch::kLong);
-  batch.labels = torch::full({2 * count, width}, kIgnoreIndex, torch::kLong);
-  batch.position_ids = torch::zeros({2 * count, width}, torch::kLong);
-  batch.segment_ids = torch::full({2 * count, width}, int64_t{-1}, torch::kLong);
-  batch.sequence_ids = torch::full({2 * count, width}, int64_t{-1}, torch::kLong);
+  allocate_rows(batch, 2 * count, width);
   auto ids = batch.input_ids.accessor<int64_t, 2>();
   auto sequences = batch.sequence_ids.accessor<int64_t, 2>();
   auto labels = batch.labels.accessor<int64_t, 2>();
@@ -116,11 +125,7 @@ PreferenceBatch pack_pairs(const PreferenceBatch& batch) {
   PreferenceBatch packed = batch;
   const auto packed_rows = static_cast<int64_t>(bins.size());
   packed.packed = true;
-  packed.input_ids = torch::zeros({packed_rows, width}, torch::kLong);
-  packed.labels = torch::full({packed_rows, width}, kIgnoreIndex, torch::kLong);
-  packed.position_ids = torch::zeros({packed_rows, width}, torch::kLong);
-  packed.segment_ids = torch::full({packed_rows, width}, int64_t{-1}, torch::kLong);
-  packed.sequence_ids = torch::full({packed_rows, width}, int64_t{-1}, torch::kLong);
+  allocate_rows(packed, packed_rows, width);
   const auto ids_in = batch.input_ids.accessor<int64_t, 2>();
   const auto labels_in = batch.labels.accessor<int64_t, 2>();
   auto ids = packed.input_ids.accessor<int64_t, 2>();
