@@ -670,6 +670,19 @@ qlora, full = (json.load(open(p))["parameters_bytes"] for p in sys.argv[1:3])
 assert qlora < full, (qlora, full)
 PY
 
+  # Under bf16 autocast the run times its NF4 products both ways (dequantise-then-multiply, fp32 slices) and keeps
+  # the faster, logged with the figures; TUNE_NF4_CPU forces either, and both train.
+  expect_exit 0 "$TUNE" train "$WORK/qlora.yaml" --output-dir "$WORK/runs/qlora-bf16" training.max_steps=1 \
+    mixed_precision=bf16 checkpoint.every=0
+  contains "$ERR" "CPU kernels: NF4 products"; contains "$ERR" " against "
+  for path in fused dequantize; do
+    rm -rf "$WORK/runs/qlora-bf16"
+    TUNE_NF4_CPU=$path expect_exit 0 "$TUNE" train "$WORK/qlora.yaml" --output-dir "$WORK/runs/qlora-bf16" \
+      training.max_steps=1 mixed_precision=bf16 checkpoint.every=0
+    contains "$ERR" "CPU kernels: NF4 products as TUNE_NF4_CPU says"
+  done
+  rm -rf "$WORK/runs/qlora-bf16"
+
   # Resume from step 3: the same losses and the same final adapter as the uninterrupted run (fp32, CPU); the base is
   # quantised again from model.path, deterministically.
   local resumed="$WORK/runs/qlora-resume"

@@ -109,6 +109,30 @@ TEST_CASE("cpu kernel choice: TUNE_CPU_GEMM and TUNE_CPU_ATTENTION still decide,
   CHECK_FALSE(tune::measured_cpu_fused_attention(c10::kBFloat16).has_value());
 }
 
+TEST_CASE("cpu kernel choice: QLoRA's NF4 products take the path the clock finds faster, or TUNE_NF4_CPU's",
+          "[kernel_choice]") {
+  const Unpinned unpinned;
+  const tune::testing::ScopedEnv nf4{"TUNE_NF4_CPU", std::nullopt};
+  tune::recipes::CpuWorkload step = tiny_llama_step();
+  tune::models::LlamaConfig config;
+  config.hidden_size = 64;
+  config.intermediate_size = 160;
+  config.num_attention_heads = 4;
+  config.num_key_value_heads = 2;
+  tune::recipes::add_nf4_projections(step, config, 48, {"q_proj", "v_proj", "down_proj"});
+  REQUIRE(step.nf4_projections.size() == 3);  // q [48 x 64 x 64], v [48 x 64 x 32], down [48 x 160 x 64]
+  CHECK_FALSE(tune::nf4_cpu_fused_product());  // nothing measured: dequantise-then-multiply
+  // The first candidate of each question (dequantise-then-multiply for NF4) faster, then the second.
+  tune::recipes::choose_cpu_kernels(step, torch::kCPU, tune::ChoiceCache(fresh_cache("nf4-first")), fake_clock(1.0, 2.0));
+  CHECK_FALSE(tune::nf4_cpu_fused_product());
+  tune::recipes::choose_cpu_kernels(step, torch::kCPU, tune::ChoiceCache(fresh_cache("nf4-second")), fake_clock(2.0, 1.0));
+  CHECK(tune::nf4_cpu_fused_product());
+  // The environment decides over any measurement, and nothing is timed for it.
+  const tune::testing::ScopedEnv forced{"TUNE_NF4_CPU", "dequantize"};
+  CHECK(tune::nf4_cpu_product_forced());
+  CHECK_FALSE(tune::nf4_cpu_fused_product());
+}
+
 TEST_CASE("cpu kernel choice: large shapes are measured at about a GFLOP per product", "[kernel_choice]") {
   const auto measured = tune::recipes::measured_projections(
       {{8192, 4096, 14336}, {8192, 4096, 4096}, {8192, 4096, 4096}, {512, 256, 672}, {0, 5, 5}});

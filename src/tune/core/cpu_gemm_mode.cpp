@@ -115,9 +115,26 @@ std::optional<bool> measured_cpu_fused_attention(c10::ScalarType dtype) {
   return measured == 1;
 }
 
+namespace {
+std::atomic<int> measured_nf4_fused{kUnset};
+}  // namespace
+
+bool nf4_cpu_product_forced() {
+  const char* forced = std::getenv("TUNE_NF4_CPU");
+  return forced != nullptr && (std::string_view(forced) == "fused" || std::string_view(forced) == "dequantize");
+}
+
+bool nf4_cpu_fused_product() {
+  if (nf4_cpu_product_forced()) return std::string_view(std::getenv("TUNE_NF4_CPU")) == "fused";
+  return measured_nf4_fused.load(std::memory_order_relaxed) == 1;
+}
+
+void set_measured_nf4_cpu_fused_product(bool fused) { measured_nf4_fused.store(fused ? 1 : 0); }
+
 void clear_measured_cpu_kernels() {
   for (auto& m : measured_gemm) m.store(kUnset);
   for (auto& m : measured_attention) m.store(kUnset);
+  measured_nf4_fused.store(kUnset);
 }
 
 bool libtorch_cpu_kernels_native(c10::ScalarType dtype) {

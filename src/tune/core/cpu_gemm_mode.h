@@ -41,7 +41,14 @@ void set_measured_cpu_gemm_mode(c10::ScalarType dtype, CpuGemmMode mode);
 // fp16 on the CPU, when this process made one (nn/attention_core.h follows it).
 void set_measured_cpu_fused_attention(c10::ScalarType dtype, bool fused);
 std::optional<bool> measured_cpu_fused_attention(c10::ScalarType dtype);
-// Forgets both measured choices (tests).
+// QLoRA's NF4 products on the CPU: whether they dequantise the weight in fp32 slices for sgemm
+// (precision/nf4_cpu_product.h) rather than whole for the matrix-product kernels: TUNE_NF4_CPU=fused|dequantize
+// (nf4_cpu_product_forced), else what this process measured faster on its NF4 weights (recipes/cpu_kernel_choice),
+// else dequantise (measured faster on this project's AMX Xeon, docs/BENCHMARKS.md).
+bool nf4_cpu_fused_product();
+bool nf4_cpu_product_forced();
+void set_measured_nf4_cpu_fused_product(bool fused);
+// Forgets the measured choices (tests).
 void clear_measured_cpu_kernels();
 
 }  // namespace tune

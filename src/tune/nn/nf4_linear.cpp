@@ -4,11 +4,10 @@
 
 #include <torch/autograd.h>
 
-#include <cstdlib>
-#include <string_view>
 #include <vector>
 
 #include "tune/compat/torch_compat.h"
+#include "tune/core/cpu_gemm_mode.h"
 #include "tune/precision/nf4_cpu_product.h"
 
 namespace tune::nn {
@@ -66,16 +65,9 @@ torch::Tensor dequantise_for(const precision::Nf4Tensor& weight, torch::ScalarTy
 }
 
 // Whether a CPU product takes precision/nf4_cpu_product.h (the weight dequantised a slice at a time into fp32 for
-// sgemm) rather than dequantise-then-multiply: only with TUNE_NF4_CPU=fused. scripts/bench_nf4_cpu.sh measured the
-// dequantising path faster on this project's AMX Xeon under both CPU GEMM modes (0.26-0.30x the fused path's time
-// with LibTorch's bf16 kernels; 0.73-0.79x with the fp32-accumulate ones, whose MKL mixed-precision GEMM outran
-// sgemm there), except the smallest weight (2048 x 2048, fp32-accumulate: fused 0.75x); the fused path holds 0.17-
-// 0.83x the transient memory. So it is opt-in, for when the dequantised weight does not fit (docs/BENCHMARKS.md).
-bool fused_cpu_product(const torch::Tensor& operand) {
-  if (!operand.device().is_cpu()) return false;
-  const char* forced = std::getenv("TUNE_NF4_CPU");
-  return forced != nullptr && std::string_view(forced) == "fused";
-}
+// sgemm) rather than dequantise-then-multiply: the process's choice (core/cpu_gemm_mode.h: TUNE_NF4_CPU, else what
+// the run measured faster on its NF4 weights, else dequantise).
+bool fused_cpu_product(const torch::Tensor& operand) { return operand.device().is_cpu() && nf4_cpu_fused_product(); }
 
 // [..., width] as [rows, width], and back.
 torch::Tensor as_matrix(const torch::Tensor& tensor) { return tensor.reshape({-1, tensor.size(-1)}); }

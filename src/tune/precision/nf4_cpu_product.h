@@ -5,8 +5,8 @@
 // dequantise-then-multiply computes under tune's fp32-accumulate kernels (precision/cpu_gemm.h), without the
 // dequantised weight (2 bytes per parameter) and its fp32 conversion, and with sgemm for weights too large to
 // convert whole (which the fp32-accumulate kernel reads in place through MKL's slower mixed-precision GEMM).
-// nn::nf4_linear takes these with TUNE_NF4_CPU=fused: scripts/bench_nf4_cpu.sh measured them slower than
-// dequantise-then-multiply on this project's AMX Xeon (docs/BENCHMARKS.md), at a fraction of its transient memory.
+// nn::nf4_linear takes these where the run measured them faster (recipes/cpu_kernel_choice, core/cpu_gemm_mode.h:
+// nf4_cpu_fused_product); scripts/bench_nf4_cpu.sh compares the two side by side (docs/BENCHMARKS.md).
 #pragma once
 
 #include <torch/types.h>

@@ -13,6 +13,8 @@
 #include "tune/nn/attention_core.h"
 #include "tune/nn/attention_mask.h"
 #include "tune/precision/cpu_gemm.h"
+#include "tune/precision/nf4.h"
+#include "tune/precision/nf4_cpu_product.h"
 
 namespace tune::recipes {
 namespace {
@@ -111,6 +113,55 @@ void choose_products(const CpuWorkload& workload, const ChoiceCache& cache, cons
                                 seconds_of(choice, native ? kFp32Accumulate : kNative, flops), origin(choice, cache)));
   log::debug("CPU kernels: matmul shapes timed [rows x inner x columns]{}: {}",
              workload.training ? " (forward, input and weight gradients)" : "", shapes_text(shapes));
+}
+
+// QLoRA's NF4 products (nn::nf4_linear's two CPU paths): each candidate runs every shape's forward and, training,
+// its input gradient, exactly as the layer would (the weight dequantised to its own dtype, then cast).
+void choose_nf4_products(const CpuWorkload& workload, const ChoiceCache& cache, const SecondsClock& clock) {
+  const std::vector<ProjectionShape> shapes = measured_projections(workload.nf4_projections);
+  if (shapes.empty()) return;
+  const bool native = cpu_gemm_mode_for(workload.dtype) == CpuGemmMode::native;
+  const std::string key =
+      fmt::format("{} | nf4 product {} {} | matmul {} | {}", cpu_kernel_context(), dtype_name(workload.dtype),
+                  workload.training ? "forward+input-gradient" : "forward", native ? kNative : kFp32Accumulate,
+                  shapes_text(shapes));
+  torch::NoGradGuard no_grad;
+  struct Operands {
+    torch::Tensor x, g;
+    precision::Nf4Tensor w;
+  };
+  std::vector<Operands> operands;
+  const auto options = torch::TensorOptions().dtype(workload.dtype);
+  for (const ProjectionShape& s : shapes) {
+    operands.push_back({torch::randn({s.rows, s.inner}, options), torch::randn({s.rows, s.columns}, options),
+                        precision::quantize_nf4((torch::randn({s.columns, s.inner}) * 0.05).to(torch::kBFloat16))});
+  }
+  const bool training = workload.training;
+  const auto dtype = workload.dtype;
+  const std::vector<TimedCandidate> candidates = {
+      {"dequantize",
+       [operands, training, dtype] {
+         for (const Operands& o : operands) {
+           const torch::Tensor w = precision::dequantize_nf4_on_device(o.w, o.w.dtype).to(dtype);
+           torch::linear(o.x, w);
+           if (training) torch::matmul(o.g, w);
+         }
+       }},
+      {"fused", [operands, training] {
+         for (const Operands& o : operands) {
+           precision::nf4_cpu_linear(o.x, o.w);
+           if (training) precision::nf4_cpu_linear_input_grad(o.g, o.w);
+         }
+       }}};
+  const MeasuredChoice choice = choose_fastest(key, candidates, cache, clock);
+  const bool fused = choice.chosen == "fused";
+  set_measured_nf4_cpu_fused_product(fused);
+  const double flops = total_flops(shapes, false) * (training ? 2.0 : 1.0);
+  const log::Level level = workload.announce ? log::Level::info : log::Level::debug;
+  log::write(level, fmt::format("CPU kernels: NF4 products {}, {} against {}'s {} ({})",
+                                fused ? "dequantised in fp32 slices for sgemm" : "dequantised whole, then multiplied",
+                                seconds_of(choice, choice.chosen, flops), fused ? "dequantise-then-multiply" : "the fp32 slices",
+                                seconds_of(choice, fused ? "dequantize" : "fused", flops), origin(choice, cache)));
 }
 
 // Inputs of one attention core; the candidate runs forward (and backward when training) on fresh leaves each time.
@@ -223,6 +274,14 @@ void choose_cpu_kernels(const CpuWorkload& workload, c10::Device device, const C
               cpu_gemm_mode_for(workload.dtype) == CpuGemmMode::native ? "LibTorch's" : "fp32-accumulate");
   } else {
     choose_products(workload, cache, clock);
+  }
+  if (!workload.nf4_projections.empty()) {
+    if (nf4_cpu_product_forced()) {
+      log::info("CPU kernels: NF4 products as TUNE_NF4_CPU says ({})",
+                nf4_cpu_fused_product() ? "fp32 slices" : "dequantise-then-multiply");
+    } else {
+      choose_nf4_products(workload, cache, clock);
+    }
   }
   if (workload.attentions.empty()) return;
   if (std::getenv("TUNE_CPU_ATTENTION") != nullptr) {

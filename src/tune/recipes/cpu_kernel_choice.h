@@ -4,7 +4,8 @@
 //     timed on every projection's forward product and, when training, its two backward products;
 //   - the attention core: LibTorch's fused scaled_dot_product_attention, or tune's plain core (nn/attention_core.h),
 //     forward and (training) backward, timed after the product choice is in force (the plain core's products take
-//     it). The fused kernel keeps no [T, S] probabilities, so the plain core must be faster by more than 25% to win.
+//     it). The fused kernel keeps no [T, S] probabilities, so the plain core must be faster by more than 25% to win;
+//   - QLoRA's NF4 products: the weight dequantised whole then multiplied, or dequantised in fp32 slices for sgemm.
 // The choices are recorded for the process (core/cpu_gemm_mode.h), so the activation estimates made afterwards
 // follow them, and logged with the figures that decided them. Nothing is measured on CUDA, for fp32/fp64 compute,
 // or for a kind that TUNE_CPU_GEMM / TUNE_CPU_ATTENTION forces.
@@ -39,6 +40,10 @@ struct CpuWorkload {
   bool training = true;                 // backward's products are part of the work
   std::vector<ProjectionShape> projections;
   std::vector<AttentionShape> attentions;  // every kind of attention core (Latte: spatial and temporal), timed together
+  // QLoRA: the products with NF4 weights [columns, inner] (forward and, training, the input gradient), timed
+  // dequantise-then-multiply (the default) against the fp32-slice product (precision/nf4_cpu_product.h), after the
+  // matrix-product choice is in force. Empty: nothing to choose.
+  std::vector<ProjectionShape> nf4_projections;
   bool announce = true;                    // the choices as info lines (false: debug, for tune plan's many probes)
 };
 

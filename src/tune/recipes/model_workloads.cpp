@@ -24,6 +24,26 @@ CpuWorkload llama_workload(const models::LlamaConfig& config, int64_t batch, int
   return workload;
 }
 
+void add_nf4_projections(CpuWorkload& workload, const models::LlamaConfig& config, int64_t tokens,
+                         const std::vector<std::string>& nf4_modules) {
+  const int64_t hidden = config.hidden_size, head_dim = config.resolved_head_dim();
+  const int64_t q = config.num_attention_heads * head_dim, kv = config.num_key_value_heads * head_dim;
+  const std::vector<std::pair<std::string, ProjectionShape>> projections = {
+      {"q_proj", {tokens, hidden, q}},  {"k_proj", {tokens, hidden, kv}},
+      {"v_proj", {tokens, hidden, kv}}, {"o_proj", {tokens, q, hidden}},
+      {"gate_proj", {tokens, hidden, config.intermediate_size}},
+      {"up_proj", {tokens, hidden, config.intermediate_size}},
+      {"down_proj", {tokens, config.intermediate_size, hidden}}};
+  for (const auto& [name, shape] : projections) {
+    if (std::find(nf4_modules.begin(), nf4_modules.end(), name) == nf4_modules.end()) continue;
+    const bool seen = std::any_of(workload.nf4_projections.begin(), workload.nf4_projections.end(),
+                                  [&](const ProjectionShape& s) {
+                                    return s.rows == shape.rows && s.inner == shape.inner && s.columns == shape.columns;
+                                  });
+    if (!seen) workload.nf4_projections.push_back(shape);
+  }
+}
+
 CpuWorkload latte_workload(const models::LatteConfig& config, int64_t batch, c10::ScalarType dtype, bool training) {
   const int64_t frames = config.num_frames, patches = config.num_patches(), hidden = config.hidden_size;
   const int64_t tokens = batch * frames * patches, head_dim = hidden / config.num_heads;

@@ -5,6 +5,8 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "tune/models/latte_config.h"
 #include "tune/models/latte_t2v_config.h"
@@ -18,6 +20,11 @@ namespace tune::recipes {
 // self-attention with key/value heads repeated to the query heads.
 CpuWorkload llama_workload(const models::LlamaConfig& config, int64_t batch, int64_t sequence, c10::ScalarType dtype,
                            bool training);
+
+// QLoRA: the products of `workload`'s tokens with the NF4 projections `nf4_modules` names (q_proj, ..., down_proj)
+// added as its nf4_projections.
+void add_nf4_projections(CpuWorkload& workload, const models::LlamaConfig& config, int64_t tokens,
+                         const std::vector<std::string>& nf4_modules);
 
 // A Latte step over batch clips: qkv, output, MLP projections over every token; spatial attention (each frame's
 // patches) and temporal attention (each patch's frames), unmasked.

@@ -108,9 +108,11 @@ int train(const TrainRequest& request) {
     reference = build_reference(settings, tokenizer, run.seed, device);
   }
   // Both halves of every pair in one forward: twice the rows of the batch.
-  choose_cpu_kernels(llama_workload(model->config(), 2 * training.batch_size, data_settings.max_length,
-                                    precision::compute_dtype(run.mixed_precision), /*training=*/true),
-                     device);
+  CpuWorkload workload = llama_workload(model->config(), 2 * training.batch_size, data_settings.max_length,
+                                        precision::compute_dtype(run.mixed_precision), /*training=*/true);
+  add_nf4_projections(workload, model->config(), 2 * training.batch_size * data_settings.max_length,
+                      model->lora_options().nf4_modules);
+  choose_cpu_kernels(workload, device);
   sft::LlamaTraining setup = sft::prepare_llama_training(model, config, run);
   const std::vector<train::NamedParameter>& params = setup.params;
   const std::vector<torch::Tensor>& param_tensors = setup.param_tensors;

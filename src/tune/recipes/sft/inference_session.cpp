@@ -149,9 +149,10 @@ InferenceSession open_inference_session(const InferRequest& request) {
   if (run.frozen_weights_bf16) store_frozen_weights_in_bf16(model);
   model->to(session.device);
   // One prompt of the recipe's length: inference (with --grad, backward's input gradients follow the same kernels).
-  choose_cpu_kernels(llama_workload(model->config(), 1, sft.data.max_length, precision::compute_dtype(run.mixed_precision),
-                                    /*training=*/false),
-                     session.device);
+  CpuWorkload workload = llama_workload(model->config(), 1, sft.data.max_length,
+                                        precision::compute_dtype(run.mixed_precision), /*training=*/false);
+  add_nf4_projections(workload, model->config(), sft.data.max_length, model->lora_options().nf4_modules);
+  choose_cpu_kernels(workload, session.device);
   for (const auto& param : model->parameters()) session.parameter_bytes += static_cast<int64_t>(param.nbytes());
   const Nf4Footprint nf4 = nf4_footprint(model);
   session.parameter_bytes += nf4.bytes;

@@ -101,9 +101,11 @@ int train(const TrainRequest& request) {
   }
   model->to(device);
   // Before the activation estimates below: they count the attention core that was chosen.
-  choose_cpu_kernels(llama_workload(model->config(), training.batch_size, sft.data.max_length,
-                                    precision::compute_dtype(run.mixed_precision), /*training=*/true),
-                     device);
+  CpuWorkload workload = llama_workload(model->config(), training.batch_size, sft.data.max_length,
+                                        precision::compute_dtype(run.mixed_precision), /*training=*/true);
+  add_nf4_projections(workload, model->config(), training.batch_size * sft.data.max_length,
+                      model->lora_options().nf4_modules);
+  choose_cpu_kernels(workload, device);
   LlamaTraining setup = prepare_llama_training(model, config, run);
   const std::vector<train::NamedParameter>& params = setup.params;
   const std::vector<torch::Tensor>& param_tensors = setup.param_tensors;
