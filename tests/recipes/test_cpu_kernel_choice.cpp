@@ -1,6 +1,6 @@
 // The run-start kernel choice (recipes/cpu_kernel_choice.h) on a tiny Llama step: the real candidates run, a fake
 // clock decides which one "was faster", and the process's modes, which every product and the activation estimates
-// read, follow; a second run takes the cached answer without timing anything.
+// read, follow; a second run takes the cached answer without timing anything. QLoRA's NF4 product path likewise.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
