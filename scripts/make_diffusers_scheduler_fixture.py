@@ -15,7 +15,10 @@ Writes, under DIR:
                           one per case below: Latte-1's DDIM file as published (written by hand, then loaded by
                           diffusers to check it is accepted), the others written by diffusers' save_config.
   cases.json              {"cases": [{name, class_name, timestep_counts, trajectory_counts, eta_one_counts}],
-                           "eta_one_seed": ..., "x_shape": [...]}
+                           "eta_one_seed": ..., "x_shape": [...], "aspect_ratio_bins": {"bins": [{sample_size,
+                           height, width, bin: [h, w]}], "resizes": [{index, height, width}]}}: SanaPipeline's
+                           resolution binning (classify_height_width_bin over its four tables, and
+                           resize_and_crop_tensor of reference.safetensors' resize/I/in to resize/I/out)
   reference.safetensors   x_T (float64); per case NAME:
                             NAME/betas, NAME/alphas_cumprod           float32, diffusers' tables
                             NAME/timesteps/N                           set_timesteps(N); scheduler.timesteps: int64,
@@ -175,6 +178,33 @@ def run(cls, directory, steps, x_T, eta=None, generator=None):
     return torch.stack(states)
 
 
+def aspect_ratio_bins(tensors):
+    """SanaPipeline's resolution binning: the bin diffusers picks for requests of many sizes, per transformer
+    sample_size (its table), and resize_and_crop_tensor on a random image (tensors["resize/N"])."""
+    from diffusers.image_processor import PixArtImageProcessor
+    from diffusers.pipelines.pixart_alpha.pipeline_pixart_alpha import ASPECT_RATIO_512_BIN, ASPECT_RATIO_1024_BIN
+    from diffusers.pipelines.pixart_alpha.pipeline_pixart_sigma import ASPECT_RATIO_2048_BIN
+    from diffusers.pipelines.sana.pipeline_sana import ASPECT_RATIO_4096_BIN
+    tables = {16: ASPECT_RATIO_512_BIN, 32: ASPECT_RATIO_1024_BIN, 64: ASPECT_RATIO_2048_BIN, 128: ASPECT_RATIO_4096_BIN}
+    generator = torch.Generator().manual_seed(5)
+    requests = [(int(h), int(w)) for h, w in torch.randint(16, 4097, (300, 2), generator=generator).tolist()]
+    requests += [(512, 512), (1024, 600), (200, 560), (100, 2000), (2000, 100)]
+    bins = []
+    for sample_size, table in tables.items():
+        # The table's own sizes map to themselves too.
+        for height, width in requests + [(int(h), int(w)) for h, w in table.values()]:
+            binned = PixArtImageProcessor.classify_height_width_bin(height, width, ratios=table)
+            bins.append(dict(sample_size=sample_size, height=height, width=width, bin=list(binned)))
+    resizes = []
+    for i, (source, target) in enumerate([((288, 832), (200, 560)), ((768, 1280), (600, 1024)), ((64, 64), (64, 64)),
+                                          ((96, 32), (50, 30))]):
+        image = torch.randn(1, 3, *source, generator=generator)
+        tensors[f"resize/{i}/in"] = image
+        tensors[f"resize/{i}/out"] = PixArtImageProcessor.resize_and_crop_tensor(image, target[1], target[0])
+        resizes.append(dict(index=i, height=target[0], width=target[1]))
+    return dict(bins=bins, resizes=resizes)
+
+
 def main():
     out = fixture_output.fresh_output_dir(__doc__.split("\n")[0])
     write_pipeline(out)
@@ -211,10 +241,11 @@ def main():
         cases.append(dict(name=name, class_name=class_name, timestep_counts=timestep_counts,
                           trajectory_counts=trajectory_counts, eta_one_counts=eta_one_counts))
 
+    bins = aspect_ratio_bins(tensors)
     safetensors_io.save(os.path.join(out, "reference.safetensors"),
                         {k: v.contiguous() for k, v in tensors.items()})
     with open(os.path.join(out, "cases.json"), "w") as f:
-        json.dump(dict(cases=cases, eta_one_seed=ETA_ONE_SEED, x_shape=X_SHAPE,
+        json.dump(dict(cases=cases, eta_one_seed=ETA_ONE_SEED, x_shape=X_SHAPE, aspect_ratio_bins=bins,
                        diffusers_version=diffusers.__version__), f, indent=2)
     print(f"make_diffusers_scheduler_fixture: {len(cases)} cases, {len(tensors)} tensors in {out}")
 

@@ -4,7 +4,7 @@
     .venv/bin/python scripts/make_real_size_pipeline.py --out DIR [--seed 0] [--text-encoder-dtype bf16|fp32]
                                                         [--max-shard-size 5GB]
                                                         [--transformer-layers 28] [--text-encoder-layers 24]
-                                                        [--width-divisor 1]
+                                                        [--width-divisor 1] [--configs-only]
 
 Writes DIR/ laid out as the Hugging Face repository maxin-cn/Latte-1 (diffusers' LattePipeline), with the real
 configs and parameter shapes but random weights (no model hub is reachable here):
@@ -37,7 +37,8 @@ The tensor names, order and shapes are those of the diffusers / transformers cla
 device (no memory): LatteTransformer3DModel(**config), AutoencoderKL(**config), T5EncoderModel(T5Config) minus the
 tied encoder.embed_tokens.weight, as save_pretrained writes them. Shards are filled greedily in that order, a new
 one when the next tensor would pass --max-shard-size (5GB by default, decimal units; the published T5 shards are
-~5 GB; diffusers' own default, 10GB, also leaves the transformer in one file).
+~5 GB; diffusers' own default, 10GB, also leaves the transformer in one file). --configs-only writes everything but
+the weights (a few MB): enough for `tune plan` (docs/BENCHMARKS.md).
 
 Weights: the transformer's and the VAE's matrices, convolution kernels and biases are normal(0, 0.02); each
 scale_shift_table is randn / sqrt(D), as diffusers initialises it; the VAE's GroupNorms are ones (weight) and zeros
@@ -356,6 +357,8 @@ def main():
     parser.add_argument("--text-encoder-layers", type=int, default=TEXT_ENCODER_CONFIG["num_layers"])
     parser.add_argument("--width-divisor", type=int, default=1, choices=WIDTH_DIVISORS,
                         help="divide the widths by K, keeping the head sizes (quick checks)")
+    parser.add_argument("--configs-only", action="store_true",
+                        help="write the configs, tokenizer and scheduler but no weights: enough for `tune plan`")
     args = parser.parse_args()
     if args.transformer_layers < 1 or args.text_encoder_layers < 1:
         sys.exit("--transformer-layers and --text-encoder-layers must be >= 1")
@@ -384,11 +387,13 @@ def main():
     for component, stem, specs, dtype_key, config, config_name in components:
         directory = os.path.join(args.out, component)
         write_json(os.path.join(directory, config_name), config)
-        write_weights(directory, stem, specs, args.seed, component, dtype_key, max_bytes, start)
+        if not args.configs_only:
+            write_weights(directory, stem, specs, args.seed, component, dtype_key, max_bytes, start)
         summary.append((component, sum(numel(shape) for _, shape, _ in specs), dtype_key,
                         directory_bytes(directory)))
 
-    print(f"{args.out}: Latte-1-shaped LattePipeline with random weights (seed {args.seed}, "
+    print(f"{args.out}: Latte-1-shaped LattePipeline with "
+          f"{'configs only, no weights' if args.configs_only else 'random weights'} (seed {args.seed}, "
           f"{time.time() - start:.0f} s)")
     for component, params, dtype_key, size in summary:
         print(f"  {component:<13} {params:>15,} parameters  {dtype_key:<5} {size:>17,} bytes ({size / 2**30:.2f} GiB)")

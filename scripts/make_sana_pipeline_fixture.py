@@ -5,7 +5,7 @@ tune's `tune infer PIPELINE_DIR` parity test (tests/cli/sana_tests.sh).
     .venv/bin/python scripts/make_sana_pipeline_fixture.py --out DIR     (deterministic; run by CTest)
 
 DIR/pipeline/   SanaPipeline.save_pretrained: model_index.json; transformer/ (SanaTransformer2DModel: 2 layers,
-                hidden 32, caption_channels 48, qk_norm off), vae/ (AutoencoderDC: channels [8, 16, 32], factor 4,
+                hidden 32, caption_channels 48, qk_norm off, sample_size 8: no aspect-ratio table), vae/ (AutoencoderDC: channels [8, 16, 32], factor 4,
                 8 latent channels), text_encoder/ (Gemma2Model: 2 layers, hidden 48, head_dim 16, soft-capped,
                 sliding window 8, eager attention), tokenizer/ (a Gemma-style BPE tokenizer.json trained here on the
                 prompts and the complex human instruction: <pad> 0, <eos> 1, <bos> 2, <unk> 3, spaces as "▁", BOS
@@ -16,7 +16,9 @@ DIR/expected.safetensors  per case CASE (below): CASE.latents [2, 8, 16, 16], th
                 (output_type="latent"), and CASE.image [2, 3, 64, 64], vae.decode(latents / scaling_factor) in [-1, 1]
 Cases: dpm (the pipeline's DPMSolver, 6 steps, guidance 4.5, the complex human instruction on, as SanaPipeline's
 defaults), euler (FlowMatchEuler, 5 steps, guidance 3.0, no instruction, negative prompt "blurry"). Both at 64 x 64 with
-use_resolution_binning off (tune samples the size asked), max_sequence_length 300, float32.
+use_resolution_binning off (tune samples the size asked), max_sequence_length 300, float32. And binned: the
+transformer saved again with sample_size 16 (DIR/binned_transformer, the 512 table), one prompt at 200 x 560 with
+use_resolution_binning on, from DIR/binned_noise.safetensors [1, 8, 72, 208]: binned.image [1, 3, 200, 560] in [0, 1].
 
 If torch, transformers, tokenizers or diffusers is missing, writes DIR/SKIPPED with the reason and exits 0.
 """
@@ -86,7 +88,7 @@ def main():
     text_encoder = Gemma2Model(text_config).eval()
     transformer = SanaTransformer2DModel(in_channels=8, out_channels=8, num_attention_heads=4, attention_head_dim=8,
                                          num_layers=2, num_cross_attention_heads=2, cross_attention_head_dim=16,
-                                         cross_attention_dim=32, caption_channels=48, sample_size=16).eval()
+                                         cross_attention_dim=32, caption_channels=48, sample_size=8).eval()
     vae = AutoencoderDC(**DCAE).eval()
     generator = torch.Generator().manual_seed(20251126)
     with torch.no_grad():  # random weights at sizes that matter (some start at zero or one)
@@ -124,6 +126,20 @@ def main():
         records[f"{name}.image"] = image.contiguous()
         print(f"  {name}: latents std {latents.std().item():.4f}, image range [{image.min().item():.3f}, "
               f"{image.max().item():.3f}]")
+    # Resolution binning (SanaPipeline's default): the same transformer with sample_size 16 selects the 512 table;
+    # 200 x 560 is generated at its bin 288 x 832 (ratio key 0.35), decoded, then scaled and cropped back.
+    pipe.scheduler = DPMSolverMultistepScheduler(**SCHEDULER)
+    transformer.register_to_config(sample_size=16)
+    transformer.save_pretrained(os.path.join(out, "binned_transformer"), safe_serialization=True)
+    binned_noise = torch.randn(1, 8, 288 // 4, 832 // 4, generator=generator)
+    with torch.no_grad():
+        image = pipe(prompt=PROMPTS[0], height=200, width=560, num_inference_steps=2, guidance_scale=4.5,
+                     latents=binned_noise.clone(), output_type="pt", use_resolution_binning=True,
+                     max_sequence_length=300).images
+    assert tuple(image.shape) == (1, 3, 200, 560), image.shape
+    safetensors_io.save(os.path.join(out, "binned_noise.safetensors"), {"latents": binned_noise})
+    records["binned.image"] = image.contiguous()
+    print(f"  binned: 200 x 560 via 288 x 832, image range [{image.min().item():.3f}, {image.max().item():.3f}]")
     safetensors_io.save(os.path.join(out, "expected.safetensors"), records)
     print(f"make_sana_pipeline_fixture: wrote {out}")
 

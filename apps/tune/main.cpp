@@ -172,6 +172,17 @@ int main(int argc, char** argv) {
                                                       "or full_shard)")
       ->check(count_of("processes"));
   plan_command->add_flag("--json", plan_arguments.json, "print the plan as one JSON object");
+  plan_command->add_flag("--infer", plan_arguments.infer,
+                         "plan gradient-enabled sampling (tune infer --grad) instead of training: every checkpointing "
+                         "policy x frames x size x classifier-free guidance (video recipes)");
+  plan_command->add_option("--frames", plan_arguments.frames, "with --infer: frame counts to plan, e.g. 8,16 (default: "
+                                                              "the recipe's sampling.frames)")
+      ->delimiter(',')
+      ->allow_extra_args(false);
+  plan_command->add_option("--size", plan_arguments.sizes, "with --infer: sizes to plan, a square's side or "
+                                                           "WIDTHxHEIGHT, e.g. 256,512x320 (default: the recipe's)")
+      ->delimiter(',')
+      ->allow_extra_args(false);
 
   PrepareArguments prepare;
   auto* prepare_command =

@@ -190,9 +190,17 @@ import safetensors_io
 plain, ref = (safetensors_io.load(f"{sys.argv[1]}/{n}.safetensors")["latents"] for n in ("plain", "ref"))
 assert bool((plain != ref).any()), "the reference term left the sample unchanged"
 PY
-  expect_exit 2 "$TUNE" infer "$PIPELINE" --prompt "a square" --steps 2 --frames 2 --height 16 --width 32 --grad \
-    guidance.reference="$out/ref.png"
-  contains "$ERR" "guidance.reference needs a square sample"
+  # A sample of another aspect ratio: the reference is scaled to cover it and centre-cropped.
+  expect_exit 0 "$TUNE" infer "$PIPELINE" --prompt "a square" --steps 2 --frames 2 --height 16 --width 32 --grad \
+    --seed 4 mixed_precision=no guidance.reference="$out/ref.png" --out "$out/wide.safetensors"
+  contains "$ERR" "reference frame 0 (weight 1)"
+  "$PYTHON" - "$out/wide.safetensors" "$TUNE_SOURCE/scripts" <<'PY' || fail "a wide sample with a reference"
+import sys
+sys.path.insert(0, sys.argv[2])
+import safetensors_io
+video = safetensors_io.load(sys.argv[1])["video"]
+assert tuple(video.shape) == (2, 3, 16, 32), video.shape
+PY
   expect_exit 1 "$TUNE" infer "$PIPELINE" "${guided[@]}" guidance.reference="$out/missing.png"
   contains "$ERR" "missing.png"
   # Text-to-video flags on an LLM recipe.
@@ -442,14 +450,27 @@ case_latte_t2v_train_input_errors() {
   expect_exit 2 "$TUNE" train "$dir/t2v.yaml"
   contains "$ERR" "data.latents"; contains "$ERR" "$latents"; contains "$ERR" "tune prepare"
   [ ! -e "$dir/run" ] || fail "a refused run wrote its directory"
-  expect_exit 2 "$TUNE" train "$dir/t2v.yaml" data.latents=null
-  contains "$ERR" "data.latents"; contains "$ERR" "is required"
+  expect_exit 2 "$TUNE" train "$dir/t2v.yaml" data.latents=null data.path=null
+  contains "$ERR" "data.latents"; contains "$ERR" "or data.path is required"
   # ---- caption dropout outside [0, 1)
   expect_exit 2 "$TUNE" train "$dir/t2v.yaml" data.caption_dropout=1.5
   contains "$ERR" "data.caption_dropout"; contains "$ERR" "[0, 1)"
   expect_exit 2 "$TUNE" validate "$dir/t2v.yaml" data.caption_dropout=-0.1; contains "$ERR" "data.caption_dropout"
   # ---- latents that disagree with the recipe
   expect_exit 0 "$TUNE" prepare "$dir/t2v.yaml"
+  # ---- without data.latents, training prepares RUN/latents first: the same data, so the same losses as a run on
+  # the latents tune prepare wrote
+  expect_exit 0 "$TUNE" train "$dir/t2v.yaml" --output-dir "$dir/from-prepared" training.max_steps=2
+  expect_exit 0 "$TUNE" train "$dir/t2v.yaml" --output-dir "$dir/auto" training.max_steps=2 data.latents=null
+  contains "$ERR" "data.latents is not set: preparing $dir/auto/latents"
+  "$PYTHON" -c "import json,sys; assert json.load(open(sys.argv[1]))['complete']" "$dir/auto/latents/latents.json" \
+    || fail "RUN/latents was not prepared completely"
+  "$PYTHON" - "$dir/from-prepared/metrics.jsonl" "$dir/auto/metrics.jsonl" <<'PY' || fail "auto-prepared run differs"
+import json, sys
+losses = [[json.loads(l)["loss"] for l in open(p) if '"loss"' in l] for p in sys.argv[1:]]
+print(f"losses: prepared first {losses[0]}, prepared by train {losses[1]}")
+assert len(losses[0]) == 2 and losses[0] == losses[1], losses
+PY
   expect_exit 2 "$TUNE" train "$dir/t2v.yaml" data.num_frames=8
   contains "$ERR" "data.num_frames"; contains "$ERR" "prepared with 4"
   [ ! -e "$dir/run" ] || fail "a refused run wrote its directory"
@@ -485,6 +506,89 @@ PY
   rm "$dir/run/checkpoints/step-1/COMPLETE"
   expect_exit 2 "$TUNE" infer "$dir/run" --prompt "a red square moving up" --frames 4 --height 16 --width 16 --steps 2
   contains "$ERR" "no trained checkpoint in $dir/run"
+}
+
+# tune plan for the video recipes against the tracked peaks of the runs it predicts (fp32, checkpointing full and
+# off, within 10%): text-to-video and class-conditional Latte training (memory.json's peak), and `tune plan --infer`
+# against `tune infer --grad`'s peak while denoising; then the table over frames x sizes, and its errors.
+case_latte_t2v_plan_matches_measured() {
+  start_training_case
+  local dir="$WORK/t2v-plan"
+  local shapes="$dir/shapes" policy recipe
+  rm -rf "$dir"; mkdir -p "$dir"
+  make_captioned_shapes "$shapes"
+  write_t2v_recipe "$dir/t2v.yaml" "$dir/unused" "$shapes/captions.jsonl" "$dir/latents"
+  expect_exit 0 "$TUNE" prepare "$dir/t2v.yaml"
+  write_latte_recipe "$dir/latte.yaml" "$dir/unused"
+  sed -i "s|  patch_size: 4|  patch_size: 2\n  vae: $PIPELINE/vae|; s|  flip: false|  flip: false\n  latents: $dir/latents-class|; \
+          s|path: $SHAPES|path: $shapes|; s|image_size: 8|image_size: 16|; s|hidden_size: 32|hidden_size: 64|; \
+          s|depth: 2|depth: 4|" "$dir/latte.yaml"
+  expect_exit 0 "$TUNE" prepare "$dir/latte.yaml"
+  for recipe in t2v latte; do
+    for policy in full off; do
+      local checkpointing=(gradient_checkpointing=true checkpointing.policy=full)
+      [ "$policy" = off ] && checkpointing=(gradient_checkpointing=false)
+      # batch 6: the activations are the larger part of the peak (the plan counts every gradient at the backward
+      # peak, an upper bound that weighs most where the weights dominate)
+      expect_exit 0 "$TUNE" plan "$dir/$recipe.yaml" --memory 1GiB --json training.batch_size=6 "${checkpointing[@]}"
+      local plan="$OUT"
+      expect_exit 0 "$TUNE" train "$dir/$recipe.yaml" --output-dir "$dir/run-$recipe-$policy" training.max_steps=2 \
+        checkpoint.every=0 training.batch_size=6 "${checkpointing[@]}"
+      "$PYTHON" - "$plan" "$dir/run-$recipe-$policy/memory.json" "$recipe" "$policy" <<'PY' || fail "plan vs measured ($recipe, $policy)"
+import json, sys
+plan, memory, recipe, policy = json.loads(sys.argv[1]), json.load(open(sys.argv[2])), sys.argv[3], sys.argv[4]
+assert plan["recipe"] == {"t2v": "latte_t2v", "latte": "latte"}[recipe], plan["recipe"]
+row = next(r for r in plan["rows"] if r["checkpointing"] == policy and r["batch_size"] == 6)
+print(f"{recipe} training, checkpointing {policy}: plan {row['peak_bytes']} bytes, measured {memory['peak_bytes']} "
+      f"({row['peak_bytes'] / memory['peak_bytes']:.3f})")
+assert 0.9 <= row["peak_bytes"] / memory["peak_bytes"] <= 1.1, (row["peak_bytes"], memory["peak_bytes"])
+PY
+    done
+  done
+  # ---- infer --grad: 8 frames of 32 x 32 with guidance, the prompt cut to sampling.max_text_tokens (as the plan
+  # assumes: a prompt at least that long)
+  local prompt="a red square moving left past a green circle under a blue sky at noon"
+  local sample=(--frames 8 sampling.max_text_tokens=6 mixed_precision=no threads=2)
+  for policy in full off; do
+    local checkpointing=(gradient_checkpointing=true checkpointing.policy=full)
+    [ "$policy" = off ] && checkpointing=(gradient_checkpointing=false)
+    expect_exit 0 "$TUNE" plan "$dir/t2v.yaml" --infer --memory 1GiB --json --size 32 "${sample[@]}" "${checkpointing[@]}"
+    local plan="$OUT"
+    expect_exit 0 "$TUNE" infer "$PIPELINE" --prompt "$prompt" --steps 1 --height 32 --width 32 --grad --json \
+      --out "$dir/sample-$policy.safetensors" "${sample[@]}" "${checkpointing[@]}"
+    "$PYTHON" - "$plan" "$OUT" "$policy" <<'PY' || fail "infer plan vs measured ($policy)"
+import json, sys
+plan, run, policy = json.loads(sys.argv[1]), json.loads(sys.argv[2].strip().splitlines()[-1]), sys.argv[3]
+assert plan["mode"] == "infer --grad" and plan["requested_fit"], plan
+row = next(r for r in plan["rows"] if r["checkpointing"] == policy and r["cfg"] and r["frames"] == 8
+           and (r["height"], r["width"]) == (32, 32))
+assert row["requested"] and row["batch"] == 2 and row["weights_bytes"] == run["weights_bytes"], (row, run)
+ratio = row["denoise_peak_bytes"] / run["peak_mem_bytes"]
+print(f"infer --grad, checkpointing {policy}: plan {row['denoise_peak_bytes']} bytes, measured {run['peak_mem_bytes']} ({ratio:.3f})")
+assert 0.9 <= ratio <= 1.1, ratio
+assert plan["text_phase_bytes"] == run["text_encoder_bytes"], (plan["text_phase_bytes"], run["text_encoder_bytes"])
+PY
+  done
+  # ---- the table: every policy x frames x size x guidance, each sample's fastest fitting policy marked
+  expect_exit 0 "$TUNE" plan "$dir/t2v.yaml" --infer --memory 1GiB --frames 8,16 --size 32,64x32
+  contains "$OUT" "gradient-enabled sampling plan (tune infer --grad, latte_t2v recipe)"
+  contains "$OUT" "16 x 64x32, CFG"; contains "$OUT" "8 x 32x32 "; contains "$OUT" "sampling.width=64"
+  [ "$(grep -c ' x [0-9]*x[0-9]*' <<< "$OUT")" -ge 40 ] || fail "expected 2 frames x 2 sizes x 2 x 5 policies"
+  # ---- nothing fits; and the errors of the command line
+  expect_exit 1 "$TUNE" plan "$dir/t2v.yaml" --infer --memory 100KB
+  contains "$ERR" "does not fit at any checkpointing policy"; contains "$ERR" "16 x 512x512, CFG"
+  expect_exit 2 "$TUNE" plan "$dir/t2v.yaml" --memory 1GiB --frames 8
+  contains "$ERR" "--infer"
+  expect_exit 2 "$TUNE" plan "$dir/t2v.yaml" --infer --memory 1GiB --size 32x
+  contains "$ERR" "--size '32x'"
+  expect_exit 2 "$TUNE" plan "$dir/t2v.yaml" --infer --memory 1GiB --size 30
+  contains "$ERR" "--size 30x30"; contains "$ERR" "multiples of 4"
+  expect_exit 2 "$TUNE" plan "$dir/t2v.yaml" --infer --memory 1GiB sampling.width=30
+  contains "$ERR" "sampling.width (30) must be a multiple of 4"
+  expect_exit 2 "$TUNE" plan "$dir/latte.yaml" --infer --memory 1GiB
+  contains "$ERR" "no plan for tune infer --grad"
+  expect_exit 2 "$TUNE" plan "$dir/t2v.yaml" --memory 1GiB data.image_size=18
+  contains "$ERR" "data.image_size"
 }
 
 # Sourced by distributed_tests.sh for the helpers above: stop before running a case.

@@ -53,7 +53,41 @@ case_sana_pipeline_matches_diffusers() {
     --no-grad mixed_precision=no threads=2 model.scheduler="$FIXTURE/euler_scheduler" \
     sampling.complex_human_instruction=false
   contains "$ERR" "flow-matching Euler 5 steps"
+  contains "$ERR" "no aspect-ratio table for a transformer of sample_size 8"
   compare_case "$out/euler" euler
+  # Resolution binning, SanaPipeline's default: with sample_size 16 (the 512 table) 560 x 200 is generated at the
+  # bin 832 x 288, decoded, then scaled and cropped back; equal to SanaPipeline(use_resolution_binning=True) within
+  # 5e-4 (below).
+  local binned=(--prompt "a red circle at the top left" --steps 2 --height 200 --width 560 --no-grad --json
+                mixed_precision=no threads=2 model.transformer="$FIXTURE/binned_transformer")
+  expect_exit 0 "$TUNE" infer "$PIPELINE" "${binned[@]}" --noise "$FIXTURE/binned_noise.safetensors" \
+    --out "$out/binned.safetensors"
+  contains "$ERR" "resolution binning: 560x200 is generated at 832x288 (aspect-ratio bin 0.35"
+  contains "$ERR" "sampled 1 image(s) at 560x200 (generated at 832x288)"
+  contains "$OUT" '"generated_height":288'
+  "$PYTHON" - "$out/binned.safetensors" "$FIXTURE/expected.safetensors" "$TUNE_SOURCE/scripts" <<'PY' || fail "binned sample"
+import sys
+sys.path.insert(0, sys.argv[3])
+import safetensors_io
+ours = safetensors_io.load(sys.argv[1])
+image = (ours["image"].double() / 2 + 0.5).clamp(0, 1)      # tune's [-1, 1] -> the pipeline's [0, 1]
+theirs = safetensors_io.load(sys.argv[2])["binned.image"][0].double()
+assert image.shape == theirs.shape == (3, 200, 560), (image.shape, theirs.shape)
+assert tuple(ours["latents"].shape) == (1, 8, 72, 208), ours["latents"].shape
+diff = (image - theirs).abs().max().item()
+print(f"binned: image max difference {diff:.2e}")
+# 5e-4, not the 64 x 64 cases' 1e-4: every bin of the 512 table is ~262k pixels, 16k latent tokens here, whose
+# fp32 linear-attention sums differ from PyTorch's in summation order by ~1e-4 relative after two steps (measured
+# 1.2e-4 in the latents, 1.5e-4 at one pixel of 336,000, mean 1.3e-6)
+assert diff <= 5e-4, diff
+PY
+  # Off: generated at the size asked (the noise's size then differs from the bin's: refused, naming the file).
+  expect_exit 0 "$TUNE" infer "$PIPELINE" "${binned[@]}" --seed 3 --out "$out/unbinned.safetensors" \
+    sampling.resolution_binning=false
+  contains "$OUT" '"generated_height":200'
+  expect_exit 1 "$TUNE" infer "$PIPELINE" "${binned[@]}" --noise "$FIXTURE/binned_noise.safetensors" \
+    --out "$out/refused.safetensors" sampling.resolution_binning=false
+  contains "$ERR" "binned_noise.safetensors"
 }
 
 # peak_of JSON_LINE: the measured peak bytes of a --json summary.

@@ -2,6 +2,7 @@
 // window's range, resize and crop geometry and values against closed-form expectations, flip and normalisation.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -179,4 +180,32 @@ TEST_CASE("sample_clip takes the sampled frames and flips about half the clips",
   CHECK(flips < draws * 0.6);
   options.random_flip = false;
   for (int i = 0; i < 20; ++i) CHECK(to_byte(sample_clip(video, options, generator)[0][1][0][0].item<float>()) == 0);
+}
+
+TEST_CASE("transform_frames_to covers a non-square target and crops its centre, bilinear as F.interpolate",
+          "[video][clip]") {
+  // A 20 x 40 frame whose green channel is the column index (a ramp). With align_corners=false, output column j of a
+  // resize by s samples source x = (j + 0.5) / s - 0.5 (clamped to the frame); a bilinear ramp is exact there.
+  auto frame = torch::zeros({1, 20, 40, 3}, torch::kUInt8);
+  frame.select(3, 1).copy_(torch::arange(40).to(torch::kUInt8).expand({1, 20, 40}));
+  frame.select(3, 0).fill_(255);
+  const auto square = transform_frames_to(frame, 16, 16);
+  REQUIRE(square.sizes() == torch::IntArrayRef({1, 3, 16, 16}));
+  // A square target is transform_clip's path exactly.
+  REQUIRE(torch::equal(square, transform_clip(frame, 16, /*flip=*/false)));
+  // A wide target (16 x 32 from 20 x 40: both scales 0.8, the height binds) and a tall one (32 x 8: height 32/20).
+  const auto wide = transform_frames_to(frame, 16, 32);
+  REQUIRE(wide.sizes() == torch::IntArrayRef({1, 3, 16, 32}));
+  for (int64_t j = 0; j < 32; ++j) {
+    const double x = std::clamp((j + 0.5) / 0.8 - 0.5, 0.0, 39.0);
+    CHECK(wide[0][1][7][j].item<float>() == Approx((x / 255.0 - 0.5) / 0.5).margin(1e-5));
+  }
+  const auto tall = transform_frames_to(frame, 32, 8);
+  REQUIRE(tall.sizes() == torch::IntArrayRef({1, 3, 32, 8}));
+  // scale 1.6: 32 x 64, cropped at columns 28..35; column j samples x = (j + 28 + 0.5) / 1.6 - 0.5.
+  for (int64_t j = 0; j < 8; ++j) {
+    const double x = (j + 28 + 0.5) / 1.6 - 0.5;
+    CHECK(tall[0][1][20][j].item<float>() == Approx((x / 255.0 - 0.5) / 0.5).margin(1e-5));
+  }
+  CHECK(tall[0][0].min().item<float>() == Approx(1.0f));  // red stays full, in [-1, 1]
 }

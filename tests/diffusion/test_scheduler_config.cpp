@@ -21,6 +21,7 @@
 #include "common/scratch_dir.h"
 #include "common/reference_fixture.h"
 #include "tune/core/error.h"
+#include "tune/diffusion/aspect_ratio_bins.h"
 #include "tune/diffusion/scheduler_config.h"
 #include "tune/diffusion/scheduler_sampler.h"
 #include "tune/io/json_file.h"
@@ -435,5 +436,30 @@ TEST_CASE("SchedulerStepper: a step at a time, as sample_with_scheduler, with th
     CHECK_THROWS_AS(stepper.step(1, x_T, x_T), Error);
     CHECK_THROWS_AS(stepper.step(0, x_T, x_T[0]), Error);
     CHECK_THROWS_AS(SchedulerStepper(read_scheduler_config(config_path("latte1_ddim")), 3), UsageError);
+  }
+}
+
+TEST_CASE("resolution binning picks diffusers' bin for every table and resizes back as resize_and_crop_tensor",
+          "[diffusion][binning]") {
+  const auto& bins = fixture().cases.at("aspect_ratio_bins");
+  size_t checked = 0;
+  for (const auto& item : bins.at("bins")) {
+    const auto bin = aspect_ratio_bin(item.at("sample_size").get<int64_t>(), item.at("height").get<int64_t>(),
+                                      item.at("width").get<int64_t>());
+    REQUIRE(bin.has_value());
+    INFO("sample_size " << item.at("sample_size") << ", " << item.at("height") << " x " << item.at("width"));
+    CHECK(bin->height == item.at("bin")[0].get<int64_t>());
+    CHECK(bin->width == item.at("bin")[1].get<int64_t>());
+    ++checked;
+  }
+  CHECK(checked > 1000);
+  CHECK_FALSE(aspect_ratio_bin(8, 64, 64).has_value());  // SanaPipeline: "Invalid sample size"
+  for (const auto& item : bins.at("resizes")) {
+    const auto index = item.at("index").get<int>();
+    const auto input = fixture().reference.load(fmt::format("resize/{}/in", index));
+    const auto expected = fixture().reference.load(fmt::format("resize/{}/out", index));
+    const auto ours = resize_and_crop(input, item.at("height").get<int64_t>(), item.at("width").get<int64_t>());
+    REQUIRE(ours.sizes() == expected.sizes());
+    CHECK((ours - expected).abs().max().item<float>() <= 1e-6f);
   }
 }

@@ -156,6 +156,27 @@ TEST_CASE("T5 encoder: parameter names are the checkpoint's", "[t5]") {
   CHECK(module_names == file_names);  // the file holds shared.weight only (transformers writes one side of the tie)
 }
 
+TEST_CASE("T5 encoder: the parameter count without the model equals the file's and the module's", "[t5]") {
+  skip_without_transformers();
+  const auto config = models::read_t5_encoder_config(fixture_dir() / "text_encoder" / "config.json");
+  const auto weights = io::WeightSource::open_directory(fixture_dir() / "text_encoder");
+  int64_t in_file = 0;
+  for (const auto& name : weights.names()) {
+    int64_t numel = 1;
+    for (const int64_t size : weights.file_of(name).entries().at(name).shape) numel *= size;
+    in_file += numel;
+  }
+  CHECK(models::t5_encoder_parameter_count(config) == in_file);
+  for (const bool gated : {false, true}) {  // T5 v1.0 (relu) and v1.1 (gated) layouts
+    models::T5EncoderConfig other = config;
+    other.is_gated_act = gated;
+    other.num_layers = 3;
+    int64_t in_module = 0;
+    for (const auto& p : models::T5Encoder(other)->parameters()) in_module += p.numel();
+    CHECK(models::t5_encoder_parameter_count(other) == in_module);
+  }
+}
+
 TEST_CASE("T5 encoder matches transformers' T5EncoderModel in fp32", "[t5]") {
   const auto io = reference();
   auto encoder = models::load_t5_encoder(fixture_dir() / "text_encoder", torch::kFloat32, torch::kCPU);

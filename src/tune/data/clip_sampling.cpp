@@ -83,6 +83,27 @@ torch::Tensor transform_clip(const torch::Tensor& frames, int64_t image_size, bo
   return clip.sub(0.5).div_(0.5).contiguous();
 }
 
+torch::Tensor transform_frames_to(const torch::Tensor& frames, int64_t height, int64_t width) {
+  if (height == width) return transform_clip(frames, height, /*flip=*/false);
+  TORCH_CHECK(frames.dim() == 4 && frames.size(3) == 3 && frames.scalar_type() == torch::kUInt8,
+              "transform_frames_to expects uint8 [F, H, W, 3], got ", frames.sizes(), " ", frames.scalar_type());
+  const auto clip = frames.permute({0, 3, 1, 2}).to(torch::kFloat).div_(255.0);
+  const int64_t in_height = clip.size(2), in_width = clip.size(3);
+  const double scale = std::max(static_cast<double>(height) / static_cast<double>(in_height),
+                                static_cast<double>(width) / static_cast<double>(in_width));
+  // The binding side is exact; the other is at least its target (floor of a product that can fall just short).
+  const bool height_binds = static_cast<double>(height) / static_cast<double>(in_height) >= 
+                            static_cast<double>(width) / static_cast<double>(in_width);
+  const int64_t out_height =
+      height_binds ? height : std::max(height, static_cast<int64_t>(std::floor(static_cast<double>(in_height) * scale)));
+  const int64_t out_width =
+      height_binds ? std::max(width, static_cast<int64_t>(std::floor(static_cast<double>(in_width) * scale))) : width;
+  const auto resized = torch::upsample_bilinear2d(clip, {out_height, out_width}, /*align_corners=*/false);
+  const auto top = static_cast<int64_t>(std::nearbyint((out_height - height) / 2.0));
+  const auto left = static_cast<int64_t>(std::nearbyint((out_width - width) / 2.0));
+  return resized.narrow(2, top, height).narrow(3, left, width).sub(0.5).div_(0.5).contiguous();
+}
+
 torch::Tensor sample_clip(VideoSource& video, const ClipOptions& options, std::mt19937_64& generator) {
   const auto indices = sample_clip_indices(video.frame_count(), options, generator, video.path().string());
   const bool flip = options.random_flip && uniform_below(generator, 2) == 1;

@@ -48,6 +48,10 @@ torch::Tensor center_crop(const torch::Tensor& clip, int64_t size);
 // uint8 [F, H, W, 3] -> float [F, 3, size, size] in [-1, 1], in Latte's order: /255, optional flip (last axis),
 // resize short side, center crop, (x - 0.5) / 0.5.
 torch::Tensor transform_clip(const torch::Tensor& frames, int64_t image_size, bool flip);
+// uint8 [F, H, W, 3] -> float [F, 3, height, width] in [-1, 1]: scaled (bilinear) so that the frame covers height x
+// width with one side exact, then centre-cropped to it; a square target takes transform_clip's path exactly. For a
+// still (a guidance reference) at a sample's size, whatever its aspect ratio.
+torch::Tensor transform_frames_to(const torch::Tensor& frames, int64_t height, int64_t width);
 
 // Samples indices, decodes them, draws the flip and transforms: one training clip, float [F, 3, size, size].
 torch::Tensor sample_clip(VideoSource& video, const ClipOptions& options, std::mt19937_64& generator);

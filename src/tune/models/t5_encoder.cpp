@@ -155,4 +155,13 @@ T5Encoder load_t5_encoder(const std::filesystem::path& dir, torch::ScalarType dt
   return model;
 }
 
+int64_t t5_encoder_parameter_count(const T5EncoderConfig& config) {
+  const int64_t d = config.d_model, inner = config.inner_dim();
+  const int64_t attention = 3 * d * inner + inner * d;
+  const int64_t feed_forward = (config.is_gated_act ? 2 : 1) * d * config.d_ff + config.d_ff * d;
+  const int64_t layer = attention + feed_forward + 2 * d;  // + the two layer norms' weights
+  return config.vocab_size * d + config.num_layers * layer +
+         config.relative_attention_num_buckets * config.num_heads + d;
+}
+
 }  // namespace tune::models

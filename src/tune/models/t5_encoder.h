@@ -72,4 +72,9 @@ TORCH_MODULE(T5Encoder);
 // (tune::InputError: missing, misshapen or non-finite tensors, unexpected ones); fp16 throws tune::UsageError.
 T5Encoder load_t5_encoder(const std::filesystem::path& dir, torch::ScalarType dtype, torch::Device device);
 
+// The parameters T5EncoderImpl holds for `config` (the shared embedding, each layer's attention, gated or plain
+// feed-forward and two norms, the first layer's relative position bias, the final norm), counted without building
+// it: what a memory plan needs of T5-XXL's 4.76B.
+int64_t t5_encoder_parameter_count(const T5EncoderConfig& config);
+
 }  // namespace tune::models

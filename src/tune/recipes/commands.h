@@ -73,6 +73,9 @@ struct PlanArguments {
   std::string memory;  // --memory 16GiB: the budget per process
   int nproc = 1;       // --nproc N: data-parallel processes (ddp)
   bool json = false;
+  bool infer = false;  // --infer: plan gradient-enabled sampling (tune infer --grad) instead of training
+  std::vector<int64_t> frames;     // --frames 8,16 (with --infer): empty, the recipe's
+  std::vector<std::string> sizes;  // --size 512,512x320 (WIDTHxHEIGHT or one side of a square): empty, the recipe's
 };
 
 int run_train(const TrainArguments& arguments);

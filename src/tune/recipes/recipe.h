@@ -11,6 +11,7 @@
 
 #include "tune/config/config.h"
 #include "tune/recipes/plan/budget_plan.h"
+#include "tune/recipes/plan/inference_plan.h"
 
 namespace tune::recipes {
 
@@ -71,6 +72,7 @@ struct Recipe {
   std::function<int(const ExportRequest&)> export_model;
   std::function<int(const PrepareRequest&)> prepare;  // empty: the recipe has nothing to precompute
   std::function<BudgetPlan(const PlanRequest&)> plan;  // empty: no memory planner (tune plan, --memory-budget)
+  std::function<InferencePlan(const InferencePlanRequest&)> plan_inference;  // empty: no tune plan --infer
   // Every check `train` makes before it reads model files or data (ranges, combinations, distributed.shard_blocks
   // against the model's block types); throws ConfigError naming the key. `tune validate` and the --nproc launcher
   // (before any worker starts) run it; `train` runs it too.

@@ -37,7 +37,8 @@ namespace {
 // The reference frame as the model sees it: [C, h, w] in model space.
 torch::Tensor load_reference(const GuidanceSettings& guidance, const LatteSettings& settings, LatteParts& parts,
                              const torch::Device& device) {
-  const auto pixels = diffusion_common::read_reference_pixels(*guidance.reference, settings.data.image_size);
+  const auto pixels = diffusion_common::read_reference_pixels(*guidance.reference, settings.data.image_size,
+                                                                settings.data.image_size);
   return to_model_space(parts, pixels.unsqueeze(0).to(device), 1)[0][0];
 }
 

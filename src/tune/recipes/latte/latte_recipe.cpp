@@ -15,6 +15,7 @@ Recipe make_recipe() {
   recipe.train = train;
   recipe.infer = infer;
   recipe.prepare = prepare;
+  recipe.plan = plan;
   recipe.validate = validate_latte_config;
   recipe.export_model = [](const ExportRequest& request) -> int {
     throw UsageError(fmt::format("{}: a Latte checkpoint is already in the exported format (model.safetensors, "

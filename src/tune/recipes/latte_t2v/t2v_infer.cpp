@@ -179,10 +179,6 @@ int infer(const InferRequest& request) {
   // before the transformer loads (it decodes at the end)
   torch::Tensor reference_latents;
   if (request.grad && settings.guidance.reference) {
-    if (sampling.height != sampling.width) {
-      throw UsageError(fmt::format("guidance.reference needs a square sample for now (--height {} --width {})",
-                                   sampling.height, sampling.width));
-    }
     if (settings.guidance.reference_frame >= sampling.frames) {
       throw UsageError(fmt::format("guidance.reference_frame ({}) is not a frame of the {} sampled",
                                    settings.guidance.reference_frame, sampling.frames));
@@ -191,7 +187,8 @@ int infer(const InferRequest& request) {
     auto vae = models::load_autoencoder_kl(paths.vae);
     vae->to(device);
     vae->eval();
-    const auto pixels = diffusion_common::read_reference_pixels(*settings.guidance.reference, sampling.height);
+    const auto pixels = diffusion_common::read_reference_pixels(*settings.guidance.reference, sampling.height,
+                                                                sampling.width);
     reference_latents = vae->encode_frames(pixels.unsqueeze(0).to(device), 1, models::LatentSampling::kMean)[0][0];
   }
 

@@ -1,5 +1,5 @@
-// The latte_t2v recipe's registration: sampling (tune infer), tune prepare, training and export to a pipeline
-// directory.
+// The latte_t2v recipe's registration: sampling (tune infer), tune prepare, training, export to a pipeline
+// directory, and tune plan (training, and infer --grad).
 #include "tune/recipes/latte_t2v/t2v_recipe.h"
 #include "tune/recipes/latte_t2v/t2v_settings.h"
 
@@ -15,6 +15,8 @@ Recipe make_recipe() {
   recipe.train = train;
   recipe.prepare = prepare;
   recipe.export_model = export_pipeline;
+  recipe.plan = plan;
+  recipe.plan_inference = plan_inference;
   return recipe;
 }
 

@@ -21,6 +21,7 @@
 #include "tune/recipes/cpu_kernel_choice.h"
 #include "tune/recipes/data_parallel.h"
 #include "tune/recipes/diffusion/diffusion_train.h"
+#include "tune/recipes/diffusion/training_latents.h"
 #include "tune/recipes/diffusion/latent_manifest.h"
 #include "tune/recipes/checkpoint_files.h"
 #include "tune/recipes/diffusion/captioned_latents.h"
@@ -45,8 +46,9 @@ struct PreparedData {
 PreparedData open_prepared_data(const T2VSettings& settings, const ComponentPaths& paths,
                                 const models::LatteT2VConfig& transformer, const config::Config& config) {
   if (!settings.data.latents) {
-    config.fail("data.latents", "is required: text-to-video training reads the latents and caption embeddings that "
-                                "`tune prepare` writes from data.path (so that neither T5 nor the VAE is in memory)");
+    config.fail("data.latents", "or data.path is required: text-to-video training reads the latents and caption "
+                                "embeddings that `tune prepare` writes from data.path (without data.latents, into the "
+                                "run directory first), so that neither T5 nor the VAE is in memory");
   }
   const std::filesystem::path directory = *settings.data.latents;
   if (!std::filesystem::exists(directory)) {
@@ -86,7 +88,7 @@ int train(const TrainRequest& request) {
   const config::Config& config = request.config;
   const RunSettings run = read_run_settings(config);
   TrainingSettings training = read_training_settings(config);
-  const T2VSettings settings = read_t2v_settings(config);
+  T2VSettings settings = read_t2v_settings(config);
   validate_t2v_config(config);
   const ComponentPaths paths = resolve_components(settings.model);
   const auto scheduler = diffusion::read_scheduler_config(paths.scheduler / "scheduler_config.json");
@@ -100,6 +102,11 @@ int train(const TrainRequest& request) {
 
   // ---- setup
   const int threads = configure_threads(threads_for_this_rank(run.threads));
+  // Without data.latents, tune prepare's work into the run directory first (diffusion/training_latents.h).
+  if (const auto latents =
+          diffusion_common::training_latents(request, settings.data.latents, settings.data.path, prepare)) {
+    settings.data.latents = latents->string();
+  }
   memory_tracker::install();
   const torch::Device device(run.device);
   const PreparedData prepared = open_prepared_data(settings, paths, transformer_config, config);

@@ -10,24 +10,75 @@
 #include "tune/distributed/launch_environment.h"
 #include "tune/io/sharded_safetensors.h"
 #include "tune/recipes/commands.h"
+#include "tune/recipes/plan/inference_plan.h"
 #include "tune/recipes/plan/plan_output.h"
 #include "tune/recipes/recipe.h"
 
 namespace tune::recipes {
 namespace {
 
-BudgetPlan make_plan(const std::filesystem::path& file, const std::vector<std::string>& overrides, uint64_t budget,
-                     int processes) {
+std::pair<const Recipe*, config::Config> load_recipe(const std::filesystem::path& file,
+                                                     const std::vector<std::string>& overrides) {
   if (!std::filesystem::is_regular_file(file)) {
     throw UsageError(fmt::format("{}: no such recipe file (see `tune ls` for the shipped recipes)", file.string()));
   }
   const Recipe& recipe = find_recipe(config::peek_recipe_name(file, overrides));
-  config::Config config = config::load(file, overrides, recipe.schema());
-  if (!recipe.plan) {
+  return {&recipe, config::load(file, overrides, recipe.schema())};
+}
+
+BudgetPlan make_plan(const std::filesystem::path& file, const std::vector<std::string>& overrides, uint64_t budget,
+                     int processes) {
+  auto [recipe, config] = load_recipe(file, overrides);
+  if (!recipe->plan) {
     throw UsageError(fmt::format("recipe '{}' has no memory planner yet: tune plan and --memory-budget cover the sft, "
-                                 "dpo and sana recipes", recipe.name));
+                                 "dpo, latte, latte_t2v and sana recipes", recipe->name));
   }
-  return recipe.plan({std::move(config), budget, std::max(1, processes)});
+  return recipe->plan({std::move(config), budget, std::max(1, processes)});
+}
+
+// "512" (a square) or "WIDTHxHEIGHT", as (height, width).
+std::pair<int64_t, int64_t> parse_size(const std::string& text) {
+  const size_t x = text.find('x');
+  const auto side = [&](const std::string& part) -> int64_t {
+    size_t used = 0;
+    int64_t value = 0;
+    try {
+      value = std::stoll(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != part.size() || value <= 0) {
+      throw UsageError(fmt::format("--size '{}': expected a side in pixels (512) or WIDTHxHEIGHT (512x320)", text));
+    }
+    return value;
+  };
+  if (x == std::string::npos) {
+    const int64_t value = side(text);
+    return {value, value};
+  }
+  return {side(text.substr(x + 1)), side(text.substr(0, x))};
+}
+
+int run_inference_plan(const PlanArguments& arguments, uint64_t budget) {
+  auto [recipe, config] = load_recipe(arguments.recipe, arguments.overrides);
+  if (!recipe->plan_inference) {
+    throw UsageError(fmt::format("recipe '{}' has no plan for tune infer --grad: tune plan --infer covers the "
+                                 "latte_t2v recipe", recipe->name));
+  }
+  InferencePlanRequest request{std::move(config), budget, arguments.frames, {}};
+  for (const int64_t frames : arguments.frames) {
+    if (frames <= 0) throw UsageError(fmt::format("--frames {}: expected a count above zero", frames));
+  }
+  for (const auto& size : arguments.sizes) request.sizes.push_back(parse_size(size));
+  const InferencePlan plan = recipe->plan_inference(request);
+  if (arguments.json) {
+    std::cout << inference_plan_to_json(plan).dump(2) << "\n";
+  } else {
+    std::cout << inference_plan_table(plan);
+  }
+  if (plan.requested_fit()) return 0;
+  std::cerr << "error: " << inference_nothing_fits_message(plan) << "\n";
+  return 1;
 }
 
 std::pair<std::string, std::string> split_override(const std::string& item) {
@@ -108,6 +159,11 @@ std::vector<std::string> apply_memory_budget(const TrainArguments& arguments) {
 
 int run_plan(const PlanArguments& arguments) {
   const uint64_t budget = parse_memory_budget(arguments.memory, "--memory");
+  if (arguments.infer) return run_inference_plan(arguments, budget);
+  if (!arguments.frames.empty() || !arguments.sizes.empty()) {
+    throw UsageError("--frames and --size choose the samples of tune plan --infer: add --infer (training plans the "
+                     "recipe's data.num_frames and data.image_size)");
+  }
   const BudgetPlan plan = make_plan(arguments.recipe, arguments.overrides, budget, arguments.nproc);
   if (arguments.json) {
     std::cout << plan_to_json(plan).dump(2) << "\n";

@@ -17,6 +17,7 @@
 #include "tune/core/progress.h"
 #include "tune/core/threads.h"
 #include "tune/data/tokenizer.h"
+#include "tune/diffusion/aspect_ratio_bins.h"
 #include "tune/diffusion/scheduler_config.h"
 #include "tune/diffusion/scheduler_sampler.h"
 #include "tune/io/run_checkpoints.h"
@@ -122,15 +123,28 @@ int infer(const InferRequest& request) {
                                  paths.at("vae").string(), vae_config.latent_channels,
                                  paths.at("transformer").string(), config.in_channels));
   }
+  // SanaPipeline's resolution binning: generate at the table's nearest size, crop back to the one asked at the end.
+  const int64_t asked_height = sampling.height, asked_width = sampling.width;
+  if (sampling.resolution_binning) {
+    if (const auto bin = diffusion::aspect_ratio_bin(config.sample_size, sampling.height, sampling.width)) {
+      sampling.height = bin->height;
+      sampling.width = bin->width;
+      if (sampling.height != asked_height || sampling.width != asked_width) {
+        log::info("resolution binning: {}x{} is generated at {}x{} (aspect-ratio bin {} of the table for "
+                  "sample_size {}), then scaled and cropped back (sampling.resolution_binning=false: the size as "
+                  "asked)", asked_width, asked_height, sampling.width, sampling.height, bin->ratio,
+                  config.sample_size);
+      }
+    } else {
+      log::info("resolution binning: no aspect-ratio table for a transformer of sample_size {} (tables: 16, 32, 64, "
+                "128); sampling at the size asked", config.sample_size);
+    }
+  }
   for (const auto& [name, pixels] : {std::pair{"--height", sampling.height}, std::pair{"--width", sampling.width}}) {
     if (pixels % (factor * config.patch_size) != 0) {
       throw UsageError(fmt::format("{} {} must be a multiple of {} (VAE factor {} x patch size {})", name, pixels,
                                    factor * config.patch_size, factor, config.patch_size));
     }
-  }
-  if (request.grad && settings.guidance.reference && sampling.height != sampling.width) {
-    throw UsageError(fmt::format("guidance.reference needs a square sample for now (--height {} --width {})",
-                                 sampling.height, sampling.width));
   }
 
   configure_threads(run.threads);
@@ -175,7 +189,8 @@ int infer(const InferRequest& request) {
     auto vae = models::load_autoencoder_dc(paths.at("vae"));
     vae->to(device);
     vae->eval();
-    const auto pixels = diffusion_common::read_reference_pixels(*settings.guidance.reference, sampling.height);
+    const auto pixels = diffusion_common::read_reference_pixels(*settings.guidance.reference, sampling.height,
+                                                                sampling.width);
     // read_reference_pixels gives [1, 3, H, W]: a batch of one image, as DC-AE encodes.
     reference_latents = vae->encode_latents(pixels.reshape({1, 3, sampling.height, sampling.width}).to(device))[0];
   }
@@ -282,7 +297,11 @@ int infer(const InferRequest& request) {
   if (model_settings.vae_tiling) vae->set_tiling({true, 512, 512, 448, 448});
   vae->to(device);
   vae->eval();
-  const auto images = vae->decode(latents.to(torch::kFloat32)).clamp(-1.0, 1.0).cpu();
+  // Binned: scaled and cropped to the size asked before the clamp, as SanaPipeline's resize precedes postprocess.
+  const auto images =
+      diffusion::resize_and_crop(vae->decode(latents.to(torch::kFloat32)), asked_height, asked_width)
+          .clamp(-1.0, 1.0)
+          .cpu();
   const std::filesystem::path out =
       request.out ? *request.out
                   : std::filesystem::path(request.config->get_string("output_dir")) / "samples" / "sample.png";
@@ -294,15 +313,20 @@ int infer(const InferRequest& request) {
     log::info("wrote {}", path.string());
     written.push_back(path.string());
   }
-  log::info("sampled {} image(s) at {}x{} with {} {} steps, cfg scale {}", batch, sampling.width, sampling.height,
+  log::info("sampled {} image(s) at {}x{}{} with {} {} steps, cfg scale {}", batch, asked_width, asked_height,
+            asked_height != sampling.height || asked_width != sampling.width
+                ? fmt::format(" (generated at {}x{})", sampling.width, sampling.height)
+                : std::string(),
             scheduler_name(scheduler), sampling.steps, sampling.cfg_scale);
   log::info("gradient guidance: {}; mixed precision {}; peak memory while denoising {}", guidance_description,
             precision::to_string(run.mixed_precision), format_bytes(static_cast<double>(sampling_peak)));
   if (request.json) {
     const nlohmann::json summary = {{"outputs", written},
                                     {"prompts", request.prompts},
-                                    {"height", sampling.height},
-                                    {"width", sampling.width},
+                                    {"height", asked_height},
+                                    {"width", asked_width},
+                                    {"generated_height", sampling.height},
+                                    {"generated_width", sampling.width},
                                     {"steps", sampling.steps},
                                     {"cfg_scale", sampling.cfg_scale},
                                     {"grad", request.grad},

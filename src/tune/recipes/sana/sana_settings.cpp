@@ -27,6 +27,10 @@ config::Schema sana_schema() {
   schema.string("sampling.negative_prompt", "", "tune infer: the unconditional prompt of classifier-free guidance");
   schema.integer("sampling.max_text_tokens", 300,
                  "caption tokens the transformer sees (SanaPipeline's max_sequence_length)");
+  schema.boolean("sampling.resolution_binning", true,
+                 "tune infer: generate at the nearest size of the model's aspect-ratio table (SanaPipeline's "
+                 "use_resolution_binning; transformers of sample_size 16, 32, 64, 128), then scale and crop to the "
+                 "size asked");
   schema.boolean("sampling.complex_human_instruction", true,
                  "tune infer: prepend SanaPipeline's complex human instruction to each prompt (its default)");
   diffusion_common::add_guidance_keys(schema);
@@ -70,6 +74,7 @@ SanaSettings read_sana_settings(const config::Config& config) {
   sampling.negative_prompt = config.get_string("sampling.negative_prompt");
   sampling.max_text_tokens = get_int_at_least(config, "sampling.max_text_tokens", 2);
   sampling.complex_human_instruction = config.get_bool("sampling.complex_human_instruction");
+  sampling.resolution_binning = config.get_bool("sampling.resolution_binning");
   settings.guidance = diffusion_common::read_guidance_settings(config, 1, "the image (one frame)");
 
   auto& data = settings.data;

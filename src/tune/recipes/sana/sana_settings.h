@@ -29,6 +29,10 @@ struct SanaSamplingSettings {
   std::string negative_prompt;   // "" as SanaPipeline
   int64_t max_text_tokens = 300; // SanaPipeline's max_sequence_length
   bool complex_human_instruction = true;  // SanaPipeline's default instruction prefix on prompts
+  // SanaPipeline's use_resolution_binning: generate at the nearest size of the model's aspect-ratio table, then
+  // scale and crop the image to the size asked (diffusion/aspect_ratio_bins.h); models without a table sample at
+  // the size asked.
+  bool resolution_binning = true;
 };
 
 // Training: captioned images (data.path: a JSONL of {"image", "caption"} rows or a folder of images with same-named

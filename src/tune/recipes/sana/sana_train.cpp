@@ -24,6 +24,7 @@
 #include "tune/recipes/diffusion/captioned_latents.h"
 #include "tune/recipes/diffusion/diffusers_transformer.h"
 #include "tune/recipes/diffusion/diffusion_train.h"
+#include "tune/recipes/diffusion/training_latents.h"
 #include "tune/recipes/diffusion/latent_manifest.h"
 #include "tune/recipes/model_workloads.h"
 #include "tune/recipes/run_directory.h"
@@ -45,8 +46,9 @@ PreparedData open_prepared_data(const SanaSettings& settings, const SanaComponen
                                 const models::SanaConfig& transformer, const config::Config& config) {
   const auto& data = settings.data;
   if (!data.latents) {
-    config.fail("data.latents", "is required: Sana training reads the latents and caption embeddings that "
-                                "`tune prepare` writes from data.path (so that neither Gemma 2 nor DC-AE is in memory)");
+    config.fail("data.latents", "or data.path is required: Sana training reads the latents and caption embeddings "
+                                "that `tune prepare` writes from data.path (without data.latents, into the run "
+                                "directory first), so that neither Gemma 2 nor DC-AE is in memory");
   }
   const std::filesystem::path directory = *data.latents;
   if (!std::filesystem::exists(directory)) {
@@ -96,7 +98,7 @@ int train(const TrainRequest& request) {
   const config::Config& config = request.config;
   const RunSettings run = read_run_settings(config);
   TrainingSettings training = read_training_settings(config);
-  const SanaSettings settings = read_sana_settings(config);
+  SanaSettings settings = read_sana_settings(config);
   validate_sana_config(config);
   if (run.frozen_weights_bf16) {
     config.fail("param_dtype", "is 'bf16': the frozen transformer weights of a LoRA run stay fp32 in Sana training "
@@ -118,6 +120,11 @@ int train(const TrainRequest& request) {
 
   // ---- setup
   const int threads = configure_threads(threads_for_this_rank(run.threads));
+  // Without data.latents, tune prepare's work into the run directory first (diffusion/training_latents.h).
+  if (const auto latents =
+          diffusion_common::training_latents(request, settings.data.latents, settings.data.path, prepare)) {
+    settings.data.latents = latents->string();
+  }
   memory_tracker::install();
   const torch::Device device(run.device);
   const PreparedData prepared = open_prepared_data(settings, paths, transformer_config, config);
