@@ -9,19 +9,21 @@
 
 namespace tune::recipes {
 
-std::string PlanSetting::checkpointing_label() const {
-  return checkpointing == "every_k" ? fmt::format("every_k (k={})", k) : checkpointing;
+std::string checkpointing_label(const std::string& policy, int64_t k) {
+  return policy == "every_k" ? fmt::format("every_k (k={})", k) : policy;
 }
 
+std::vector<std::string> checkpointing_overrides(const std::string& policy, int64_t k) {
+  if (policy == "off") return {"gradient_checkpointing=false"};
+  std::vector<std::string> keys = {"gradient_checkpointing=true", "checkpointing.policy=" + policy};
+  if (policy == "every_k") keys.push_back(fmt::format("checkpointing.k={}", k));
+  return keys;
+}
+
+std::string PlanSetting::checkpointing_label() const { return recipes::checkpointing_label(checkpointing, k); }
+
 std::vector<std::string> PlanSetting::overrides() const {
-  std::vector<std::string> keys;
-  if (checkpointing == "off") {
-    keys.push_back("gradient_checkpointing=false");
-  } else {
-    keys.push_back("gradient_checkpointing=true");
-    keys.push_back("checkpointing.policy=" + checkpointing);
-    if (checkpointing == "every_k") keys.push_back(fmt::format("checkpointing.k={}", k));
-  }
+  std::vector<std::string> keys = checkpointing_overrides(checkpointing, k);
   keys.push_back(fmt::format("training.batch_size={}", batch_size));
   keys.push_back(fmt::format("training.gradient_accumulation_steps={}", accumulation));
   keys.push_back("param_dtype=" + param_dtype);

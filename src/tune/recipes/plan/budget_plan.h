@@ -19,6 +19,11 @@ struct PlanRequest {
   int processes = 1;          // data-parallel processes (distributed.strategy: ddp, shard_grad_op or full_shard)
 };
 
+// A checkpointing policy as the plans show it ("every_k (k=2)", "full") and the keys that select it
+// (gradient_checkpointing=false, or =true with checkpointing.policy and checkpointing.k for every_k).
+std::string checkpointing_label(const std::string& policy, int64_t k);
+std::vector<std::string> checkpointing_overrides(const std::string& policy, int64_t k);
+
 // One candidate: the keys the plan may change. The global batch (batch_size x accumulation x processes) is the
 // recipe's; only how it is split changes.
 struct PlanSetting {

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "tune/core/progress.h"
+#include "tune/recipes/plan/budget_plan.h"
 
 namespace tune::recipes {
 namespace {
@@ -24,19 +25,10 @@ auto sample_key(const InferencePlanRow& row) { return std::make_tuple(row.frames
 
 }  // namespace
 
-std::string InferencePlanRow::checkpointing_label() const {
-  return checkpointing == "every_k" ? fmt::format("every_k (k={})", k) : checkpointing;
-}
+std::string InferencePlanRow::checkpointing_label() const { return recipes::checkpointing_label(checkpointing, k); }
 
 std::vector<std::string> InferencePlanRow::overrides() const {
-  std::vector<std::string> keys;
-  if (checkpointing == "off") {
-    keys.push_back("gradient_checkpointing=false");
-  } else {
-    keys.push_back("gradient_checkpointing=true");
-    keys.push_back("checkpointing.policy=" + checkpointing);
-    if (checkpointing == "every_k") keys.push_back(fmt::format("checkpointing.k={}", k));
-  }
+  std::vector<std::string> keys = checkpointing_overrides(checkpointing, k);
   keys.push_back(fmt::format("sampling.frames={}", frames));
   keys.push_back(fmt::format("sampling.height={}", height));
   keys.push_back(fmt::format("sampling.width={}", width));
