@@ -23,7 +23,9 @@ function(tune_add_test name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPENDS;PROPERTIES" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE tune_catch_main ${ARG_DEPENDS})
-  target_precompile_headers(${name} REUSE_FROM tune_pch)
+  # The test's own code is not optimised (tests/CMakeLists.txt: tune_test_pch); the libraries it tests are.
+  target_compile_options(${name} PRIVATE ${TUNE_TEST_OPTIMIZATION})
+  target_precompile_headers(${name} REUSE_FROM tune_test_pch)
   target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests)
   target_compile_definitions(${name} PRIVATE TUNE_SOURCE_DIR="${CMAKE_SOURCE_DIR}" TUNE_BINARY_DIR="${CMAKE_BINARY_DIR}"
                                              TUNE_PYTHON="${TUNE_PYTHON}")

@@ -126,12 +126,20 @@ class TrackingAllocator final : public c10::Allocator {
   explicit TrackingAllocator(c10::Allocator* original) : original_(original) {}
 
   // LibTorch 1.13 declares allocate() const, 2.3+ non-const. Defining both (without `override`) makes whichever
-  // the base declares the virtual override and the other a plain overload, with no version test.
+  // the base declares the virtual override and the other a plain overload, with no version test; clang's warning
+  // about the missing `override` is therefore silenced here.
+#if defined(__clang__)
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Winconsistent-missing-override"
+#endif
   c10::DataPtr allocate(size_t n) const { return allocate_tracked(n); }
   c10::DataPtr allocate(size_t n) { return allocate_tracked(n); }
 
   // Pure virtual from LibTorch 2.3 (used by storage clone / copy-on-write); a plain member on 1.13.
   void copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
+#if defined(__clang__)
+#pragma clang diagnostic pop
+#endif
 
   c10::DeleterFnPtr raw_deleter() const override { return &tracked_delete; }
 

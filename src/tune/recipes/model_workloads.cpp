@@ -34,8 +34,9 @@ void add_nf4_projections(CpuWorkload& workload, const models::LlamaConfig& confi
       {"gate_proj", {tokens, hidden, config.intermediate_size}},
       {"up_proj", {tokens, hidden, config.intermediate_size}},
       {"down_proj", {tokens, config.intermediate_size, hidden}}};
-  for (const auto& [name, shape] : projections) {
-    if (std::find(nf4_modules.begin(), nf4_modules.end(), name) == nf4_modules.end()) continue;
+  for (const auto& projection : projections) {
+    const ProjectionShape& shape = projection.second;  // a plain reference: clang 14 cannot capture a binding
+    if (std::find(nf4_modules.begin(), nf4_modules.end(), projection.first) == nf4_modules.end()) continue;
     const bool seen = std::any_of(workload.nf4_projections.begin(), workload.nf4_projections.end(),
                                   [&](const ProjectionShape& s) {
                                     return s.rows == shape.rows && s.inner == shape.inner && s.columns == shape.columns;

@@ -63,7 +63,7 @@ int run_inference_plan(const PlanArguments& arguments, uint64_t budget) {
   auto [recipe, config] = load_recipe(arguments.recipe, arguments.overrides);
   if (!recipe->plan_inference) {
     throw UsageError(fmt::format("recipe '{}' has no plan for tune infer --grad: tune plan --infer covers the "
-                                 "latte_t2v recipe", recipe->name));
+                                 "latte and latte_t2v recipes", recipe->name));
   }
   InferencePlanRequest request{std::move(config), budget, arguments.frames, {}};
   for (const int64_t frames : arguments.frames) {
@@ -96,7 +96,9 @@ std::vector<std::string> merge_plan_overrides(const std::vector<std::string>& us
   static const std::vector<std::string> kSplitKeys = {"training.batch_size", "training.gradient_accumulation_steps"};
   std::vector<std::string> result;
   for (const auto& item : user) {
-    const auto [key, value] = split_override(item);
+    const auto split = split_override(item);
+    // Not a structured binding: clang 14 cannot capture one in the lambda below.
+    const std::string &key = split.first, &value = split.second;
     const auto plan_item = std::find_if(planned.begin(), planned.end(),
                                         [&](const std::string& p) { return split_override(p).first == key; });
     if (plan_item == planned.end()) {
