@@ -585,8 +585,45 @@ PY
   contains "$ERR" "--size 30x30"; contains "$ERR" "multiples of 4"
   expect_exit 2 "$TUNE" plan "$dir/t2v.yaml" --infer --memory 1GiB sampling.width=30
   contains "$ERR" "sampling.width (30) must be a multiple of 4"
-  expect_exit 2 "$TUNE" plan "$dir/latte.yaml" --infer --memory 1GiB
-  contains "$ERR" "no plan for tune infer --grad"
+  # ---- class-conditional Latte's infer --grad: the plan against the run's measured peak, 4 samples with guidance
+  # (8 model rows) and without, fp32 and bf16
+  local mp guided
+  for mp in no bf16; do
+    for policy in full off; do
+      for guided in 4.0 1.0; do
+        local checkpointing=(gradient_checkpointing=true checkpointing.policy=full)
+        [ "$policy" = off ] && checkpointing=(gradient_checkpointing=false)
+        local settings=(sampling.num_samples=4 sampling.cfg_scale=$guided sampling.steps=1 mixed_precision=$mp
+                        threads=2 "${checkpointing[@]}")
+        expect_exit 0 "$TUNE" plan "$dir/latte.yaml" --infer --memory 1GiB --json "${settings[@]}"
+        local plan="$OUT"
+        expect_exit 0 "$TUNE" infer "$dir/run-latte-off" --class 1 --grad --json \
+          --out "$dir/class-sample.safetensors" "${settings[@]}"
+        contains "$ERR" "memory plan while denoising"
+        "$PYTHON" - "$plan" "$OUT" "$policy" "$guided" "$mp" <<'PY' || fail "latte infer plan vs measured ($mp, $policy, cfg $guided)"
+import json, sys
+plan, run = json.loads(sys.argv[1]), json.loads(sys.argv[2].strip().splitlines()[-1])
+policy, cfg, mp = sys.argv[3], float(sys.argv[4]) != 1.0, sys.argv[5]
+assert plan["recipe"] == "latte" and plan["batch_unit"] == "sample" and plan["text_phase_bytes"] == 0, plan
+row = next(r for r in plan["rows"] if r["checkpointing"] == policy and r["cfg"] == cfg)
+assert row["requested"] and row["batch"] == (8 if cfg else 4), row
+assert not any(key.startswith("sampling.") for key in row["overrides"]), row["overrides"]
+assert row["activations_bytes"] == run["activations_estimate_bytes"], (row, run)
+ratio = row["denoise_peak_bytes"] / run["peak_mem_bytes"]
+print(f"latte infer --grad ({mp}, checkpointing {policy}, cfg {cfg}): plan {row['denoise_peak_bytes']} bytes, "
+      f"measured {run['peak_mem_bytes']} ({ratio:.3f})")
+assert 0.9 <= ratio <= 1.1, ratio
+PY
+      done
+    done
+  done
+  expect_exit 0 "$TUNE" plan "$dir/latte.yaml" --infer --memory 1GiB sampling.cfg_scale=4.0
+  contains "$OUT" "gradient-enabled sampling plan (tune infer --grad, latte recipe)"; contains "$OUT" "no text encoder"
+  contains "$OUT" "4 x 16x16, CFG"
+  expect_exit 2 "$TUNE" plan "$dir/latte.yaml" --infer --memory 1GiB --frames 8
+  contains "$ERR" "--frames 8: a class-conditional Latte samples 4 frames"
+  expect_exit 2 "$TUNE" plan "$dir/latte.yaml" --infer --memory 1GiB --size 32
+  contains "$ERR" "samples 16x16"
   expect_exit 2 "$TUNE" plan "$dir/t2v.yaml" --memory 1GiB data.image_size=18
   contains "$ERR" "data.image_size"
 }

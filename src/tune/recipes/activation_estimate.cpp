@@ -84,6 +84,12 @@ BlockFootprint footprint_of_parts(const std::vector<BlockPart>& parts, int64_t i
   return block;
 }
 
+int64_t cpu_gemm_workspace(int64_t rows, int64_t inner, int64_t columns) {
+  constexpr int64_t kFloat32 = 4;
+  const int64_t chunk = std::min(rows, std::max<int64_t>(64, (int64_t{1} << 16) / columns));
+  return (chunk * (inner + columns) + inner * columns) * kFloat32;
+}
+
 BlockPart modulated_norm_part(int64_t tokens, int64_t hidden, bool selective) {
   constexpr int64_t kFloat32 = 4;
   const int64_t elements = tokens * hidden;

@@ -28,6 +28,12 @@ struct BlockPart {
 // the block's footprint, with `in_flight` held through the whole backward (the gradients of its output).
 BlockFootprint footprint_of_parts(const std::vector<BlockPart>& parts, int64_t in_flight);
 
+// The fp32 workspace of precision/cpu_gemm.h's fp32-accumulate product of a [rows, inner] compute-dtype matrix by an
+// [inner, columns] one (bf16/fp16 matmuls on CPUs without native kernels for them, which tune's CPU runs take): a
+// block of the result's rows and of the left operand's converted to fp32, and the right operand converted whole.
+// A constant of about 1.3 MB at Latte-1's width, it shows only at test sizes (CUDA has none: a small overcount).
+int64_t cpu_gemm_workspace(int64_t rows, int64_t inner, int64_t columns);
+
 // A modulated LayerNorm over `tokens` rows of `hidden` (nn::run_modulated_layer_norm): nn::modulated_layer_norm keeps
 // its fp32 input and an fp32 mean and 1/std per token; selective checkpointing keeps the input alone. Backward: the
 // incoming fp32 gradient, the normalised input rebuilt for the scale's gradient with its product by the gradient,

@@ -27,6 +27,7 @@
 #include "tune/recipes/diffusion/sampling_progress.h"
 #include "tune/recipes/diffusion/video_guidance.h"
 #include "tune/recipes/latte/latte_checkpoint.h"
+#include "tune/recipes/latte/latte_memory_report.h"
 #include "tune/recipes/latte/latte_model.h"
 #include "tune/recipes/latte/latte_recipe.h"
 #include "tune/recipes/model_workloads.h"
@@ -86,13 +87,31 @@ int infer(const InferRequest& request) {
   auto& model = parts.model;
   model->to(device);
   model->eval();
-  choose_cpu_kernels(latte_workload(model->config(), 1, precision::compute_dtype(run.mixed_precision),
-                                    /*training=*/false),
-                     device);
+  // Sampling trains nothing, and --grad differentiates the latents only: with trainable weights every matmul would
+  // also keep its input for a weight gradient nobody asks for.
+  for (auto& parameter : model->parameters()) parameter.set_requires_grad(false);
+  const auto& config = model->config();
+  const bool cfg = sampling.cfg_scale != 1.0;
+  const int64_t rows = sampling.num_samples * (cfg ? 2 : 1);  // classifier-free guidance doubles the model's batch
+  const auto compute_dtype = precision::compute_dtype(run.mixed_precision);
+  choose_cpu_kernels(latte_workload(config, rows, compute_dtype, /*training=*/request.grad), device);
   if (parts.vae) (*parts.vae)->to(device);
   auto checkpointing = std::make_shared<memory::CheckpointRunner>(run.checkpointing, model->num_blocks());
   model->set_block_runner(checkpointing);
-  const auto& config = model->config();
+  // The memory plan of a guided step: the weights and the activations of one forward + backward through the model
+  // (latte_memory_report.h, frozen weights), for the CFG-doubled batch; checked against the tracked peak in the
+  // tests, and what `tune plan --infer` counts.
+  int64_t weight_bytes = 0;
+  for (const auto& p : model->parameters()) weight_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  int64_t activation_estimate = 0;
+  if (request.grad) {
+    LatteActivationShape shape{rows, run.mixed_precision == precision::MixedPrecision::no ? 4 : 2};
+    shape.frozen = true;
+    activation_estimate = latte_activation_estimate(config, shape, device.type(), compute_dtype, *checkpointing);
+    log::info("memory plan while denoising: weights {}, activations of a guided step ~{} (batch {}{}): ~{} in all",
+              format_bytes(static_cast<double>(weight_bytes)), format_bytes(static_cast<double>(activation_estimate)),
+              rows, cfg ? ", CFG-doubled" : "", format_bytes(static_cast<double>(weight_bytes + activation_estimate)));
+  }
 
   torch::Tensor labels;
   int64_t label = -1;
@@ -108,10 +127,10 @@ int infer(const InferRequest& request) {
   } else if (request.class_label) {
     throw UsageError("--class applies to class-conditional models (model.extras: 2); this one is unconditional");
   }
-  if (sampling.cfg_scale != 1.0 && !config.class_conditional()) {
+  if (cfg && !config.class_conditional()) {
     throw UsageError("--cfg-scale needs a class-conditional model (model.extras: 2)");
   }
-  if (sampling.cfg_scale != 1.0 && config.class_dropout_prob <= 0) {
+  if (cfg && config.class_dropout_prob <= 0) {
     throw UsageError("--cfg-scale needs a model trained with class dropout (it has no null class)");
   }
 
@@ -132,7 +151,7 @@ int infer(const InferRequest& request) {
     return model->forward(x, t, y);
   };
   diffusion::ModelFn model_fn = [&](const torch::Tensor& x, const torch::Tensor& t) { return conditional(x, t, labels); };
-  if (sampling.cfg_scale != 1.0) {
+  if (cfg) {
     model_fn = diffusion::classifier_free_guidance(conditional, labels, torch::full({1}, config.num_classes, labels.options()),
                                                    sampling.cfg_scale, /*channel_dim=*/2);
   }
@@ -196,6 +215,8 @@ int infer(const InferRequest& request) {
                                     {"grad", request.grad},
                                     {"guidance", guidance_description},
                                     {"gradient_checkpointing", checkpointing->describe()},
+                                    {"weights_bytes", weight_bytes},
+                                    {"activations_estimate_bytes", activation_estimate},
                                     {"mixed_precision", precision::to_string(run.mixed_precision)},
                                     {"sampling_s", sampling_seconds},
                                     {"peak_mem_bytes", peak}};

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "tune/nn/attention_core.h"
+
 namespace tune::recipes::latte {
 namespace {
 
@@ -15,6 +17,7 @@ struct Sizes {
   int64_t hidden, inner, heads, out_per_token, in_elements, c;
   bool low_precision;
   bool fused_attention;
+  bool frozen;  // infer --grad (LatteActivationShape::frozen)
 };
 
 Sizes sizes_of(const models::LatteConfig& config, const LatteActivationShape& shape) {
@@ -29,6 +32,7 @@ Sizes sizes_of(const models::LatteConfig& config, const LatteActivationShape& sh
   s.c = shape.compute_bytes;
   s.low_precision = shape.compute_bytes < kFloat32;
   s.fused_attention = shape.fused_attention;
+  s.frozen = shape.frozen;
   return s;
 }
 
@@ -47,18 +51,20 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t condit
   int64_t saved = (keeps_state ? (s.tokens + s.frame_rows) * s.hidden : td) * kFloat32 + td * kFloat32;
   // Compute dtype: the qkv input copy, q (scaled), k and v as the attention matmuls keep them, the context for
   // proj, proj's output (kept by the gate multiply), fc1's input copy, fc1's output (GELU's input), GELU's output
-  // (fc2's input) and fc2's output (kept by the gate multiply).
-  saved += (8 * td + 2 * s.tokens * s.inner) * s.c;
+  // (fc2's input) and fc2's output (kept by the gate multiply). Frozen weights keep no matmul input (qkv's, proj's,
+  // fc1's, fc2's); the gates still keep what they multiply, the conditioning rows being rows of the differentiated
+  // state (models::LatteImpl::forward), so the modulation needs a gradient too.
+  saved += s.frozen ? (5 * td + s.tokens * s.inner) * s.c : (8 * td + 2 * s.tokens * s.inner) * s.c;
   // Attention probabilities (fp32, and the compute-dtype copy for the value matmul) unless recomputed. The fused
   // core keeps none: instead the qkv output whose views are its q, k and v (one more than the three the plain
   // core's matmuls keep, which is the scaled q), its output beside proj's copy, and an fp32 log-sum-exp per row.
   const int64_t probabilities = s.fused_attention ? 0 : scores * (kFloat32 + (s.low_precision ? s.c : 0));
   if (!selective) saved += probabilities;
   if (s.fused_attention) saved += td * s.c + sequences * s.heads * length * kFloat32;
-  // adaLN: SiLU keeps the conditioning [conditions, D] (fp32), the linear its cast; the two shifts are free, the
-  // two gates and (outside selective's recomputed norms) the two scales (1 + scale), [sequences, D] once repeated,
-  // are kept by their multiplies.
-  saved += conditions * s.hidden * (kFloat32 + s.c) + sequences * s.hidden * (selective ? 2 : 4) * s.c;
+  // adaLN: SiLU keeps the conditioning [conditions, D] (fp32), the linear its cast (for its weight's gradient); the
+  // two shifts are free, the two gates and (outside selective's recomputed norms) the two scales (1 + scale),
+  // [sequences, D] once repeated, are kept by their multiplies.
+  saved += conditions * s.hidden * (kFloat32 + (s.frozen ? 0 : s.c)) + sequences * s.hidden * (selective ? 2 : 4) * s.c;
   // Weight copies under autocast: qkv, proj, fc1, fc2 and the adaLN linear.
   if (s.low_precision) saved += (4 * s.hidden * s.hidden + 2 * s.hidden * s.inner + 6 * s.hidden * s.hidden) * s.c;
   block.saved = saved;
@@ -66,12 +72,18 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t condit
   // Backward runs the MLP branch first: everything saved, the fp32 gradient of the block's output, and the
   // gradients into fc2's and fc1's outputs ([tokens, inner] each) beside the fresh fc weight gradient. Selective
   // recomputes GELU there (its output again).
-  const int64_t in_flight = (s.tokens + s.frame_rows) * s.hidden * kFloat32 + s.hidden * s.inner * kFloat32;
-  const int64_t mlp_phase = saved + in_flight + (selective ? 3 : 2) * s.tokens * s.inner * s.c;
+  const int64_t in_flight =
+      (s.tokens + s.frame_rows) * s.hidden * kFloat32 + (s.frozen ? 0 : s.hidden * s.inner * kFloat32);
+  // Under frozen weights and autocast, fc2's input gradient also holds the fp32-accumulate product's workspace
+  // (training's estimate leaves that constant out: its other terms already overcount by more, measured 1.07-1.09).
+  const int64_t workspace =
+      s.frozen && s.low_precision ? cpu_gemm_workspace(s.tokens, s.hidden, s.inner) : 0;
+  const int64_t mlp_phase = saved + in_flight + (selective ? 3 : 2) * s.tokens * s.inner * s.c + workspace;
   // Then the attention core, the MLP branch freed (second LayerNorm's input, under selective also its recomputed
   // output, fc1/fc2 tensors and proj's input and output): the fp32 probabilities with their incoming and outgoing
   // fp32 gradients (12 bytes per score; selective recomputes them in one chunk, no mask) instead of the 6 kept.
-  const int64_t mlp_half = (selective ? 2 : 1) * td * kFloat32 + (3 * td + 2 * s.tokens * s.inner) * s.c;
+  const int64_t mlp_half = (selective ? 2 : 1) * td * kFloat32 +
+                           (s.frozen ? 2 * td + s.tokens * s.inner : 3 * td + 2 * s.tokens * s.inner) * s.c;
   // The fused core's backward instead: the gradients of q, k and v and the kernel's fp32 accumulator for dq.
   const int64_t core_backward = s.fused_attention ? 3 * td * s.c + td * kFloat32 : 3 * scores * kFloat32;
   const int64_t attention_phase =
@@ -87,13 +99,27 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t condit
 // likelihood, all [B, F, C, H, W] fp32), which peaks at about 35 tensors the size of the clean input beyond the
 // model's output: measured with the tracking allocator on a stand-in model (38.5 with a 4-tensor output, at batch
 // 16 and 64 alike). The embedded tokens (fp32) are still referenced by the model's forward.
+// infer --grad instead: no input copy for the frozen final linear, and the classifier-free combination's temporaries
+// in place of the loss, about two more output-sized fp32 tensors (what the guidance step keeps while it
+// differentiates is counted in alive_throughout).
 int64_t head_peak(const Sizes& s) {
   const int64_t td = s.tokens * s.hidden;
   const int64_t outputs = s.tokens * s.out_per_token;
-  int64_t bytes = (s.tokens + s.frame_rows) * s.hidden * kFloat32 + td * s.c;
-  bytes += 2 * outputs * s.c + outputs * kFloat32 + 35 * s.in_elements * kFloat32;
+  int64_t bytes = (s.tokens + s.frame_rows) * s.hidden * kFloat32 + (s.frozen ? 0 : td * s.c);
+  bytes += 2 * outputs * s.c + outputs * kFloat32;
+  bytes += s.frozen ? 2 * outputs * kFloat32 : 35 * s.in_elements * kFloat32;
   bytes += td * kFloat32;  // tokens = x_embedder(x) + pos_embed, alive until forward returns
   return bytes;
+}
+
+// Built before the first block and freed at the end of backward. Training: the patch embedding's input copy
+// (compute dtype) under autocast. infer --grad: the patch embedding's input as its convolution keeps it (fp32, or
+// its cast) and what the guidance step holds while it differentiates: the predicted clean video, the posterior mean
+// and variance and the squared frame differences' input, four fp32 tensors of the samples' size (half the model's
+// rows under classifier-free guidance, the default; without it these are undercounted by half).
+int64_t alive_throughout(const Sizes& s) {
+  if (!s.frozen) return s.low_precision ? s.in_elements * s.c : 0;
+  return s.in_elements * (s.low_precision ? s.c : kFloat32) + 4 * (s.in_elements / 2) * kFloat32;
 }
 
 }  // namespace
@@ -112,9 +138,17 @@ StackMemory latte_stack(const models::LatteConfig& config, const LatteActivation
   stack.block_input = (s.tokens + s.frame_rows) * s.hidden * kFloat32;
   stack.block_output = stack.block_input;
   stack.head_peak = head_peak(s);
-  // The patch embedding's input copy (compute dtype) lives until backward reaches the embedder.
-  stack.alive_throughout = s.low_precision ? s.in_elements * s.c : 0;
+  stack.alive_throughout = alive_throughout(s);
   return stack;
+}
+
+int64_t latte_activation_estimate(const models::LatteConfig& config, LatteActivationShape shape,
+                                  c10::DeviceType device, c10::ScalarType compute_dtype,
+                                  const memory::CheckpointRunner& runner) {
+  shape.fused_attention = nn::uses_fused_attention(device, compute_dtype);
+  LatteActivationShape selective = shape;
+  selective.fused_attention = nn::uses_fused_attention(device, compute_dtype, /*recomputing=*/true);
+  return estimate_for_runner(latte_stack(config, shape, false), latte_stack(config, selective, true), runner);
 }
 
 }  // namespace tune::recipes::latte

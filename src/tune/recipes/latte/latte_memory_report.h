@@ -5,6 +5,10 @@
 
 #include <cstdint>
 
+#include <c10/core/DeviceType.h>
+#include <c10/core/ScalarType.h>
+
+#include "tune/memory/checkpoint.h"
 #include "tune/models/latte_config.h"
 #include "tune/recipes/activation_estimate.h"
 
@@ -14,6 +18,10 @@ struct LatteActivationShape {
   int64_t batch = 1;
   int64_t compute_bytes = 2;  // bytes per element of matmul outputs (2 under bf16/fp16 autocast, 4 otherwise)
   bool fused_attention = false;  // nn::uses_fused_attention: the attention core is scaled_dot_product_attention
+  // infer --grad: the weights are frozen (a matmul keeps no input for a weight gradient, and no weight gradient is
+  // made) and the sampler's guidance objective on the output replaces the training loss. `batch` then counts the
+  // model's rows: 2 x samples under classifier-free guidance.
+  bool frozen = false;
 };
 
 // The counts follow what autograd saves in models/latte.cpp, latte_layers.cpp and nn/ (LibTorch 1.13), for fp32
@@ -22,5 +30,12 @@ struct LatteActivationShape {
 // q, k, v and recomputes its probabilities; the modulated norms keep only their inputs; GELU keeps what a plain
 // block keeps, its output being fc2's input).
 StackMemory latte_stack(const models::LatteConfig& config, const LatteActivationShape& shape, bool selective);
+
+// The activation estimate for the policy `runner` applies, with the attention cores nn::run_attention_core takes on
+// `device` for `compute_dtype` (plainly run and recomputing blocks): what latte_train's and latte_infer's memory
+// plans print and `tune plan` counts.
+int64_t latte_activation_estimate(const models::LatteConfig& config, LatteActivationShape shape,
+                                  c10::DeviceType device, c10::ScalarType compute_dtype,
+                                  const memory::CheckpointRunner& runner);
 
 }  // namespace tune::recipes::latte

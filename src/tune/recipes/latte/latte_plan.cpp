@@ -1,14 +1,15 @@
 // `tune plan` for class-conditional Latte training (and `tune train --memory-budget`): the diffusion recipes'
 // planner (diffusion/denoiser_plan.h) with Latte's parameter counts and latte_memory_report's activation estimate,
-// as latte_train's own memory plan computes it.
+// as latte_train's own memory plan computes it; with --infer, gradient-enabled sampling for every checkpointing
+// policy x guidance (plan/inference_plan.h), as latte_infer's memory plan computes it.
 #include <fmt/format.h>
 
 #include <filesystem>
 
+#include "tune/core/error.h"
 #include "tune/core/progress.h"
 #include "tune/models/latte.h"
 #include "tune/models/vae.h"
-#include "tune/nn/attention_core.h"
 #include "tune/precision/mixed_precision.h"
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/diffusion/denoiser_plan.h"
@@ -55,16 +56,9 @@ BudgetPlan plan(const PlanRequest& request) {
   inputs.blocks = model_config.depth;
   const torch::Device device(run.device);
   const c10::ScalarType compute_dtype = precision::compute_dtype(run.mixed_precision);
-  // The attention cores nn::run_attention_core takes, for plainly run blocks and for selective's (as latte_train).
-  const LatteActivationShape shape{1, run.mixed_precision == precision::MixedPrecision::no ? 4 : 2,
-                                   nn::uses_fused_attention(device.type(), compute_dtype)};
-  LatteActivationShape selective_shape = shape;
-  selective_shape.fused_attention = nn::uses_fused_attention(device.type(), compute_dtype, /*recomputing=*/true);
   inputs.activations = [&](int64_t batch, const memory::CheckpointRunner& runner) {
-    LatteActivationShape plain = shape, selective = selective_shape;
-    plain.batch = selective.batch = batch;
-    return estimate_for_runner(latte_stack(model_config, plain, false), latte_stack(model_config, selective, true),
-                               runner);
+    const LatteActivationShape shape{batch, run.mixed_precision == precision::MixedPrecision::no ? 4 : 2};
+    return latte_activation_estimate(model_config, shape, device.type(), compute_dtype, runner);
   };
   BudgetPlan result = diffusion_common::plan_denoiser_training(config, request, inputs);
   result.recipe = "latte";
@@ -79,6 +73,93 @@ BudgetPlan plan(const PlanRequest& request) {
                                  : "");
   result.sequence = model_config.num_frames * model_config.num_patches();
   result.batch_unit = "clips";
+  return result;
+}
+
+InferencePlan plan_inference(const InferencePlanRequest& request) {
+  const config::Config& config = request.config;
+  validate_latte_config(config);
+  const RunSettings run = read_run_settings(config);
+  const LatteSettings settings = read_latte_settings(config);
+  const auto& sampling = settings.sampling;
+  std::optional<models::AutoencoderKLConfig> vae;
+  if (settings.model.vae) vae = models::load_autoencoder_kl_config(*settings.model.vae);
+  const models::LatteConfig model_config = make_latte_config(settings, classes_in_data(settings), vae);
+  // The model samples at the shape it was built for (its position tables have that many frames and patches).
+  const int64_t pixels = settings.data.image_size;
+  for (const int64_t f : request.frames) {
+    if (f != model_config.num_frames) {
+      throw UsageError(fmt::format("--frames {}: a class-conditional Latte samples {} frames, the number it was built "
+                                   "for (data.num_frames)", f, model_config.num_frames));
+    }
+  }
+  for (const auto& [height, width] : request.sizes) {
+    if (height != pixels || width != pixels) {
+      throw UsageError(fmt::format("--size {}x{}: a class-conditional Latte samples {}x{}, the size it was built for "
+                                   "(data.image_size)", width, height, pixels, pixels));
+    }
+  }
+
+  InferencePlan result;
+  result.recipe = "latte";
+  result.budget_bytes = request.budget_bytes;
+  result.precision =
+      run.mixed_precision == precision::MixedPrecision::no ? "fp32" : config.get_string("mixed_precision") + " autocast";
+  const torch::Device device(run.device);
+  result.device = device.is_cuda() ? "cuda" : "cpu";
+  result.prompts = sampling.num_samples;
+  result.batch_unit = "sample";
+  result.shape_settable = false;
+  result.time_model = "a rough model, not a measurement: a guided step is three block forwards and each recomputed "
+                      "block adds one (selective: a tenth of one); the peaks are infer --grad's own memory plan";
+  // Sampling holds the model's weights in fp32 and, in latent space, the VAE's (which decodes afterwards), each
+  // counted on an instance built from its config.
+  models::LatteConfig pair = model_config;
+  pair.depth = 2;
+  const auto counts = diffusion_common::count_denoiser_parameters(*models::Latte(pair), {"blocks"}, 2,
+                                                                  model_config.depth, false);
+  int64_t weights = counts.total * 4;
+  int64_t vae_parameters = 0;
+  if (vae) {
+    for (const auto& p : models::AutoencoderKL(*vae)->parameters()) vae_parameters += p.numel();
+  }
+  weights += vae_parameters * 4;
+  result.model = fmt::format("Latte {} blocks (spatial/temporal alternating), hidden {}, patch {}, {} parameters; "
+                             "samples {} x {}x{}x{} ({}){}", model_config.depth, model_config.hidden_size,
+                             model_config.patch_size, format_count(static_cast<double>(counts.total)),
+                             model_config.num_frames, model_config.in_channels, model_config.input_size,
+                             model_config.input_size, vae ? "VAE latents" : "pixels",
+                             vae ? fmt::format("; the VAE's {} parameters held too",
+                                               format_count(static_cast<double>(vae_parameters)))
+                                 : "");
+
+  const auto compute_dtype = precision::compute_dtype(run.mixed_precision);
+  const bool requested_cfg = sampling.cfg_scale != 1.0;
+  // Guidance needs the null class of a model trained with label dropout.
+  const bool can_guide = model_config.class_conditional() && model_config.class_dropout_prob > 0;
+  const int64_t blocks = model_config.depth;
+  for (const bool cfg : {false, true}) {
+    if (cfg && !can_guide) continue;
+    for (const PlanSetting& policy : diffusion_common::checkpointing_candidates(run, blocks)) {
+      const auto runner = diffusion_common::runner_for(policy, blocks);
+      LatteActivationShape shape{sampling.num_samples * (cfg ? 2 : 1),
+                                 run.mixed_precision == precision::MixedPrecision::no ? 4 : 2};
+      shape.frozen = true;
+      InferencePlanRow row;
+      row.checkpointing = policy.checkpointing;
+      row.k = policy.k;
+      row.frames = model_config.num_frames;
+      row.height = row.width = pixels;
+      row.cfg = cfg;
+      row.weights_bytes = weights;
+      row.activations_bytes = latte_activation_estimate(model_config, shape, device.type(), compute_dtype, runner);
+      row.denoise_peak_bytes = row.peak_bytes = row.weights_bytes + row.activations_bytes;
+      row.relative_time = diffusion_common::relative_step_time(runner, blocks);
+      row.requested = cfg == requested_cfg;
+      result.rows.push_back(row);
+    }
+  }
+  rank_and_choose(result);
   return result;
 }
 

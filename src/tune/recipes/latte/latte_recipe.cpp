@@ -16,6 +16,7 @@ Recipe make_recipe() {
   recipe.infer = infer;
   recipe.prepare = prepare;
   recipe.plan = plan;
+  recipe.plan_inference = plan_inference;
   recipe.validate = validate_latte_config;
   recipe.export_model = [](const ExportRequest& request) -> int {
     throw UsageError(fmt::format("{}: a Latte checkpoint is already in the exported format (model.safetensors, "

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "tune/recipes/plan/budget_plan.h"
+#include "tune/recipes/plan/inference_plan.h"
 #include "tune/recipes/recipe.h"
 
 namespace tune::recipes::latte {
@@ -10,6 +11,7 @@ Recipe make_recipe();
 int train(const TrainRequest& request);
 int infer(const InferRequest& request);
 int prepare(const PrepareRequest& request);  // VAE latents of every video, for training without the VAE
-BudgetPlan plan(const PlanRequest& request);  // tune plan: training
+BudgetPlan plan(const PlanRequest& request);                     // tune plan: training
+InferencePlan plan_inference(const InferencePlanRequest& request);  // tune plan --infer: infer --grad
 
 }  // namespace tune::recipes::latte

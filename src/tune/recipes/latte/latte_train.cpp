@@ -4,7 +4,7 @@
 #include "tune/core/memory_tracker.h"
 #include "tune/core/threads.h"
 #include "tune/memory/checkpoint.h"
-#include "tune/nn/attention_core.h"
+#include "tune/nn/block_runner.h"
 #include "tune/precision/mixed_precision.h"
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/model_workloads.h"
@@ -123,15 +123,10 @@ int train(const TrainRequest& request) {
                         const torch::Tensor& drop) {
     return model->forward(x, t, model_config.class_conditional() ? condition.labels : torch::Tensor(), drop);
   };
-  // The attention core nn::run_attention_core will take: for plainly run blocks, and for selective's.
   const c10::ScalarType compute_dtype = precision::compute_dtype(run.mixed_precision);
-  const LatteActivationShape shape{training.batch_size, run.mixed_precision == precision::MixedPrecision::no ? 4 : 2,
-                                   nn::uses_fused_attention(device.type(), compute_dtype)};
-  LatteActivationShape selective_shape = shape;
-  selective_shape.fused_attention = nn::uses_fused_attention(device.type(), compute_dtype, /*recomputing=*/true);
+  const LatteActivationShape shape{training.batch_size, run.mixed_precision == precision::MixedPrecision::no ? 4 : 2};
   trainee.activation_estimate = [&](const memory::CheckpointRunner& runner) {
-    return estimate_for_runner(latte_stack(model_config, shape, false), latte_stack(model_config, selective_shape, true),
-                               runner);
+    return latte_activation_estimate(model_config, shape, device.type(), compute_dtype, runner);
   };
   trainee.save_config = [&](const std::filesystem::path& dir) {
     model_config.save((dir / "latte_config.json").string());

@@ -59,15 +59,6 @@ Sizes sizes_of(const models::LatteT2VConfig& config, const T2VActivationShape& s
   return s;
 }
 
-// The fp32 workspace of precision/cpu_gemm.h's fp32-accumulate product of a [rows, inner] compute-dtype matrix by an
-// [inner, columns] one (bf16/fp16 matmuls on CPUs without native kernels for them, which tune's CPU runs take): a
-// block of the result's rows and of the left operand's converted to fp32, and the right operand converted whole.
-// A constant of about 1.3 MB at Latte-1's width, it shows only at test sizes (CUDA has none: a small overcount).
-int64_t cpu_gemm_workspace(int64_t rows, int64_t inner, int64_t columns) {
-  const int64_t chunk = std::min(rows, std::max<int64_t>(64, (int64_t{1} << 16) / columns));
-  return (chunk * (inner + columns) + inner * columns) * kFloat32;
-}
-
 using Part = BlockPart;
 
 // An attention layer: to_q / to_k / to_v (nn::LoraLinear, no adapter), nn::run_attention_core, to_out.0.

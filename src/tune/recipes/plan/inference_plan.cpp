@@ -27,8 +27,9 @@ auto sample_key(const InferencePlanRow& row) { return std::make_tuple(row.frames
 
 std::string InferencePlanRow::checkpointing_label() const { return recipes::checkpointing_label(checkpointing, k); }
 
-std::vector<std::string> InferencePlanRow::overrides() const {
+std::vector<std::string> InferencePlanRow::overrides(bool with_shape) const {
   std::vector<std::string> keys = checkpointing_overrides(checkpointing, k);
+  if (!with_shape) return keys;
   keys.push_back(fmt::format("sampling.frames={}", frames));
   keys.push_back(fmt::format("sampling.height={}", height));
   keys.push_back(fmt::format("sampling.width={}", width));
@@ -66,10 +67,15 @@ bool InferencePlan::requested_fit() const {
 std::string inference_plan_table(const InferencePlan& plan) {
   std::string out = fmt::format("gradient-enabled sampling plan (tune infer --grad, {} recipe): {}\n", plan.recipe,
                                 plan.model);
-  out += fmt::format("  {} on {}, {} prompt{}; budget {}\n", plan.precision, plan.device, plan.prompts,
+  out += fmt::format("  {} on {}, {} {}{}; budget {}\n", plan.precision, plan.device, plan.prompts, plan.batch_unit,
                      plan.prompts > 1 ? "s" : "", bytes(static_cast<int64_t>(plan.budget_bytes)));
-  out += fmt::format("  text encoding first: {} (freed before denoising); the VAE's decoding afterwards is not "
-                     "planned\n  relative time: {}\n\n", bytes(plan.text_phase_bytes), plan.time_model);
+  if (plan.text_phase_bytes > 0) {
+    out += fmt::format("  text encoding first: {} (freed before denoising); the VAE's decoding afterwards is not "
+                       "planned\n", bytes(plan.text_phase_bytes));
+  } else {
+    out += "  no text encoder; the VAE's decoding afterwards is not planned\n";
+  }
+  out += fmt::format("  relative time: {}\n\n", plan.time_model);
   out += fmt::format("  {:<24} {:<15} {:>12} {:>14} {:>14} {:>9}  {}\n", "frames x size", "checkpointing", "weights",
                      "activations", "predicted peak", "rel. time", "fits");
   for (size_t i = 0; i < plan.rows.size(); ++i) {
@@ -80,7 +86,9 @@ std::string inference_plan_table(const InferencePlan& plan) {
   }
   out += "\n* = the fastest policy that fits for each sample";
   for (const InferencePlanRow& row : plan.rows) {
-    if (row.best && row.requested) out += fmt::format("\n  {}: {}", sample_label(row), fmt::join(row.overrides(), " "));
+    if (row.best && row.requested) {
+      out += fmt::format("\n  {}: {}", sample_label(row), fmt::join(row.overrides(plan.shape_settable), " "));
+    }
   }
   return out + "\n";
 }
@@ -103,7 +111,7 @@ nlohmann::json inference_plan_to_json(const InferencePlan& plan) {
                     {"fits", row.fits},
                     {"best", row.best},
                     {"requested", row.requested},
-                    {"overrides", row.overrides()}});
+                    {"overrides", row.overrides(plan.shape_settable)}});
   }
   return {{"recipe", plan.recipe},
           {"mode", "infer --grad"},
@@ -112,6 +120,7 @@ nlohmann::json inference_plan_to_json(const InferencePlan& plan) {
           {"device", plan.device},
           {"budget_bytes", plan.budget_bytes},
           {"prompts", plan.prompts},
+          {"batch_unit", plan.batch_unit},
           {"text_phase_bytes", plan.text_phase_bytes},
           {"time_model", plan.time_model},
           {"rows", rows},

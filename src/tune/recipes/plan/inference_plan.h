@@ -41,8 +41,9 @@ struct InferencePlanRow {
   bool requested = false;              // guidance as the recipe samples (sampling.cfg_scale > 1)
 
   std::string checkpointing_label() const;
-  // The overrides that select the row's policy and sample for `tune infer` (recipe keys).
-  std::vector<std::string> overrides() const;
+  // The overrides that select the row's policy and sample for `tune infer` (recipe keys); `with_shape`: the sample's
+  // frames and size are sampling settings (not for a model that samples at the shape it was built for).
+  std::vector<std::string> overrides(bool with_shape = true) const;
 };
 
 struct InferencePlan {
@@ -51,8 +52,10 @@ struct InferencePlan {
   std::string precision;  // "bf16 autocast" / "fp32"
   std::string device;
   uint64_t budget_bytes = 0;
-  int64_t prompts = 1;
-  int64_t text_phase_bytes = 0;  // the text encoder's weights while it encodes (it is freed before denoising)
+  int64_t prompts = 1;                 // the batch the denoiser sees without guidance
+  std::string batch_unit = "prompt";   // what `prompts` counts: prompts, or samples of a class-conditional model
+  bool shape_settable = true;          // frames and size are sampling settings (InferencePlanRow::overrides)
+  int64_t text_phase_bytes = 0;  // the text encoder's weights while it encodes (it is freed before denoising); 0: none
   std::string time_model;
   std::vector<InferencePlanRow> rows;  // grouped by sample (frames, size, guidance), fastest policy first
 
