@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tune/memory/checkpoint.h"
+#include "tune/nn/attention_core.h"
 
 namespace tune::recipes {
 
@@ -84,5 +85,17 @@ std::vector<bool> last_blocks_checkpointed(int64_t blocks, int64_t count);
 // for selective the `selective` stack (its blocks run plainly with their reduced saved sets).
 int64_t estimate_for_runner(const StackMemory& plain, const StackMemory& selective,
                             const memory::CheckpointRunner& runner);
+
+// estimate_for_runner for a family whose blocks use nn::run_attention_core: `shape` (with a `fused_attention` flag)
+// gets the core the runs take on `device` for `compute_dtype`, for plainly run blocks and for selective's recomputing
+// ones, and `stack_of(shape, selective)` builds the family's StackMemory.
+template <typename Shape, typename StackOf>
+int64_t estimate_with_attention_cores(Shape shape, c10::DeviceType device, c10::ScalarType compute_dtype,
+                                      const memory::CheckpointRunner& runner, const StackOf& stack_of) {
+  shape.fused_attention = nn::uses_fused_attention(device, compute_dtype);
+  Shape selective = shape;
+  selective.fused_attention = nn::uses_fused_attention(device, compute_dtype, /*recomputing=*/true);
+  return estimate_for_runner(stack_of(shape, false), stack_of(selective, true), runner);
+}
 
 }  // namespace tune::recipes

@@ -4,8 +4,6 @@
 
 #include <algorithm>
 
-#include "tune/nn/attention_core.h"
-
 namespace tune::recipes::latte {
 namespace {
 
@@ -145,10 +143,10 @@ StackMemory latte_stack(const models::LatteConfig& config, const LatteActivation
 int64_t latte_activation_estimate(const models::LatteConfig& config, LatteActivationShape shape,
                                   c10::DeviceType device, c10::ScalarType compute_dtype,
                                   const memory::CheckpointRunner& runner) {
-  shape.fused_attention = nn::uses_fused_attention(device, compute_dtype);
-  LatteActivationShape selective = shape;
-  selective.fused_attention = nn::uses_fused_attention(device, compute_dtype, /*recomputing=*/true);
-  return estimate_for_runner(latte_stack(config, shape, false), latte_stack(config, selective, true), runner);
+  auto stack_of = [&](const LatteActivationShape& each, bool selective) {
+    return latte_stack(config, each, selective);
+  };
+  return estimate_with_attention_cores(shape, device, compute_dtype, runner, stack_of);
 }
 
 }  // namespace tune::recipes::latte

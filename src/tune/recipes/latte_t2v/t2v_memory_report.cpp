@@ -3,8 +3,6 @@
 // recipes/latte/latte_memory_report.cpp.
 #include "tune/recipes/latte_t2v/t2v_memory_report.h"
 
-#include "tune/nn/attention_core.h"
-
 #include <algorithm>
 #include <initializer_list>
 #include <vector>
@@ -269,10 +267,10 @@ StackMemory latte_t2v_stack(const models::LatteT2VConfig& config, const T2VActiv
 int64_t t2v_activation_estimate(const models::LatteT2VConfig& config, T2VActivationShape shape,
                                 c10::DeviceType device, c10::ScalarType compute_dtype,
                                 const memory::CheckpointRunner& runner) {
-  shape.fused_attention = nn::uses_fused_attention(device, compute_dtype);
-  T2VActivationShape selective = shape;
-  selective.fused_attention = nn::uses_fused_attention(device, compute_dtype, /*recomputing=*/true);
-  return estimate_for_runner(latte_t2v_stack(config, shape, false), latte_t2v_stack(config, selective, true), runner);
+  auto stack_of = [&](const T2VActivationShape& each, bool selective) {
+    return latte_t2v_stack(config, each, selective);
+  };
+  return estimate_with_attention_cores(shape, device, compute_dtype, runner, stack_of);
 }
 
 }  // namespace tune::recipes::latte_t2v

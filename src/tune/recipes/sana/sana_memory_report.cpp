@@ -7,8 +7,6 @@
 #include <algorithm>
 #include <vector>
 
-#include "tune/nn/attention_core.h"
-
 namespace tune::recipes::sana {
 namespace {
 
@@ -229,10 +227,8 @@ StackMemory sana_stack(const models::SanaConfig& config, const SanaActivationSha
 
 int64_t sana_activation_estimate(const models::SanaConfig& config, SanaActivationShape shape, c10::DeviceType device,
                                  c10::ScalarType compute_dtype, const memory::CheckpointRunner& runner) {
-  shape.fused_attention = nn::uses_fused_attention(device, compute_dtype);
-  SanaActivationShape selective = shape;
-  selective.fused_attention = nn::uses_fused_attention(device, compute_dtype, /*recomputing=*/true);
-  return estimate_for_runner(sana_stack(config, shape, false), sana_stack(config, selective, true), runner);
+  auto stack_of = [&](const SanaActivationShape& each, bool selective) { return sana_stack(config, each, selective); };
+  return estimate_with_attention_cores(shape, device, compute_dtype, runner, stack_of);
 }
 
 }  // namespace tune::recipes::sana
