@@ -186,6 +186,83 @@ TEST_CASE("LatteT2V takes a bool text mask as the integer one", "[latte_t2v][dif
   CHECK(relative_max_diff(run_case(model, as_bool, torch::kFloat64), run_case(model, c, torch::kFloat64)) == 0.0);
 }
 
+// Image-video joint training (the official use_image_num): a sample's video frames and its captioned images in one
+// forward equal, frame for frame, the video alone through the model and each image alone as a one-frame sample with
+// temporal attention off (both paths checked against diffusers above): the spatial blocks treat every frame on its
+// own with its own caption, the temporal blocks and their table see only the video's frames. Gradients (x, every
+// caption, every parameter) are the same through full checkpointing as without.
+TEST_CASE("LatteT2V joins captioned images to a video as the official use_image_num", "[latte_t2v][diffusers]") {
+  auto model = load_model();
+  model->to(torch::kFloat64);
+  const auto c = load_cases().front();  // main: a padded batch of two prompts, temporal attention on
+  REQUIRE(c.mask.defined());
+  const int64_t batch = c.x.size(0), frames = c.x.size(1), tokens = c.text.size(1), images = 2;
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(11);
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  const auto image_x = torch::randn({batch, images, c.x.size(2), c.x.size(3), c.x.size(4)}, generator, f64);
+  const auto image_text = torch::randn({batch, images, tokens, c.text.size(2)}, generator, f64);
+  // Image captions of 2 and 4 real tokens: their masks differ from the video's and from each other.
+  auto image_mask = torch::zeros({batch, images, tokens}, torch::kLong);
+  image_mask.narrow(2, 0, 2).fill_(1);
+  image_mask[1][1].narrow(0, 0, 4).fill_(1);
+  const auto x = torch::cat({c.x.to(torch::kFloat64), image_x}, 1);
+  const auto text = torch::cat({c.text.to(torch::kFloat64).unsqueeze(1), image_text}, 1);
+  const auto mask = torch::cat({c.mask.unsqueeze(1), image_mask}, 1);
+
+  torch::NoGradGuard no_grad;
+  const auto joint = model->forward(x, c.t, text, mask, true, images);
+  REQUIRE(joint.sizes() == torch::IntArrayRef({batch, frames + images, c.output.size(2), c.x.size(3), c.x.size(4)}));
+  const auto video = model->forward(c.x.to(torch::kFloat64), c.t, c.text.to(torch::kFloat64), c.mask, true);
+  double worst = relative_max_diff(joint.narrow(1, 0, frames), video);
+  CHECK(worst < 1e-12);
+  for (int64_t j = 0; j < images; ++j) {
+    const auto image = model->forward(image_x.narrow(1, j, 1), c.t, image_text.select(1, j), image_mask.select(1, j),
+                                      /*temporal_attention=*/false);
+    const double diff = relative_max_diff(joint.narrow(1, frames + j, 1), image);
+    CHECK(diff < 1e-12);
+    worst = std::max(worst, diff);
+  }
+  std::printf("use_image_num: joint forward against the video and images apart, rel. max diff %.3g\n", worst);
+  // The image frames really are conditioned on their own captions: swapping them changes those frames.
+  const auto swapped = model->forward(x, c.t, torch::cat({text.narrow(1, 0, 1), text.narrow(1, 2, 1), text.narrow(1, 1, 1)}, 1),
+                                      torch::cat({mask.narrow(1, 0, 1), mask.narrow(1, 2, 1), mask.narrow(1, 1, 1)}, 1),
+                                      true, images);
+  CHECK(relative_max_diff(swapped.narrow(1, 0, frames), joint.narrow(1, 0, frames)) < 1e-12);
+  CHECK(relative_max_diff(swapped.narrow(1, frames, images), joint.narrow(1, frames, images)) > 1e-3);
+
+  // Gradients through full checkpointing equal the plain run's.
+  torch::AutoGradMode grad_on(true);
+  model->train();
+  auto grads = [&](std::shared_ptr<nn::BlockRunner> runner) {
+    model->set_block_runner(std::move(runner));
+    model->zero_grad();
+    const auto xg = x.clone().requires_grad_(true);
+    const auto tg = text.clone().requires_grad_(true);
+    const auto out = model->forward(xg, c.t, tg, mask, true, images);
+    (out * torch::randn(out.sizes(), at::make_generator<at::CPUGeneratorImpl>(5), f64)).sum().backward();
+    std::map<std::string, torch::Tensor> result{{"x", xg.grad().clone()}, {"text", tg.grad().clone()}};
+    for (const auto& item : model->named_parameters()) {
+      if (item.value().grad().defined()) result[item.key()] = item.value().grad().clone();
+    }
+    return result;
+  };
+  const auto plain = grads(std::make_shared<nn::PlainBlockRunner>());
+  memory::CheckpointOptions options;
+  options.policy = memory::Policy::full;
+  const auto checkpointed = grads(std::make_shared<memory::CheckpointRunner>(options, model->num_blocks()));
+  REQUIRE(checkpointed.size() == plain.size());
+  CHECK(plain.size() == model->parameters().size() + 2);
+  for (const auto& item : plain) {
+    INFO(item.first);
+    if (is_key_bias(item.first)) continue;
+    CHECK(relative_max_diff(checkpointed.at(item.first), item.second) < 1e-10);
+  }
+  // Every image caption takes a gradient (frozen inputs must not silently get none).
+  for (int64_t j = 0; j < 1 + images; ++j) CHECK(plain.at("text").select(1, j).abs().sum().item<double>() > 0);
+  model->set_block_runner(std::make_shared<nn::PlainBlockRunner>());
+  model->eval();
+}
+
 TEST_CASE("LatteT2V gradients are the same through every checkpointing policy", "[latte_t2v][diffusers]") {
   auto model = load_model();
   model->to(torch::kFloat64);

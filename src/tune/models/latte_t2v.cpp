@@ -26,7 +26,7 @@ constexpr double kOutputNormEps = 1e-6;
 constexpr double kMaskedScore = -10000.0;
 
 void check_inputs(const LatteT2VConfig& config, const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& text,
-                  const torch::Tensor& text_mask) {
+                  const torch::Tensor& text_mask, int64_t image_frames) {
   const int64_t patch = config.patch_size;
   if (x.dim() != 5 || x.size(1) < 1 || x.size(2) != config.in_channels || x.size(3) % patch != 0 ||
       x.size(4) % patch != 0 || x.size(3) == 0 || x.size(4) == 0) {
@@ -39,7 +39,24 @@ void check_inputs(const LatteT2VConfig& config, const torch::Tensor& x, const to
     throw std::invalid_argument(fmt::format("LatteT2V: t must hold one timestep per sample ({}), got [{}]", batch,
                                             fmt::join(t.sizes(), ", ")));
   }
-  check_caption_inputs("LatteT2V", batch, config.caption_channels, text, text_mask);
+  if (image_frames == 0) {
+    check_caption_inputs("LatteT2V", batch, config.caption_channels, text, text_mask);
+    return;
+  }
+  const int64_t captions = 1 + image_frames;
+  if (image_frames < 0 || image_frames >= x.size(1)) {
+    throw std::invalid_argument(fmt::format("LatteT2V: image_frames ({}) must leave at least one video frame of the "
+                                            "{}", image_frames, x.size(1)));
+  }
+  if (text.dim() != 4 || text.size(0) != batch || text.size(1) != captions || text.size(3) != config.caption_channels) {
+    throw std::invalid_argument(fmt::format("LatteT2V: with {} image frames, text must be [{}, {}, tokens, {}], got "
+                                            "[{}]", image_frames, batch, captions, config.caption_channels,
+                                            fmt::join(text.sizes(), ", ")));
+  }
+  if (text_mask.defined() && text_mask.sizes() != c10::IntArrayRef({batch, captions, text.size(2)})) {
+    throw std::invalid_argument(fmt::format("LatteT2V: text_mask must be [{}, {}, {}], got [{}]", batch, captions,
+                                            text.size(2), fmt::join(text_mask.sizes(), ", ")));
+  }
 }
 
 }  // namespace
@@ -122,13 +139,13 @@ torch::Tensor LatteT2VImpl::unpatchify(const torch::Tensor& tokens, int64_t batc
 }
 
 torch::Tensor LatteT2VImpl::forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& text,
-                                    const torch::Tensor& text_mask, bool temporal_attention) {
-  check_inputs(config_, x, t, text, text_mask);
-  const int64_t batch = x.size(0), frames = x.size(1);
+                                    const torch::Tensor& text_mask, bool temporal_attention, int64_t image_frames) {
+  check_inputs(config_, x, t, text, text_mask, image_frames);
+  const int64_t batch = x.size(0), frames = x.size(1), video_frames = frames - image_frames;
   const int64_t grid_height = x.size(3) / config_.patch_size, grid_width = x.size(4) / config_.patch_size;
   const int64_t patches = grid_height * grid_width;
   const int64_t dim = config_.inner_dim();
-  const int64_t text_length = text.size(1);
+  const int64_t text_length = image_frames == 0 ? text.size(1) : (1 + image_frames) * text.size(2);  // payload rows
   const torch::Device device = pos_embed->proj->weight.device();
   const auto parameter_dtype = pos_embed->proj->weight.scalar_type();
 
@@ -141,7 +158,8 @@ torch::Tensor LatteT2VImpl::forward(const torch::Tensor& x, const torch::Tensor&
   // Once per sample: the blocks' modulation timestep6 [B, 6D], the output norm's embedded timestep [B, D], and
   // the projected caption [B, L, D] (diffusers repeats the caption per frame before the cross-attention).
   const auto [timestep6, embedded_timestep] = adaln_single(t.reshape({-1}).to(device));
-  const torch::Tensor caption = caption_projection(text.to(device, parameter_dtype));
+  const torch::Tensor caption =
+      caption_projection(text.to(device, parameter_dtype)).reshape({batch, text_length, dim});
 
   // The payload: timestep6 as 6 rows of D, then the caption, spread over the sample's frame rows (see the header).
   const int64_t payload_rows = kModulationRows + text_length;
@@ -151,12 +169,13 @@ torch::Tensor LatteT2VImpl::forward(const torch::Tensor& x, const torch::Tensor&
   payload = torch::constant_pad_nd(payload, {0, 0, 0, frames * payload_per_frame - payload_rows});
   const torch::Tensor state = torch::cat({tokens, payload.reshape({batch * frames, payload_per_frame, dim})}, 1);
 
-  torch::Tensor mask_bias;  // [B, 1, 1, L], broadcast over heads and queries
+  torch::Tensor mask_bias;  // [B, 1, 1, L], broadcast over heads and queries; with images [B, 1 + n, L] (the block splits it)
   if (text_mask.defined()) {
-    mask_bias = ((1 - text_mask.to(device, state_dtype)) * kMaskedScore).reshape({batch, 1, 1, text_length});
+    mask_bias = (1 - text_mask.to(device, state_dtype)) * kMaskedScore;
+    if (image_frames == 0) mask_bias = mask_bias.reshape({batch, 1, 1, text_length});
   }
-  torch::Tensor temporal_table;  // diffusers adds none to a single frame
-  if (frames > 1) temporal_table = nn::sincos_temporal_embedding(dim, frames).to(device, state_dtype);
+  torch::Tensor temporal_table;  // diffusers adds none to a single frame; with images, the video frames' only
+  if (video_frames > 1) temporal_table = nn::sincos_temporal_embedding(dim, video_frames).to(device, state_dtype);
 
   std::vector<std::shared_ptr<LatteT2VBlockImpl>> layers;
   std::vector<std::vector<torch::Tensor>> parameters;
@@ -166,8 +185,8 @@ torch::Tensor LatteT2VImpl::forward(const torch::Tensor& x, const torch::Tensor&
     parameters.push_back(trainable_parameters(*layers.back()));
   }
   // Captured by value: a checkpointing runner calls the blocks again in backward, after this frame is gone.
-  auto block = [layers, runner = runner_, mask_bias, temporal_table, batch, frames, patches, dim, text_length,
-                payload_per_frame](int64_t i, const torch::Tensor& block_state) {
+  auto block = [layers, runner = runner_, mask_bias, temporal_table, batch, frames, video_frames, image_frames, patches,
+                dim, text_length, payload_per_frame](int64_t i, const torch::Tensor& block_state) {
     const torch::Tensor hidden = block_state.narrow(1, 0, patches);
     const torch::Tensor block_payload = block_state.narrow(1, patches, payload_per_frame);
     const torch::Tensor sample_payload = block_payload.reshape({batch, frames * payload_per_frame, dim});
@@ -176,13 +195,15 @@ torch::Tensor LatteT2VImpl::forward(const torch::Tensor& x, const torch::Tensor&
     torch::Tensor out;
     if (is_spatial(i)) {
       const torch::Tensor block_caption = sample_payload.narrow(1, kModulationRows, text_length);
-      out = layer->forward(hidden, block_timestep6, block_caption, mask_bias, runner.get());
+      out = layer->forward(hidden, block_timestep6, block_caption, mask_bias, runner.get(), image_frames);
     } else {
       // (b f) n d -> (b n) f d
       torch::Tensor over_frames =
           hidden.reshape({batch, frames, patches, dim}).transpose(1, 2).reshape({batch * patches, frames, dim});
-      if (i == 1 && temporal_table.defined()) over_frames = over_frames + temporal_table;
-      out = layer->forward(over_frames, block_timestep6, {}, {}, runner.get());
+      torch::Tensor video = image_frames == 0 ? over_frames : over_frames.narrow(1, 0, video_frames);
+      if (i == 1 && temporal_table.defined()) video = video + temporal_table;
+      out = layer->forward(video, block_timestep6, {}, {}, runner.get());
+      if (image_frames > 0) out = torch::cat({out, over_frames.narrow(1, video_frames, image_frames).to(out.scalar_type())}, 1);
       // (b n) f d -> (b f) n d
       out = out.reshape({batch, patches, frames, dim}).transpose(1, 2).reshape({batch * frames, patches, dim});
     }

@@ -46,8 +46,15 @@ class LatteT2VImpl : public torch::nn::Module {
   // Departures from diffusers, where it fails: the temporal table is computed for the input's F (diffusers' has
   // exactly video_length rows) and, as diffusers, not added when F == 1; the 2-D table is computed for the input's
   // H, W with diffusers' base_size / interpolation_scale rule.
+  // image_frames n > 0: image-video joint training (the official latte_t2v.py's use_image_num): x's last n frames
+  // are images, each with its own caption; text is [B, 1 + n, L, caption_channels] (the video's caption, then each
+  // image's) and text_mask [B, 1 + n, L]. The spatial blocks see every frame (an image's row attends to its own
+  // caption), the temporal blocks and their table only the F - n video frames (at least 1); the images pass them
+  // unchanged. The timestep is the sample's for all its frames, as the official code repeats it. The temporal table
+  // is added to the video frames as the official code's checkpointed path does (its plain path skips it when
+  // images are joined, unlike training without them).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& text,
-                        const torch::Tensor& text_mask = {}, bool temporal_attention = true);
+                        const torch::Tensor& text_mask = {}, bool temporal_attention = true, int64_t image_frames = 0);
 
   // Blocks for the memory machinery and distributed wrapping, in execution order: spatial 0, temporal 0, spatial 1,
   // ... The stack runs as one run_stack() over a uniform state [B*F, N + P, D]: a frame's N patch tokens, then P

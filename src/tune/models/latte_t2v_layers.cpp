@@ -44,7 +44,7 @@ LatteT2VBlockImpl::LatteT2VBlockImpl(const LatteT2VConfig& config, bool cross_at
 
 torch::Tensor LatteT2VBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& timestep6,
                                          const torch::Tensor& caption, const torch::Tensor& caption_mask,
-                                         nn::BlockRunner* runner) {
+                                         nn::BlockRunner* runner, int64_t image_rows) {
   const int64_t batch = timestep6.size(0);
   const int64_t rows = x.size(0), length = x.size(1), dim = x.size(2);
   // The modulation is per sample: the norms, gates and cross-attention see a sample's rows as one [B, R * T, D]
@@ -59,11 +59,36 @@ torch::Tensor LatteT2VBlockImpl::forward(const torch::Tensor& x, const torch::Te
   const torch::Tensor attended = attn1->forward(attention_input, attention_input, {}, runner);
   hidden = hidden + gate_msa.unsqueeze(1) * attended.reshape({batch, -1, dim});
   if (has_cross_attention()) {
-    hidden = hidden + attn2->forward(hidden, caption, caption_mask, runner);
+    hidden = hidden + (image_rows == 0
+                           ? attn2->forward(hidden, caption, caption_mask, runner)
+                           : cross_attend_with_images(hidden, length, caption, caption_mask, runner, image_rows));
   }
   const torch::Tensor ff_input = nn::run_modulated_layer_norm(runner, hidden, shift_mlp, scale_mlp, norm_eps);
   hidden = hidden + gate_mlp.unsqueeze(1) * ff->forward(ff_input, runner);
   return hidden.reshape({rows, length, dim});
+}
+
+torch::Tensor LatteT2VBlockImpl::cross_attend_with_images(const torch::Tensor& hidden, int64_t row_length,
+                                                           const torch::Tensor& caption,
+                                                           const torch::Tensor& caption_mask, nn::BlockRunner* runner,
+                                                           int64_t image_rows) {
+  const int64_t batch = hidden.size(0), dim = hidden.size(2);
+  const int64_t video_tokens = hidden.size(1) - image_rows * row_length;
+  const int64_t text_length = caption.size(1) / (1 + image_rows);
+  // The video's rows attend to the first caption as one sequence per sample (as without images); each image's row
+  // to its own caption, as a batch of B * n single rows.
+  const torch::Tensor video_mask =
+      caption_mask.defined() ? caption_mask.narrow(1, 0, 1).reshape({batch, 1, 1, text_length}) : torch::Tensor();
+  const torch::Tensor image_mask =
+      caption_mask.defined() ? caption_mask.narrow(1, 1, image_rows).reshape({batch * image_rows, 1, 1, text_length})
+                             : torch::Tensor();
+  const torch::Tensor video = attn2->forward(hidden.narrow(1, 0, video_tokens), caption.narrow(1, 0, text_length),
+                                             video_mask, runner);
+  const torch::Tensor images =
+      attn2->forward(hidden.narrow(1, video_tokens, image_rows * row_length).reshape({batch * image_rows, row_length, dim}),
+                     caption.narrow(1, text_length, image_rows * text_length).reshape({batch * image_rows, text_length, dim}),
+                     image_mask, runner);
+  return torch::cat({video, images.reshape({batch, image_rows * row_length, dim})}, 1);
 }
 
 }  // namespace tune::models

@@ -49,10 +49,23 @@ class LatteT2VBlockImpl : public torch::nn::Module {
   // caption [B, L, D] and caption_mask (additive, [B, 1, 1, L], or undefined): the cross-attention's context, its
   // keys and values projected once per sample for all of the sample's rows (diffusers projects them per row from
   // a repeated caption: the same values). Returns [B * R, T, D].
+  // image_rows n > 0 (a spatial block of image-video joint training, the official use_image_num): each sample's
+  // last n rows are images, each with its own caption; caption holds 1 + n captions of L rows ([B, (1 + n) L, D]:
+  // the video's, then each image's) and caption_mask is [B, 1 + n, L] (additive) or undefined. The video rows
+  // attend to the first caption, image j's row to caption 1 + j.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& timestep6, const torch::Tensor& caption = {},
-                        const torch::Tensor& caption_mask = {}, nn::BlockRunner* runner = nullptr);
+                        const torch::Tensor& caption_mask = {}, nn::BlockRunner* runner = nullptr,
+                        int64_t image_rows = 0);
 
   bool has_cross_attention() const { return !attn2.is_empty(); }
+
+ private:
+  // attn2 over hidden [B, R * T, D] whose last image_rows rows per sample are images (see forward).
+  torch::Tensor cross_attend_with_images(const torch::Tensor& hidden, int64_t row_length, const torch::Tensor& caption,
+                                         const torch::Tensor& caption_mask, nn::BlockRunner* runner,
+                                         int64_t image_rows);
+
+ public:
 
   double norm_eps;
   torch::Tensor scale_shift_table;  // [6, D]: shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp

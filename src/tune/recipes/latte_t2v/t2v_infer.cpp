@@ -229,13 +229,18 @@ int infer(const InferRequest& request) {
   // Vchitect/Latte's pipeline always does for out_channels = 2 x in_channels)
   const auto text_cond = text.text.to(device);
   const torch::Tensor text_both = cfg ? torch::cat({text.negative.to(device), text_cond}) : text_cond;
+  torch::Tensor mask_cond, mask_both;  // undefined (no mask, as LattePipeline) unless sampling.caption_mask
+  if (sampling.caption_mask) {
+    mask_cond = text.text_mask.to(device);
+    mask_both = cfg ? torch::cat({text.negative_mask.to(device), mask_cond}) : mask_cond;
+  }
   const int64_t eps_channels = config.in_channels;
   const double scale = sampling.cfg_scale;
   const bool temporal = sampling.temporal_attention;
   diffusion::ModelFn eps_model = [&](const torch::Tensor& x, const torch::Tensor& t) {
     precision::AutocastScope autocast(run.mixed_precision, device);
-    if (!cfg) return model->forward(x, t, text_cond, {}, temporal).narrow(2, 0, eps_channels);
-    const auto both = model->forward(torch::cat({x, x}), torch::cat({t, t}), text_both, {}, temporal);
+    if (!cfg) return model->forward(x, t, text_cond, mask_cond, temporal).narrow(2, 0, eps_channels);
+    const auto both = model->forward(torch::cat({x, x}), torch::cat({t, t}), text_both, mask_both, temporal);
     const auto parts = both.chunk(2);
     return (parts[0] + scale * (parts[1] - parts[0])).narrow(2, 0, eps_channels);
   };

@@ -36,18 +36,22 @@ PromptEmbeddings encode_prompts(models::T5EncoderImpl& encoder, const data::Toke
                                 bool classifier_free_guidance, int64_t max_length, bool mask_feature) {
   torch::NoGradGuard no_grad;
   PromptEmbeddings result;
-  torch::Tensor mask;
-  result.text = encode(encoder, tokenizer, prompts, max_length, &mask);
+  result.text = encode(encoder, tokenizer, prompts, max_length, &result.text_mask);
+  const auto& mask = result.text_mask;
   for (int64_t i = 0; i < mask.size(0); ++i) result.token_counts.push_back(mask[i].sum().item<int64_t>());
   if (classifier_free_guidance) {
     const std::vector<std::string> negatives(prompts.size(), negative_prompt);
-    result.negative = encode(encoder, tokenizer, negatives, max_length, nullptr);
+    result.negative = encode(encoder, tokenizer, negatives, max_length, &result.negative_mask);
   }
   if (!mask_feature) return result;
   if (prompts.size() == 1) {
     const int64_t keep = result.token_counts.front();
     result.text = result.text.narrow(1, 0, keep);
-    if (result.negative.defined()) result.negative = result.negative.narrow(1, 0, keep);
+    result.text_mask = result.text_mask.narrow(1, 0, keep);
+    if (result.negative.defined()) {
+      result.negative = result.negative.narrow(1, 0, keep);
+      result.negative_mask = result.negative_mask.narrow(1, 0, keep);
+    }
   } else {
     result.text = result.text * mask.unsqueeze(-1).to(result.text.dtype());
   }

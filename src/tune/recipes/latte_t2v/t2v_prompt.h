@@ -3,6 +3,9 @@
 // encoded by the T5 encoder with its attention mask; for classifier-free guidance the negative prompt the same way.
 // mask_feature: with one prompt the embeddings are cut to its real tokens (the negative's to the same count), and
 // the transformer sees no mask; with several, each prompt's padded rows are zeroed (the negative's are not).
+// The attention masks come along (cut as the embeddings are) for sampling.caption_mask, which hands them to the
+// transformer as training does: LattePipeline's negative prompt attends to T5's outputs at its padding, rows the
+// training's empty caption never showed the transformer.
 #pragma once
 
 #include <torch/types.h>
@@ -18,6 +21,7 @@ namespace tune::recipes::latte_t2v {
 struct PromptEmbeddings {
   torch::Tensor text;      // [B, L, D], the T5 encoder's dtype
   torch::Tensor negative;  // [B, L, D] or undefined (no classifier-free guidance)
+  torch::Tensor text_mask, negative_mask;  // [B, L] int64, 1 = a real token (EOS included); negative's as negative
   std::vector<int64_t> token_counts;  // real tokens (EOS included) of each prompt, for the log
 };
 

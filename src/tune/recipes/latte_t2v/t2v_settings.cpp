@@ -40,6 +40,9 @@ config::Schema t2v_schema() {
                  "prompt tokens at most (LattePipeline: 120); tune prepare pads captions to it");
   schema.boolean("sampling.mask_feature", true,
                  "one prompt: cut the text embeddings to its real tokens; several: zero the padded rows (LattePipeline)");
+  schema.boolean("sampling.caption_mask", false,
+                 "pass the prompts' attention masks to the transformer's cross-attention, as training does "
+                 "(LattePipeline passes none: the negative prompt's padded rows are attended)");
   schema.boolean("sampling.temporal_attention", true, "run the temporal blocks (off: frames sampled independently)");
   schema.integer("sampling.fps", 8, "tune infer: frame rate of the written video");
   diffusion_common::add_guidance_keys(schema);
@@ -75,6 +78,7 @@ T2VSettings read_t2v_settings(const config::Config& config) {
   sampling.negative_prompt = config.get_string("sampling.negative_prompt");
   sampling.max_text_tokens = get_int_at_least(config, "sampling.max_text_tokens", 2);
   sampling.mask_feature = config.get_bool("sampling.mask_feature");
+  sampling.caption_mask = config.get_bool("sampling.caption_mask");
   sampling.temporal_attention = config.get_bool("sampling.temporal_attention");
   sampling.fps = get_int_at_least(config, "sampling.fps", 1);
   settings.guidance = diffusion_common::read_guidance_settings(config, sampling.frames, "sampling.frames");

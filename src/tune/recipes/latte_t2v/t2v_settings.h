@@ -30,6 +30,7 @@ struct SamplingSettings {
   std::string negative_prompt;  // "" as LattePipeline
   int64_t max_text_tokens = 120;
   bool mask_feature = true;     // LattePipeline's mask_feature (see t2v_prompt.h)
+  bool caption_mask = false;    // true: the transformer masks padded caption rows, as in training (t2v_prompt.h)
   bool temporal_attention = true;
   int64_t fps = 8;
 };
