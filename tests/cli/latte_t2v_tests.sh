@@ -508,6 +508,87 @@ PY
   contains "$ERR" "no trained checkpoint in $dir/run"
 }
 
+# Image-video joint training (data.use_image_num, the official use_image_num): tune prepare also writes the captioned
+# images' T5 embeddings and one-frame latents under images/ (an unreadable image named, or skipped and counted);
+# training joins 2 images drawn per clip (the log says so), resumes exactly (the draws included), and refuses latents
+# prepared without images or a data.images / use_image_num that disagree.
+case_latte_t2v_use_image_num() {
+  start_training_case
+  local dir="$WORK/t2v-images"
+  local shapes="$dir/shapes" images="$dir/images" latents="$dir/latents" run="$dir/run" resumed="$dir/run-resumed"
+  rm -rf "$dir"; mkdir -p "$dir" "$images"
+  make_captioned_shapes "$shapes"
+  # 6 still images (a video's first frame each) captioned by colour alone, and a row naming a file that is no image
+  "$PYTHON" - "$shapes" "$images" <<'PY' || fail "captioned images"
+import json, os, shutil, sys
+shapes, images = sys.argv[1:3]
+rows = [json.loads(l) for l in open(os.path.join(shapes, "captions.jsonl"))]
+with open(os.path.join(images, "images.jsonl"), "w") as out:
+    for i, row in enumerate(rows[::2]):
+        folder = os.path.join(shapes, row["video"])
+        shutil.copy(os.path.join(folder, sorted(os.listdir(folder))[0]), os.path.join(images, f"still{i}.png"))
+        out.write(json.dumps({"image": f"still{i}.png", "caption": " ".join(row["caption"].split()[:3])}) + "\n")
+open(os.path.join(images, "broken.png"), "w").write("not a png")
+with open(os.path.join(images, "with-broken.jsonl"), "w") as out:
+    out.write(open(os.path.join(images, "images.jsonl")).read() + json.dumps({"image": "broken.png", "caption": "a"}) + "\n")
+PY
+  write_t2v_recipe "$dir/t2v.yaml" "$run" "$shapes/captions.jsonl" "$latents"
+  sed -i "s|^  caption_dropout: 0.25|&\n  images: $images/images.jsonl\n  use_image_num: 2|" "$dir/t2v.yaml"
+  grep -q "^  use_image_num: 2" "$dir/t2v.yaml" || fail "recipe"
+  # data.images and data.use_image_num go together
+  expect_exit 2 "$TUNE" validate "$dir/t2v.yaml" data.use_image_num=0
+  contains "$ERR" "data.images is set, but data.use_image_num is 0"
+  expect_exit 2 "$TUNE" validate "$dir/t2v.yaml" data.images=null
+  contains "$ERR" "data.use_image_num is 2, but data.images is not set"
+  # ---- prepare: videos as before, then the images' captions and latents under images/
+  expect_exit 0 "$TUNE" prepare "$dir/t2v.yaml"
+  contains "$ERR" "and 6 captioned images from $images/images.jsonl (0 skipped), 2 of them joined to each clip"
+  contains "$ERR" "image captions: 6 encoded (0 kept from before)"
+  contains "$ERR" "6 images joined to the clips: 6 latent files written, 0 kept from before, 0 unreadable"
+  "$PYTHON" - "$latents" "$images/images.jsonl" "$TUNE_SOURCE/scripts" <<'PY' || fail "prepared images"
+import glob, json, os, sys
+sys.path.insert(0, sys.argv[3])
+import safetensors_io
+latents, listed = sys.argv[1:3]
+m = json.load(open(os.path.join(latents, "latents.json")))
+assert m["complete"] and m["images"] == listed, m
+names = lambda sub: sorted(os.path.basename(f) for f in glob.glob(os.path.join(latents, "images", sub, "*.safetensors")))
+assert names("captions") == names("clips") == [f"{i:06d}.safetensors" for i in range(6)], (names("captions"), names("clips"))
+clip = safetensors_io.load(os.path.join(latents, "images", "clips", "000003.safetensors"))
+assert list(clip["latent"].shape) == [1, 4, 8, 8] and int(clip["label"]) == 3, clip
+caption = safetensors_io.load(os.path.join(latents, "images", "captions", "000003.safetensors"))
+real = int(caption["text_mask"].sum())  # "a green square" and EOS, padded to 12
+assert list(caption["text"].shape) == [12, 32] and 2 <= real < 12 and caption["text_mask"][:real].all(), caption["text_mask"]
+PY
+  # an unreadable image is named (the preparation stops there, incomplete) or, with on_bad_video skip, counted
+  expect_exit 1 "$TUNE" prepare "$dir/t2v.yaml" data.images="$images/with-broken.jsonl" --out "$dir/latents-broken"
+  contains "$ERR" "$images/broken.png"; contains "$ERR" "data.on_bad_video: skip"
+  expect_exit 0 "$TUNE" prepare "$dir/t2v.yaml" data.images="$images/with-broken.jsonl" data.on_bad_video=skip \
+    --out "$dir/latents-skip"
+  contains "$ERR" "7 images joined to the clips: 6 latent files written, 0 kept from before, 1 unreadable and skipped"
+  # ---- train 4 steps, checkpoints at 2 and 4; a run resumed from step 2 ends with the same losses and weights
+  expect_exit 0 "$TUNE" train "$dir/t2v.yaml"
+  contains "$ERR" "each joined by 2 of 6 captioned images (use_image_num: they train the spatial blocks only)"
+  contains "$ERR" "clips 4 x 4x8x8 latents"
+  resume_from_step2 "$run" "$resumed"
+  echo "losses: straight $(losses "$run/metrics.jsonl"); resumed $(losses "$resumed/metrics.jsonl")"
+  [ "$(losses "$run/metrics.jsonl")" = "$(losses "$resumed/metrics.jsonl")" ] || fail "resumed losses differ"
+  for f in model.safetensors ema.safetensors; do
+    cmp -s "$run/checkpoints/step-4/$f" "$resumed/checkpoints/step-4/$f" || fail "$f differs after resume"
+  done
+  # the images take part: the same run without them trains to other weights
+  expect_exit 0 "$TUNE" train "$dir/t2v.yaml" data.images=null data.use_image_num=0 --output-dir "$dir/no-images"
+  ! cmp -s "$run/checkpoints/step-4/model.safetensors" "$dir/no-images/checkpoints/step-4/model.safetensors" \
+    || fail "training with joined images gave the weights of training without them"
+  # ---- latents prepared without images, or with other images, are refused naming data.images
+  expect_exit 0 "$TUNE" prepare "$dir/t2v.yaml" data.images=null data.use_image_num=0 --out "$dir/latents-videos"
+  expect_exit 2 "$TUNE" train "$dir/t2v.yaml" data.latents="$dir/latents-videos" --output-dir "$dir/refused"
+  contains "$ERR" "data.images"; contains "$ERR" "were prepared without images"
+  expect_exit 2 "$TUNE" train "$dir/t2v.yaml" data.latents="$dir/latents-skip" --output-dir "$dir/refused"
+  contains "$ERR" "with the images of '$images/with-broken.jsonl'"
+  [ ! -e "$dir/refused" ] || fail "a refused run wrote its directory"
+}
+
 # tune plan for the video recipes against the tracked peaks of the runs it predicts (fp32, checkpointing full and
 # off, within 10%): text-to-video and class-conditional Latte training (memory.json's peak), and `tune plan --infer`
 # against `tune infer --grad`'s peak while denoising; then the table over frames x sizes, and its errors.

@@ -79,7 +79,40 @@ class CaptionedLatentClips final : public ClipSource {
   int64_t tokens_, channels_;
 };
 
+class ImageJoinedClips final : public ClipSource {
+ public:
+  ImageJoinedClips(std::shared_ptr<const ClipSource> videos, std::shared_ptr<const ClipSource> images, int64_t count)
+      : videos_(std::move(videos)), images_(std::move(images)), count_(count) {}
+
+  int64_t size() const override { return videos_->size(); }
+
+  Clip get(int64_t index, std::mt19937_64& generator) const override {
+    Clip clip = videos_->get(index, generator);
+    std::vector<torch::Tensor> frames{clip.frames}, texts{clip.text.unsqueeze(0)}, masks{clip.text_mask.unsqueeze(0)};
+    std::uniform_int_distribution<int64_t> pick(0, images_->size() - 1);
+    for (int64_t k = 0; k < count_; ++k) {
+      const Clip image = images_->get(pick(generator), generator);
+      frames.push_back(image.frames);
+      texts.push_back(image.text.unsqueeze(0));
+      masks.push_back(image.text_mask.unsqueeze(0));
+    }
+    clip.frames = torch::cat(frames);
+    clip.text = torch::cat(texts);
+    clip.text_mask = torch::cat(masks);
+    return clip;
+  }
+
+ private:
+  std::shared_ptr<const ClipSource> videos_, images_;
+  int64_t count_;
+};
+
 }  // namespace
+
+std::shared_ptr<const ClipSource> join_images(std::shared_ptr<const ClipSource> videos,
+                                              std::shared_ptr<const ClipSource> images, int64_t count) {
+  return std::make_shared<ImageJoinedClips>(std::move(videos), std::move(images), count);
+}
 
 std::shared_ptr<const ClipSource> captioned_latent_clips(const std::filesystem::path& root,
                                                                           std::vector<int64_t> shape, int64_t tokens,
@@ -91,8 +124,14 @@ std::pair<torch::Tensor, torch::Tensor> drop_captions(const Conditioning& condit
                                                       const torch::Tensor& null_text, const torch::Tensor& null_mask) {
   if (!drop.defined()) return {condition.text, condition.text_mask};
   const auto dropped = drop.to(torch::kBool);
-  return {torch::where(dropped.view({-1, 1, 1}), null_text.unsqueeze(0), condition.text),
-          torch::where(dropped.view({-1, 1}), null_mask.unsqueeze(0), condition.text_mask)};
+  // [B] -> [B, 1, ...]: the empty prompt broadcast over every caption of a dropped row.
+  auto per_row = [&](const torch::Tensor& like) {
+    std::vector<int64_t> shape(static_cast<size_t>(like.dim()), 1);
+    shape[0] = -1;
+    return dropped.view(shape);
+  };
+  return {torch::where(per_row(condition.text), null_text, condition.text),
+          torch::where(per_row(condition.text_mask), null_mask, condition.text_mask)};
 }
 
 }  // namespace tune::recipes::diffusion_common

@@ -36,9 +36,17 @@ std::shared_ptr<const ClipSource> captioned_latent_clips(const std::filesystem::
                                                                           std::vector<int64_t> shape, int64_t tokens,
                                                                           int64_t channels, bool skip_bad);
 
+// Image-video joint training (text-to-video Latte's use_image_num): each clip of `videos` with `count` images of
+// `images` (one-frame clips) drawn uniformly at random with replacement, from the clip's own generator (a resumed
+// run draws the same), joined after its frames and their captions after its own: frames [F + n, C, h, w], text
+// [1 + n, L, D], text_mask [1 + n, L].
+std::shared_ptr<const ClipSource> join_images(std::shared_ptr<const ClipSource> videos,
+                                              std::shared_ptr<const ClipSource> images, int64_t count);
+
 // Caption dropout as the loop draws it: the rows of `drop` ([B] int64, 1 = dropped; undefined: none) see the empty
 // prompt's embedding and mask (`null_text` [L, D], `null_mask` [L], on the device) in place of their caption, as
-// classifier-free guidance's unconditional branch will. Returns {text, mask}.
+// classifier-free guidance's unconditional branch will (with joined images, [B, 1 + n, L, D]: all of a dropped row's
+// captions). Returns {text, mask}.
 std::pair<torch::Tensor, torch::Tensor> drop_captions(const Conditioning& condition, const torch::Tensor& drop,
                                                       const torch::Tensor& null_text, const torch::Tensor& null_mask);
 

@@ -31,6 +31,7 @@ void write_latent_manifest(const std::filesystem::path& directory, const LatentM
                     {"max_tokens", manifest.text->max_tokens}, {"channels", manifest.text->channels},
                     {"dtype", manifest.text->dtype}};
   }
+  if (manifest.images) json["images"] = *manifest.images;
   io::write_json_file(directory / kLatentManifestName, json);
 }
 
@@ -39,7 +40,7 @@ bool same_preparation(const LatentManifest& a, const LatentManifest& b) {
          a.frame_interval == b.frame_interval && a.image_size == b.image_size && a.flip == b.flip &&
          a.latent_channels == b.latent_channels && a.latent_size == b.latent_size &&
          a.scaling_factor == b.scaling_factor && a.shift_factor == b.shift_factor && a.seed == b.seed &&
-         a.text == b.text;
+         a.text == b.text && a.images == b.images;
 }
 
 LatentManifest read_latent_manifest(const std::filesystem::path& directory) {
@@ -85,6 +86,7 @@ LatentManifest read_latent_manifest(const std::filesystem::path& directory) {
     if (parsed.dtype != "bf16" && parsed.dtype != "fp32") text.fail("dtype", "must be \"bf16\" or \"fp32\"");
     manifest.text = parsed;
   }
+  if (json.contains("images")) manifest.images = fields.string("images");
   return manifest;
 }
 

@@ -38,11 +38,15 @@ struct LatentManifest {
   double scaling_factor = 0.0, shift_factor = 0.0;
   uint64_t seed = 0;
   std::optional<TextManifest> text;  // captioned (text-to-video) latents
+  // data.images as given (text-to-video's use_image_num): its captioned images prepared under images/ in the same
+  // layout (captions/, clips/ of one-frame latents), numbered in the image list's order.
+  std::optional<std::string> images;
   bool complete = false;             // false while `tune prepare` runs (or after it was interrupted)
 };
 
 inline constexpr const char* kLatentManifestName = "latents.json";
 inline constexpr const char* kNullCaptionName = "null_caption.safetensors";
+inline constexpr const char* kJoinedImagesFolder = "images";
 
 void write_latent_manifest(const std::filesystem::path& directory, const LatentManifest& manifest);
 // Whether two manifests describe latents made the same way (ignoring progress: videos, complete, the VAE's path).

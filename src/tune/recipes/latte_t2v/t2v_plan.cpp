@@ -74,21 +74,25 @@ BudgetPlan plan(const PlanRequest& request) {
   diffusion_common::DenoiserPlanInputs inputs;
   inputs.parameters = planned.counts;
   inputs.blocks = 2 * transformer.num_layers;
-  // As t2v_train's own estimate: the clips `tune prepare` writes for data.num_frames x data.image_size, with captions
-  // padded to sampling.max_text_tokens.
+  // As t2v_train's own estimate: the clips `tune prepare` writes for data.num_frames x data.image_size (plus
+  // data.use_image_num joined images, counted as frames), with captions padded to sampling.max_text_tokens.
+  const int64_t frames = settings.data.num_frames + settings.data.use_image_num;
   inputs.activations = [&](int64_t batch, const memory::CheckpointRunner& runner) {
-    const T2VActivationShape shape{batch, settings.data.num_frames, latent, latent, settings.sampling.max_text_tokens,
+    const T2VActivationShape shape{batch, frames, latent, latent, settings.sampling.max_text_tokens,
                                    run.mixed_precision == precision::MixedPrecision::no ? 4 : 2, false,
                                    /*training_loss=*/true};
     return t2v_activation_estimate(transformer, shape, device.type(), compute_dtype, runner);
   };
   BudgetPlan result = diffusion_common::plan_denoiser_training(config, request, inputs);
   result.recipe = "latte_t2v";
-  result.model = fmt::format("{}; clips {} x {}x{} -> {} x {}x{} latents, {} caption tokens; optimizer state "
+  result.model = fmt::format("{}; clips {} x {}x{}{} -> {} x {}x{} latents, {} caption tokens; optimizer state "
                              "includes the EMA copy", model_line(planned, settings), settings.data.num_frames,
-                             settings.data.image_size, settings.data.image_size, settings.data.num_frames, latent,
-                             latent, settings.sampling.max_text_tokens);
-  result.sequence = settings.data.num_frames * (latent / transformer.patch_size) * (latent / transformer.patch_size);
+                             settings.data.image_size, settings.data.image_size,
+                             settings.data.use_image_num == 0
+                                 ? std::string()
+                                 : fmt::format(" + {} joined images", settings.data.use_image_num),
+                             frames, latent, latent, settings.sampling.max_text_tokens);
+  result.sequence = frames * (latent / transformer.patch_size) * (latent / transformer.patch_size);
   result.batch_unit = "clips";
   return result;
 }

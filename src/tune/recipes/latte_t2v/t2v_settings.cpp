@@ -1,5 +1,7 @@
 #include "tune/recipes/latte_t2v/t2v_settings.h"
 
+#include <fmt/format.h>
+
 #include "tune/models/latte_t2v.h"
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/data_parallel.h"
@@ -23,6 +25,11 @@ config::Schema t2v_schema() {
       schema, "captioned videos: a JSONL of {\"video\": PATH, \"caption\": TEXT} rows, or a folder of videos each "
               "with a same-named .txt caption", /*flip=*/false);
   schema.real("data.caption_dropout", 0.1, "probability a clip trains on the empty prompt (for classifier-free guidance)");
+  schema.path("data.images", "captioned images joined to the video clips (data.use_image_num): a JSONL of "
+                             "{\"image\": PATH, \"caption\": TEXT} rows, or a folder of images each with a same-named .txt");
+  schema.integer("data.use_image_num", 0,
+                 "images from data.images joined to each training clip (the official use_image_num): they train the "
+                 "spatial blocks with their own captions, the temporal blocks skip them");
   diffusion_common::add_lora_keys(schema, {"to_q", "to_k", "to_v", "to_out.0"},
                                   "projections to adapt (attn1 and attn2): to_q, to_k, to_v, to_out.0, ff.net.0.proj, "
                                   "ff.net.2");
@@ -60,6 +67,16 @@ T2VSettings read_t2v_settings(const config::Config& config) {
   settings.data.caption_dropout = config.get_real("data.caption_dropout");
   if (settings.data.caption_dropout < 0 || settings.data.caption_dropout >= 1) {
     config.fail("data.caption_dropout", "must be in [0, 1)");
+  }
+  if (config.has("data.images")) settings.data.images = config.get_string("data.images");
+  settings.data.use_image_num = get_int_at_least(config, "data.use_image_num", 0);
+  if (settings.data.use_image_num > 0 && !settings.data.images) {
+    config.fail("data.use_image_num", fmt::format("is {}, but data.images is not set: name the captioned images to "
+                                                  "join to each clip", settings.data.use_image_num));
+  }
+  if (settings.data.images && settings.data.use_image_num == 0) {
+    config.fail("data.images", "is set, but data.use_image_num is 0, so no image would be used: set how many images "
+                               "to join to each clip");
   }
   settings.lora = diffusion_common::read_lora_settings(config, models::latte_t2v_lora_targets());
   settings.ema_decay = config.get_real("ema.decay");

@@ -39,6 +39,10 @@ struct SamplingSettings {
 // .txt captions), trained from the latents and caption embeddings `tune prepare` writes (data.latents).
 struct T2VDataSettings : diffusion_common::VideoDataSettings {
   double caption_dropout = 0.1;  // probability a clip trains on the empty prompt's embedding (for guidance)
+  // Image-video joint training (the official use_image_num): captioned images (a JSONL of {"image", "caption"}
+  // rows or a folder of images with .txt captions), use_image_num of them drawn at random and joined to each clip.
+  std::optional<std::string> images;
+  int64_t use_image_num = 0;
 };
 
 struct T2VSettings {

@@ -40,6 +40,7 @@ struct PreparedData {
   diffusion_common::LatentManifest manifest;
   std::shared_ptr<const diffusion_common::ClipSource> clips;
   diffusion_common::CaptionTensors null_caption;
+  int64_t image_count = 0;  // prepared images that data.use_image_num draws from
 };
 
 // data.latents as `tune prepare` wrote them, checked against the recipe and the pipeline's VAE and transformer.
@@ -76,6 +77,25 @@ PreparedData open_prepared_data(const T2VSettings& settings, const ComponentPath
                                                       manifest.latent_size, manifest.latent_size},
                                           manifest.text->max_tokens, manifest.text->channels,
                                           settings.data.skip_bad_videos);
+  const int64_t images = settings.data.use_image_num;
+  if (images > 0) {
+    if (manifest.images != settings.data.images) {
+      config.fail("data.images", fmt::format("is '{}' but the latents in {} were prepared {}; run `tune prepare` with "
+                                             "this recipe into a new folder", *settings.data.images, directory.string(),
+                                             manifest.images ? "with the images of '" + *manifest.images + "'"
+                                                             : std::string("without images")));
+    }
+    const auto joined = diffusion_common::captioned_latent_clips(
+        directory / diffusion_common::kJoinedImagesFolder,
+        {1, manifest.latent_channels, manifest.latent_size, manifest.latent_size}, manifest.text->max_tokens,
+        manifest.text->channels, settings.data.skip_bad_videos);
+    if (joined->size() == 0) {
+      throw InputError(fmt::format("{}: no prepared image latents for data.use_image_num",
+                                   (directory / diffusion_common::kJoinedImagesFolder).string()));
+    }
+    prepared.image_count = joined->size();
+    prepared.clips = diffusion_common::join_images(prepared.clips, joined, images);
+  }
   prepared.null_caption = diffusion_common::load_caption(directory / diffusion_common::kNullCaptionName, manifest.text->max_tokens,
                                        manifest.text->channels);
   return prepared;
@@ -117,7 +137,7 @@ int train(const TrainRequest& request) {
   diffusion_common::train_adapters_only(*model, settings.lora);
   model->to(device);
   const auto& manifest = prepared.manifest;
-  choose_cpu_kernels(latte_t2v_workload(transformer_config, training.batch_size, manifest.num_frames,
+  choose_cpu_kernels(latte_t2v_workload(transformer_config, training.batch_size, manifest.num_frames + settings.data.use_image_num,
                                         manifest.latent_size, manifest.latent_size, manifest.text->max_tokens,
                                         precision::compute_dtype(run.mixed_precision), /*training=*/true),
                      device);
@@ -136,15 +156,18 @@ int train(const TrainRequest& request) {
   trainee.set_block_runner = [&](std::shared_ptr<nn::BlockRunner> runner) { model->set_block_runner(std::move(runner)); };
   trainee.learned_sigma = transformer_config.learned_sigma();
   trainee.condition_dropout = settings.data.caption_dropout;
+  const int64_t image_frames = settings.data.use_image_num;
   const auto null_text = prepared.null_caption.text.to(device);
   const auto null_mask = prepared.null_caption.mask.to(device);
   trainee.forward = [&](const torch::Tensor& x, const torch::Tensor& t, const diffusion_common::Conditioning& condition,
                         const torch::Tensor& drop) {
     const auto [text, mask] = diffusion_common::drop_captions(condition, drop, null_text, null_mask);
-    return model->forward(x, t, text, mask);
+    return model->forward(x, t, text, mask, /*temporal_attention=*/true, image_frames);
   };
   // The estimate counts full fine-tuning (LoRA keeps about as much: the adapters' inputs are the frozen layers' own).
-  const T2VActivationShape shape{training.batch_size, manifest.num_frames, manifest.latent_size, manifest.latent_size,
+  // Joined images are counted as frames: an upper bound, the temporal blocks skip them.
+  const T2VActivationShape shape{training.batch_size, manifest.num_frames + image_frames, manifest.latent_size,
+                                 manifest.latent_size,
                                  manifest.text->max_tokens, run.mixed_precision == precision::MixedPrecision::no ? 4 : 2,
                                  false, /*training_loss=*/true};
   trainee.activation_estimate = [&](const memory::CheckpointRunner& runner) {
@@ -156,9 +179,12 @@ int train(const TrainRequest& request) {
 
   const diffusion_common::DiffusionTrainingData data{
       prepared.clips, {},
-      fmt::format("{} prepared clips of {} captioned videos from {} (caption dropout {}); neither T5 nor the VAE in "
+      fmt::format("{} prepared clips of {} captioned videos from {} (caption dropout {}){}; neither T5 nor the VAE in "
                   "memory", prepared.clips->size(), manifest.videos, *settings.data.latents,
-                  settings.data.caption_dropout)};
+                  settings.data.caption_dropout,
+                  image_frames == 0 ? std::string()
+                                    : fmt::format(", each joined by {} of {} captioned images (use_image_num: they "
+                                                  "train the spatial blocks only)", image_frames, prepared.image_count))};
   diffusion_common::DiffusionLoopSettings loop;
   loop.betas = diffusion::scheduler_betas(scheduler);
   loop.num_timesteps = static_cast<int64_t>(loop.betas.size());

@@ -11,7 +11,6 @@
 #include "tune/core/log.h"
 #include "tune/core/threads.h"
 #include "tune/data/captioned_images.h"
-#include "tune/data/image_transform.h"
 #include "tune/data/tokenizer.h"
 #include "tune/data/video_dataset.h"
 #include "tune/io/json_file.h"
@@ -20,6 +19,7 @@
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/diffusion/captioned_latents.h"
 #include "tune/recipes/diffusion/latent_manifest.h"
+#include "tune/recipes/diffusion/training_images.h"
 #include "tune/recipes/sana/sana_model.h"
 #include "tune/recipes/sana/sana_prompt.h"
 #include "tune/recipes/sana/sana_recipe.h"
@@ -66,20 +66,6 @@ void encode_all_captions(const std::filesystem::path& out, const data::Captioned
   log::info("captions: {} encoded ({} kept from before) with Gemma 2 ({}), {} tokens each{}; text encoder freed",
             pending.size(), list.images.size() - pending.size(), paths.text_encoder.string(), tokens,
             instruction.empty() ? "" : ", with the complex human instruction");
-}
-
-// The image as training sees it ([3, S, S] in [-1, 1]); an unreadable one fails naming it, or with
-// data.on_bad_image: skip is logged and left out (nullopt).
-std::optional<torch::Tensor> read_image_or_skip(const std::filesystem::path& image, const SanaDataSettings& data) {
-  try {
-    return data::load_training_image(image, data.image_size);
-  } catch (const InputError& error) {
-    if (!data.skip_bad_images) {
-      throw InputError(fmt::format("{} (set data.on_bad_image: skip to leave such images out)", error.what()));
-    }
-    log::warn("skipping an unreadable image: {}", error.what());
-    return std::nullopt;
-  }
 }
 
 }  // namespace
@@ -161,7 +147,9 @@ int prepare(const PrepareRequest& request) {
     const auto file = diffusion_common::clip_file(out, index, 0, 1);
     if (std::filesystem::exists(file)) {
       ++kept;
-    } else if (auto pixels = read_image_or_skip(list.images[static_cast<size_t>(index)].image, data)) {
+    } else if (auto pixels = diffusion_common::read_training_image_or_skip(
+                   list.images[static_cast<size_t>(index)].image, data.image_size, data.skip_bad_images,
+                   "data.on_bad_image: skip")) {
       const auto latent = vae->encode_latents(pixels->unsqueeze(0).to(device));  // [1, C, h, w]: one frame
       data::save_latent(file, latent.cpu(), index);
       ++written;
