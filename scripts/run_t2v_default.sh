@@ -16,7 +16,7 @@ if [ -n "$(ls -A "$run/checkpoints" 2>/dev/null)" ]; then
 else
   "$tune" train recipes/latte-t2v-tiny.yaml "$@"
 fi
-echo "== do sampled videos follow their caption? (16 captions x 8 samples, DDIM 50 steps, cfg 4)"
+echo "== do sampled videos follow their caption? (16 captions x 8 samples, DDIM 50 steps, the recipe's cfg 7.5 with caption masks)"
 .venv/bin/python scripts/eval_t2v_captions.py "$run" --data data/t2v-shapes --out "$run-captions.json"
 "$tune" infer "$run" --prompt "a red square moving up" --out "$run/samples/red-up.gif" --no-grad
 echo "== a held-out pair, 'a red square moving up': $run/samples/red-up.gif"

@@ -85,6 +85,54 @@ PY
   compare_latents "$out/no_cfg.safetensors" "$EXPECTED/no_cfg.safetensors" 1e-4
 }
 
+# sampling.caption_mask: the transformer gets the prompts' masks, as training does. Without guidance one prompt then
+# samples exactly as LattePipeline's cut to the real tokens (the diffusers-checked path); with guidance, a prompt
+# batched with a longer one samples as it does alone (its padded rows and the negative's masked), which LattePipeline's
+# zeroed but attended rows do not.
+case_latte_t2v_caption_mask() {
+  skip_without_fixture
+  local out="$WORK/t2v-caption-mask"; rm -rf "$out"; mkdir -p "$out"
+  local prompt; prompt=$(setting prompt)
+  expect_exit 0 "$TUNE" infer "$PIPELINE" --prompt "$prompt" $(sample_args 1) --noise "$EXPECTED/noise.safetensors" \
+    --out "$out/masked_no_cfg.safetensors" --no-grad sampling.caption_mask=true
+  compare_latents "$out/masked_no_cfg.safetensors" "$EXPECTED/no_cfg.safetensors" 1e-4
+  "$PYTHON" -c "import json,sys; [print(json.dumps(p)) for p in json.load(open(sys.argv[1]))['prompts2']]" \
+    "$EXPECTED/settings.json" > "$out/prompts.txt"
+  "$PYTHON" - "$EXPECTED/noise2.safetensors" "$out" "$TUNE_SOURCE/scripts" <<'PY' || fail "noise rows"
+import sys
+sys.path.insert(0, sys.argv[3])
+import safetensors_io
+(name, noise), = safetensors_io.load(sys.argv[1]).items()
+for i in range(2):
+    safetensors_io.save(f"{sys.argv[2]}/noise-{i}.safetensors", {name: noise[i:i + 1].contiguous()})
+PY
+  local mode
+  for mode in true false; do
+    expect_exit 0 "$TUNE" infer "$PIPELINE" --prompts-file "$out/prompts.txt" $(sample_args) \
+      --noise "$EXPECTED/noise2.safetensors" --out "$out/both-$mode.safetensors" --no-grad sampling.caption_mask=$mode
+    local i=0 line
+    while IFS= read -r line; do
+      expect_exit 0 "$TUNE" infer "$PIPELINE" --prompt "$("$PYTHON" -c 'import json,sys; print(json.loads(sys.argv[1]))' "$line")" \
+        $(sample_args) --noise "$out/noise-$i.safetensors" --out "$out/alone-$mode-$i.safetensors" --no-grad \
+        sampling.caption_mask=$mode
+      i=$((i + 1))
+    done < "$out/prompts.txt"
+  done
+  "$PYTHON" - "$out" "$TUNE_SOURCE/scripts" <<'PY' || fail "caption_mask batching"
+import sys
+sys.path.insert(0, sys.argv[2])
+import safetensors_io
+def diff(a, b):
+    a, b = (safetensors_io.load(f"{sys.argv[1]}/{n}.safetensors")["latents"].double() for n in (a, b))
+    return ((a - b).abs().max() / b.abs().max()).item()
+masked = [diff(f"both-true-{i}", f"alone-true-{i}") for i in (0, 1)]
+unmasked = diff("both-false-0", "alone-false-0")
+print(f"batched against alone: with caption_mask {masked[0]:.2e}, {masked[1]:.2e}; LattePipeline's way {unmasked:.2e}")
+assert max(masked) <= 1e-5, masked
+assert unmasked > 1e-3, unmasked  # the shorter prompt's zeroed rows are attended when batched
+PY
+}
+
 # peak_of JSON_LINE: the measured peak bytes of a --json summary.
 peak_of() { "$PYTHON" -c "import json,sys; print(json.loads(sys.argv[1].strip().splitlines()[-1])['peak_mem_bytes'])" "$1"; }
 
