@@ -328,6 +328,18 @@ start_training_case() {
 }
 
 
+# resumes_exactly RUN RESUMED: RUN (4 steps, checkpoints at 2 and 4) resumed from its step-2 checkpoint into RESUMED
+# ends with the same losses and the same step-4 weights and EMA, bit for bit.
+resumes_exactly() {
+  local run=$1 resumed=$2 f
+  resume_from_step2 "$run" "$resumed"
+  echo "losses: straight $(losses "$run/metrics.jsonl"); resumed $(losses "$resumed/metrics.jsonl")"
+  [ "$(losses "$run/metrics.jsonl")" = "$(losses "$resumed/metrics.jsonl")" ] || fail "resumed losses differ"
+  for f in model.safetensors ema.safetensors; do
+    cmp -s "$run/checkpoints/step-4/$f" "$resumed/checkpoints/step-4/$f" || fail "$f differs after resume"
+  done
+}
+
 case_latte_t2v_prepare_train_resume_sample() {
   start_training_case
   local dir="$WORK/t2v-train"
@@ -386,12 +398,7 @@ PY
   cmp -s "$run/checkpoints/step-4/config.json" "$PIPELINE/transformer/config.json" || fail "checkpoint config.json"
   [ "$(wc -l < "$run/metrics.jsonl")" = 4 ] || fail "expected 4 logged steps"
   # ---- a run that stopped after its step-2 checkpoint, resumed: steps 3-4 and the final weights bit for bit
-  resume_from_step2 "$run" "$resumed"
-  echo "losses: straight $(losses "$run/metrics.jsonl"); resumed $(losses "$resumed/metrics.jsonl")"
-  [ "$(losses "$run/metrics.jsonl")" = "$(losses "$resumed/metrics.jsonl")" ] || fail "resumed losses differ"
-  for f in model.safetensors ema.safetensors; do
-    cmp -s "$run/checkpoints/step-4/$f" "$resumed/checkpoints/step-4/$f" || fail "$f differs after resume"
-  done
+  resumes_exactly "$run" "$resumed"
   # ---- sampling from the run: the newest checkpoint's EMA transformer in place of the pipeline's
   local sample=(--prompt "a green square moving left" --frames 4 --height 16 --width 16 --steps 5 --seed 3 --no-grad)
   expect_exit 0 "$TUNE" infer "$run" "${sample[@]}" --out "$dir/sample.safetensors"
@@ -618,12 +625,7 @@ PY
   expect_exit 0 "$TUNE" train "$dir/t2v.yaml"
   contains "$ERR" "each joined by 2 of 6 captioned images (use_image_num: they train the spatial blocks only)"
   contains "$ERR" "clips 4 x 4x8x8 latents"
-  resume_from_step2 "$run" "$resumed"
-  echo "losses: straight $(losses "$run/metrics.jsonl"); resumed $(losses "$resumed/metrics.jsonl")"
-  [ "$(losses "$run/metrics.jsonl")" = "$(losses "$resumed/metrics.jsonl")" ] || fail "resumed losses differ"
-  for f in model.safetensors ema.safetensors; do
-    cmp -s "$run/checkpoints/step-4/$f" "$resumed/checkpoints/step-4/$f" || fail "$f differs after resume"
-  done
+  resumes_exactly "$run" "$resumed"
   # the images take part: the same run without them trains to other weights
   expect_exit 0 "$TUNE" train "$dir/t2v.yaml" data.images=null data.use_image_num=0 --output-dir "$dir/no-images"
   ! cmp -s "$run/checkpoints/step-4/model.safetensors" "$dir/no-images/checkpoints/step-4/model.safetensors" \
