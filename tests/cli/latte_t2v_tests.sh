@@ -615,6 +615,12 @@ caption = safetensors_io.load(os.path.join(latents, "images", "captions", "00000
 real = int(caption["text_mask"].sum())  # "a green square" and EOS, padded to 12
 assert list(caption["text"].shape) == [12, 32] and 2 <= real < 12 and caption["text_mask"][:real].all(), caption["text_mask"]
 PY
+  # a second prepare keeps every file
+  local before; before=$(prepared_files "$latents")
+  expect_exit 0 "$TUNE" prepare "$dir/t2v.yaml"
+  contains "$ERR" "image captions: 0 encoded (6 kept from before)"
+  contains "$ERR" "6 images joined to the clips: 0 latent files written, 6 kept from before"
+  [ "$(prepared_files "$latents")" = "$before" ] || fail "a second tune prepare rewrote files"
   # an unreadable image is named (the preparation stops there, incomplete) or, with on_bad_video skip, counted
   expect_exit 1 "$TUNE" prepare "$dir/t2v.yaml" data.images="$images/with-broken.jsonl" --out "$dir/latents-broken"
   contains "$ERR" "$images/broken.png"; contains "$ERR" "data.on_bad_video: skip"
