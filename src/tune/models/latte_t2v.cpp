@@ -169,7 +169,8 @@ torch::Tensor LatteT2VImpl::forward(const torch::Tensor& x, const torch::Tensor&
   payload = torch::constant_pad_nd(payload, {0, 0, 0, frames * payload_per_frame - payload_rows});
   const torch::Tensor state = torch::cat({tokens, payload.reshape({batch * frames, payload_per_frame, dim})}, 1);
 
-  torch::Tensor mask_bias;  // [B, 1, 1, L], broadcast over heads and queries; with images [B, 1 + n, L] (the block splits it)
+  // [B, 1, 1, L], broadcast over heads and queries; with images [B, 1 + n, L] (the spatial blocks split it)
+  torch::Tensor mask_bias;
   if (text_mask.defined()) {
     mask_bias = (1 - text_mask.to(device, state_dtype)) * kMaskedScore;
     if (image_frames == 0) mask_bias = mask_bias.reshape({batch, 1, 1, text_length});
@@ -203,7 +204,9 @@ torch::Tensor LatteT2VImpl::forward(const torch::Tensor& x, const torch::Tensor&
       torch::Tensor video = image_frames == 0 ? over_frames : over_frames.narrow(1, 0, video_frames);
       if (i == 1 && temporal_table.defined()) video = video + temporal_table;
       out = layer->forward(video, block_timestep6, {}, {}, runner.get());
-      if (image_frames > 0) out = torch::cat({out, over_frames.narrow(1, video_frames, image_frames).to(out.scalar_type())}, 1);
+      if (image_frames > 0) {
+        out = torch::cat({out, over_frames.narrow(1, video_frames, image_frames).to(out.scalar_type())}, 1);
+      }
       // (b n) f d -> (b f) n d
       out = out.reshape({batch, patches, frames, dim}).transpose(1, 2).reshape({batch * frames, patches, dim});
     }

@@ -84,10 +84,11 @@ torch::Tensor LatteT2VBlockImpl::cross_attend_with_images(const torch::Tensor& h
                              : torch::Tensor();
   const torch::Tensor video = attn2->forward(hidden.narrow(1, 0, video_tokens), caption.narrow(1, 0, text_length),
                                              video_mask, runner);
-  const torch::Tensor images =
-      attn2->forward(hidden.narrow(1, video_tokens, image_rows * row_length).reshape({batch * image_rows, row_length, dim}),
-                     caption.narrow(1, text_length, image_rows * text_length).reshape({batch * image_rows, text_length, dim}),
-                     image_mask, runner);
+  const torch::Tensor image_queries =
+      hidden.narrow(1, video_tokens, image_rows * row_length).reshape({batch * image_rows, row_length, dim});
+  const torch::Tensor image_captions =
+      caption.narrow(1, text_length, image_rows * text_length).reshape({batch * image_rows, text_length, dim});
+  const torch::Tensor images = attn2->forward(image_queries, image_captions, image_mask, runner);
   return torch::cat({video, images.reshape({batch, image_rows * row_length, dim})}, 1);
 }
 

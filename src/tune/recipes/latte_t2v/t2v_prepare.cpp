@@ -71,7 +71,8 @@ void encode_all_captions(const std::filesystem::path& out, const data::Captioned
     encode_pending_captions(out / diffusion_common::kJoinedImagesFolder, captions, *encoder, tokenizer, max_tokens,
                             "image captions");
   }
-  log::info("captions encoded with T5 ({}), {} tokens each; text encoder freed", paths.text_encoder.string(), max_tokens);
+  log::info("captions encoded with T5 ({}), {} tokens each; text encoder freed", paths.text_encoder.string(),
+            max_tokens);
 }
 
 // Phase 2 for data.images: each image resized and center-cropped to data.image_size -> a one-frame latent in
@@ -90,7 +91,9 @@ int64_t encode_joined_images(const std::filesystem::path& out, const data::Capti
     } else if (auto pixels = diffusion_common::read_training_image_or_skip(
                    images.images[static_cast<size_t>(index)].image, data.image_size, data.skip_bad_videos,
                    "data.on_bad_video: skip")) {
-      at::Generator noise = at::detail::createCPUGenerator(seed * 1000003ULL + 999983ULL + static_cast<uint64_t>(index));
+      // (seed, image), apart from the video clips' (seed, video, clip) seeds
+      const uint64_t image_seed = seed * 1000003ULL + 999983ULL + static_cast<uint64_t>(index);
+      at::Generator noise = at::detail::createCPUGenerator(image_seed);
       const auto latent = vae.encode_frames(pixels->view({1, 1, 3, data.image_size, data.image_size}).to(device), 1,
                                             models::LatentSampling::kSample, noise);
       data::save_latent(file, latent[0].cpu(), index);  // [1, C, h, w]

@@ -26,7 +26,8 @@ config::Schema t2v_schema() {
               "with a same-named .txt caption", /*flip=*/false);
   schema.real("data.caption_dropout", 0.1, "probability a clip trains on the empty prompt (for classifier-free guidance)");
   schema.path("data.images", "captioned images joined to the video clips (data.use_image_num): a JSONL of "
-                             "{\"image\": PATH, \"caption\": TEXT} rows, or a folder of images each with a same-named .txt");
+                             "{\"image\": PATH, \"caption\": TEXT} rows, or a folder of images each with a "
+                             "same-named .txt");
   schema.integer("data.use_image_num", 0,
                  "images from data.images joined to each training clip (the official use_image_num): they train the "
                  "spatial blocks with their own captions, the temporal blocks skip them");

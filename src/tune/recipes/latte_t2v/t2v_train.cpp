@@ -137,8 +137,9 @@ int train(const TrainRequest& request) {
   diffusion_common::train_adapters_only(*model, settings.lora);
   model->to(device);
   const auto& manifest = prepared.manifest;
-  choose_cpu_kernels(latte_t2v_workload(transformer_config, training.batch_size, manifest.num_frames + settings.data.use_image_num,
-                                        manifest.latent_size, manifest.latent_size, manifest.text->max_tokens,
+  choose_cpu_kernels(latte_t2v_workload(transformer_config, training.batch_size,
+                                        manifest.num_frames + settings.data.use_image_num, manifest.latent_size,
+                                        manifest.latent_size, manifest.text->max_tokens,
                                         precision::compute_dtype(run.mixed_precision), /*training=*/true),
                      device);
 
@@ -182,9 +183,10 @@ int train(const TrainRequest& request) {
       fmt::format("{} prepared clips of {} captioned videos from {} (caption dropout {}){}; neither T5 nor the VAE in "
                   "memory", prepared.clips->size(), manifest.videos, *settings.data.latents,
                   settings.data.caption_dropout,
-                  image_frames == 0 ? std::string()
-                                    : fmt::format(", each joined by {} of {} captioned images (use_image_num: they "
-                                                  "train the spatial blocks only)", image_frames, prepared.image_count))};
+                  image_frames == 0
+                      ? std::string()
+                      : fmt::format(", each joined by {} of {} captioned images (use_image_num: they train the "
+                                    "spatial blocks only)", image_frames, prepared.image_count))};
   diffusion_common::DiffusionLoopSettings loop;
   loop.betas = diffusion::scheduler_betas(scheduler);
   loop.num_timesteps = static_cast<int64_t>(loop.betas.size());
