@@ -17,14 +17,20 @@ rounding). Writes, under DIR:
   text_encoder/         config.json and the weights, sharded (model-0000k-of-0000n.safetensors + index)
   text_encoder_relu/    a T5 v1.0-style encoder (feed_forward_proj "relu"), one model.safetensors
   prompts.json          the prompts of io.safetensors, and "long_prompt"
-  tokenizer_cases.json  [{"text", "ids"}]: tokenizer(text)["input_ids"] (EOS included) for random mixes of words,
-                        special tokens, Unicode whitespace and combining marks, and for "a{c}b" with format, control
-                        and space characters. Where transformers' normalizer and sentencepiece's normalize a run of
-                        text differently (transformers 5 normalizes per grapheme cluster and may drop a combining
-                        mark or joiner after a character it rewrites, e.g. "½\u200d"; sentencepiece and transformers
-                        4's slow T5Tokenizer per character), the case also has "normalization_differs": true and
-                        "sentencepiece_ids", sentencepiece's own ids, which tune follows; everywhere else the script
-                        checks that the two agree
+  python_str_cases.json the prompt preprocessing of LattePipeline and SanaPipeline (`text.lower().strip()`):
+                        "lower_changes", [code point, chr(code point).lower()] for every code point that lower()
+                        changes; "unicode_version" (unicodedata's); "texts", [{"text", "lower_strip"}] for capital
+                        sigmas in and out of word-final position and for Unicode whitespace around text
+  tokenizer_cases.json  [{"text", "ids", "normalized"}]: tokenizer(text)["input_ids"] (EOS included) and the text
+                        as transformers' normalizer leaves it (`tokenizers`' Precompiled) for random mixes of words,
+                        special tokens, Unicode whitespace and combining marks, for "a{c}b" with format, control
+                        and space characters, and for runs of consecutive code points (Latin to CJK, compatibility
+                        forms, symbols) with marks and joiners between them. Where transformers' normalizer and
+                        sentencepiece's normalize a run of text differently (transformers 5 normalizes per grapheme
+                        cluster and may drop a combining mark or joiner after a character it rewrites, e.g.
+                        "½\u200d"; sentencepiece and transformers 4's slow T5Tokenizer per character), the case
+                        has "normalization_differs": true and "sentencepiece_ids", sentencepiece's own ids, so the
+                        test can show that it follows transformers where the two disagree
   io.safetensors        ids_32, mask_32 [P, 32] and ids_16, mask_16 [P, 16] int64 (padding="max_length",
                         truncation=True); hidden_32 [P, 32, 32] f32 and hidden_32_f64 f64: last_hidden_state of the
                         padded 32-token batch; ids_long, mask_long [2, 160] and hidden_long [2, 160, 32] f32 (distances
@@ -41,6 +47,7 @@ import random
 import re
 import shutil
 import sys
+import unicodedata
 
 import torch
 
@@ -157,8 +164,9 @@ def normalization_differs(tokenizer, sp, pattern, text):
 
 
 def sentencepiece_ids(sp, pattern, text):
-    """The ids tune promises where the normalizers differ: sentencepiece's encoding of each run between special
-    tokens (U+0085 read as a space), the special tokens' ids, EOS."""
+    """sentencepiece's own reading (as transformers 4's slow T5Tokenizer): its encoding of each run between special
+    tokens (U+0085 read as a space), the special tokens' ids, EOS. Kept where the normalizers differ, to show that
+    tune follows transformers 5 there."""
     ids, at = [], 0
     for match in pattern.finditer(text):
         ids += sp.encode(text[at:match.start()].replace("\x85", " "))
@@ -170,8 +178,8 @@ def sentencepiece_ids(sp, pattern, text):
 
 def tokenizer_cases(tokenizer, sp):
     """Texts whose ids tune must reproduce: whitespace of every kind, specials, NFKC-normalised characters, combining
-    marks and joiners. Where the two normalizers differ (normalization_differs), the case also holds the
-    sentencepiece reading tune follows."""
+    marks and joiners. Where the two normalizers differ (normalization_differs), the case also holds
+    sentencepiece's own ids."""
     spaces = ["\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1f", "\x85", "\xa0", "\u1680", "\u180e", "\u2000", "\u2007",
               "\u200a", "\u200b", "\u200d", "\u2028", "\u2029", "\u202f", "\u205f", "\u3000", "\ufeff"]
     controls = [chr(c) for c in list(range(0x00, 0x20)) + list(range(0x7f, 0xa1))]
@@ -192,20 +200,34 @@ def tokenizer_cases(tokenizer, sp):
              "▁", "\x01"]
     for _ in range(1500):
         texts.append("".join(rng.choice(bases + marks) for _ in range(rng.randint(1, 6))))
+    for start in list(range(0xa0, 0x3400, 24)) + list(range(0xf900, 0x10000, 24)) + list(range(0x1f100, 0x1f700, 24)):
+        characters = [chr(c) for c in range(start, start + 24) if not 0xd800 <= c < 0xe000]
+        texts.append("".join(c + rng.choice(["", "", " ", "\u0301", "\u200d", "\ufe0f"]) for c in characters))
     pattern = special_token_pattern()
     cases = []
     for text in texts:
-        case = {"text": text, "ids": tokenizer(text)["input_ids"]}
+        case = {"text": text, "ids": tokenizer(text)["input_ids"],
+                "normalized": tokenizer.backend_tokenizer.normalizer.normalize_str(text)}
         if normalization_differs(tokenizer, sp, pattern, text):
             case["normalization_differs"] = True
             case["sentencepiece_ids"] = sentencepiece_ids(sp, pattern, text)
-        elif case["ids"] != sentencepiece_ids(sp, pattern, text):
-            raise SystemExit(f"make_t5_fixture: {text!r}: transformers and sentencepiece disagree although their "
-                             "normalizations agree; tune's reading of T5Tokenizer is incomplete")
         cases.append(case)
     if not any(c.get("normalization_differs") and c["ids"] != c["sentencepiece_ids"] for c in cases):
         raise SystemExit("make_t5_fixture: no case shows the grapheme-normalization difference")
     return cases
+
+
+def python_str_cases():
+    """str.lower() and str.strip() as CPython computes them (the reference for tune's data/python_str)."""
+    changes = [[c, chr(c).lower()] for c in range(0x110000) if not 0xd800 <= c < 0xe000 and chr(c).lower() != chr(c)]
+    texts = ["ΣΑΣ", "ΟΔΟΣ ΟΔΟΣ.", "Σ", "aΣ", "aΣb", "aΣ'", "a'Σ", "a\u0301Σ", "aΣ\u0301", "aΣ\u0301b", "ΑΣ'Σ", "1Σ",
+             "Σa", " ΣΑΣ ", "ΑΣ.Β", "ΑΣ:Β", "ΑΣ\u00b7Β", "ΑΣ\u200dΒ", "ΑΣ\u00adΒ", "ΑΣ\u02b0", "ΑΣ-Β", "ΑΣ1", "ǅΣ",
+             "ΑΣΣ", "İstanbul", "İ\u0307", "ΑΣ\U0001d400", "\u2160Σ"]
+    spaces = ["\t", "\n", "\x0b", "\x0c", "\r", "\x1c", "\x1f", " ", "\x85", "\xa0", "\u1680", "\u180e", "\u2000",
+              "\u200a", "\u200b", "\u2028", "\u2029", "\u202f", "\u205f", "\u3000", "\ufeff"]
+    texts += [f"{c}A red Square{c}" for c in spaces] + ["".join(spaces), "  \u3000x\xa0 y \x85"]
+    return {"lower_changes": changes, "unicode_version": unicodedata.unidata_version,
+            "texts": [{"text": t, "lower_strip": t.lower().strip()} for t in texts]}
 
 
 def padded(tokenizer, prompts, max_length):
@@ -248,6 +270,8 @@ def main():
             raise SystemExit(f"make_t5_fixture: the two tokenizer directories disagree on {case['text']!r}")
     with open(os.path.join(out, "tokenizer_cases.json"), "w", encoding="utf-8") as f:
         json.dump(cases, f, ensure_ascii=False, indent=0)
+    with open(os.path.join(out, "python_str_cases.json"), "w", encoding="utf-8") as f:
+        json.dump(python_str_cases(), f, ensure_ascii=False)
     with open(os.path.join(out, "prompts.json"), "w", encoding="utf-8") as f:
         json.dump({"prompts": PROMPTS, "long_prompt": LONG_PROMPT}, f, ensure_ascii=False, indent=2)
 

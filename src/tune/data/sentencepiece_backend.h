@@ -28,12 +28,18 @@ class SentencePieceBackend {
   virtual int pad_id() const = 0;
 };
 
-// The module's one exported entry point: a loaded model, or nullptr with *error set.
-using CreateSentencePieceBackend = SentencePieceBackend* (*)(const std::string& model_path, std::string* error);
+// The module's one exported entry point: a loaded model, or nullptr with *error set. The model is read from
+// `model_path`, or parsed from `serialized` (a ModelProto's bytes) when that is not null.
+using CreateSentencePieceBackend = SentencePieceBackend* (*)(const std::string& model_path,
+                                                             const std::string* serialized, std::string* error);
 constexpr const char* kCreateSentencePieceBackendSymbol = "tune_create_sentencepiece_backend";
 
 // Loads the module (once per process) and the model; throws tune::Error when the module cannot be loaded and
 // tune::InputError when the model cannot.
 std::shared_ptr<SentencePieceBackend> load_sentencepiece_model(const std::string& model_path);
+
+// The same from a ModelProto's bytes (a model tune rewrote); `model_path` only names it in errors.
+std::shared_ptr<SentencePieceBackend> load_sentencepiece_model_from_bytes(const std::string& model_path,
+                                                                         const std::string& serialized);
 
 }  // namespace tune::data

@@ -89,18 +89,31 @@ CreateSentencePieceBackend load_module() {
                           kModuleFileName, attempts.empty() ? " (not found)" : attempts));
 }
 
-}  // namespace
-
-std::shared_ptr<SentencePieceBackend> load_sentencepiece_model(const std::string& model_path) {
+CreateSentencePieceBackend module_entry() {
   static std::once_flag loaded;
   static CreateSentencePieceBackend create = nullptr;
   std::call_once(loaded, [] { create = load_module(); });
+  return create;
+}
+
+std::shared_ptr<SentencePieceBackend> create_backend(const std::string& model_path, const std::string* serialized) {
   std::string error;
-  std::shared_ptr<SentencePieceBackend> backend(create(model_path, &error));
+  std::shared_ptr<SentencePieceBackend> backend(module_entry()(model_path, serialized, &error));
   if (!backend) {
     throw InputError(fmt::format("tokenizer model '{}' is not a readable sentencepiece model: {}", model_path, error));
   }
   return backend;
+}
+
+}  // namespace
+
+std::shared_ptr<SentencePieceBackend> load_sentencepiece_model(const std::string& model_path) {
+  return create_backend(model_path, nullptr);
+}
+
+std::shared_ptr<SentencePieceBackend> load_sentencepiece_model_from_bytes(const std::string& model_path,
+                                                                         const std::string& serialized) {
+  return create_backend(model_path, &serialized);
 }
 
 }  // namespace tune::data

@@ -24,9 +24,10 @@ class ProcessorBackend final : public tune::data::SentencePieceBackend {
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) tune::data::SentencePieceBackend* tune_create_sentencepiece_backend(
-    const std::string& model_path, std::string* error) {
+    const std::string& model_path, const std::string* serialized, std::string* error) {
   auto backend = std::make_unique<ProcessorBackend>();
-  const auto status = backend->processor.Load(model_path);
+  const auto status = serialized != nullptr ? backend->processor.LoadFromSerializedProto(*serialized)
+                                            : backend->processor.Load(model_path);
   if (!status.ok()) {
     *error = status.ToString();
     return nullptr;

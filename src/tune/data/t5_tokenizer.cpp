@@ -4,12 +4,16 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "tune/core/error.h"
+#include "tune/data/hf/precompiled_charsmap.h"
 #include "tune/data/sentencepiece_backend.h"
+#include "tune/data/sentencepiece_model_proto.h"
 #include "tune/io/json_fields.h"
 #include "tune/io/json_file.h"
 
@@ -24,8 +28,15 @@ std::string sentinel_text(int64_t index) { return fmt::format("<extra_id_{}>", i
 
 class T5Tokenizer final : public TokenizerBackend {
  public:
-  T5Tokenizer(std::shared_ptr<SentencePieceBackend> model, int64_t extra_ids)
-      : model_(std::move(model)), pieces_(model_->piece_size()), extra_ids_(extra_ids) {
+  // `model` as stored (pieces, decoding); `unnormalized` the same model with its normalization map removed, to
+  // encode text `normalization` has already normalized as transformers does.
+  T5Tokenizer(std::shared_ptr<SentencePieceBackend> model, std::shared_ptr<SentencePieceBackend> unnormalized,
+              hf::PrecompiledCharsMap normalization, int64_t extra_ids)
+      : model_(std::move(model)),
+        unnormalized_(std::move(unnormalized)),
+        normalization_(std::move(normalization)),
+        pieces_(model_->piece_size()),
+        extra_ids_(extra_ids) {
     for (int id : {model_->pad_id(), model_->eos_id(), model_->unk_id()}) {
       specials_.emplace_back(model_->id_to_piece(id), id);
     }
@@ -119,10 +130,12 @@ class T5Tokenizer final : public TokenizerBackend {
     return best;
   }
 
-  // Text between special tokens: sentencepiece splits and prefixes words as the `tokenizers` pipeline does, once
-  // U+0085 (UTF-8 C2 85), whitespace to `tokenizers` only, is a space.
-  void encode_run(const std::string& run, std::vector<int64_t>& ids) const {
-    if (run.empty()) return;
+  // Text between special tokens: normalized by the model's map as transformers' Precompiled normalizer does, then
+  // sentencepiece (not normalizing again) splits and prefixes words as the `tokenizers` pipeline does, once U+0085
+  // (UTF-8 C2 85), whitespace to `tokenizers` only, is a space.
+  void encode_run(const std::string& raw_run, std::vector<int64_t>& ids) const {
+    if (raw_run.empty()) return;
+    const std::string run = normalization_.normalize(raw_run);
     std::string text;
     text.reserve(run.size());
     for (size_t at = 0; at < run.size(); ++at) {
@@ -130,10 +143,12 @@ class T5Tokenizer final : public TokenizerBackend {
       text += next_line ? ' ' : run[at];
       if (next_line) ++at;
     }
-    for (int id : model_->encode(text)) ids.push_back(id);
+    for (int id : unnormalized_->encode(text)) ids.push_back(id);
   }
 
   std::shared_ptr<SentencePieceBackend> model_;
+  std::shared_ptr<SentencePieceBackend> unnormalized_;
+  hf::PrecompiledCharsMap normalization_;
   int64_t pieces_;
   int64_t extra_ids_;
   std::vector<std::pair<std::string, int64_t>> specials_;  // text and id: pad, EOS, unknown, the sentinels
@@ -214,6 +229,12 @@ void check_added_tokens_decoder(const T5Tokenizer& tokenizer, const nlohmann::js
   }
 }
 
+std::string read_model_bytes(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw InputError(fmt::format("{}: cannot open the sentencepiece model", file.string()));
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 }  // namespace
 
 std::shared_ptr<TokenizerBackend> load_t5_tokenizer(const std::filesystem::path& spiece_model) {
@@ -231,7 +252,13 @@ std::shared_ptr<TokenizerBackend> load_t5_tokenizer(const std::filesystem::path&
   require_piece(*model, model->pad_id(), "pad", spiece_model);
   require_piece(*model, model->eos_id(), "EOS", spiece_model);
   require_piece(*model, model->unk_id(), "unknown", spiece_model);
-  auto tokenizer = std::make_shared<T5Tokenizer>(std::move(model), extra_ids);
+  const std::string model_bytes = read_model_bytes(spiece_model);
+  hf::PrecompiledCharsMap normalization(sentencepiece_normalization_map(model_bytes, spiece_model.string()),
+                                        spiece_model.string());
+  auto unnormalized = load_sentencepiece_model_from_bytes(
+      spiece_model.string(), sentencepiece_model_without_normalization_map(model_bytes, spiece_model.string()));
+  auto tokenizer =
+      std::make_shared<T5Tokenizer>(std::move(model), std::move(unnormalized), std::move(normalization), extra_ids);
 
   check_added_tokens_decoder(*tokenizer, config, config_path);
   const auto added_tokens = directory / kAddedTokens;

@@ -23,16 +23,13 @@ inline constexpr const char* kT5SentencePieceFile = "spiece.model";
 // transformers on every code point (as "a<c>b") and on random mixes (scripts/make_t5_fixture.py,
 // tests/models/test_t5_encoder.cpp).
 //
-// One known difference, kept on purpose: transformers 5 applies spiece.model's normalization map (NFKC and
-// sentencepiece's extras) per grapheme cluster, and a cluster of fewer than 6 bytes whose first character(s) the map
-// rewrites becomes that rewrite alone, losing the combining marks or joiners that follow ("½‍" -> "1⁄2",
-// "ﬁ́" -> "fi", decomposed "ä́" -> "ä"); larger clusters are mapped character by character, so
-// "é" followed by two more marks stays decomposed. tune normalizes as sentencepiece itself does (per
-// character, longest match), which is also how transformers 4's sentencepiece-based T5Tokenizer encoded. Only text
-// with combining marks, joiners or variation selectors after compatibility characters, or decomposed accents, is
-// affected (in the fixture's mixes of such characters, 86 of 2018 texts get other ids); ordinary prompts are not.
-// Matching it would mean reimplementing the normalization map's trie, grapheme segmentation and the Unigram
-// search outside sentencepiece.
+// Normalization follows transformers 5, not sentencepiece: transformers applies spiece.model's normalization map
+// (NFKC and sentencepiece's extras) per grapheme cluster, and a cluster of fewer than 6 bytes whose first
+// character(s) the map rewrites becomes that rewrite alone, losing the combining marks or joiners that follow
+// ("½‍" -> "1⁄2", "ﬁ́" -> "fi"); sentencepiece (and transformers 4's slow T5Tokenizer) maps per character,
+// longest match. tune normalizes as transformers 5 does (hf/precompiled_charsmap.h) and then encodes with a copy of
+// the model whose own map is removed (sentencepiece_model_proto.h). Only text with combining marks, joiners or
+// variation selectors after compatibility characters, or decomposed accents, tells the two apart.
 //
 // Beside spiece.model, tokenizer_config.json may set extra_ids (default 100) and must name T5Tokenizer (or
 // T5TokenizerFast) if it names a class; its added_tokens_decoder and an added_tokens.json may only restate T5's

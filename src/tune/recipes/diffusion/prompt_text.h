@@ -6,7 +6,7 @@
 
 namespace tune::recipes::diffusion_common {
 
-// Python's str.lower().strip() for ASCII text; non-ASCII letters are kept as they are.
+// Python's str.lower().strip() (data/python_str.h).
 std::string preprocess_prompt(const std::string& prompt);
 
 }  // namespace tune::recipes::diffusion_common
