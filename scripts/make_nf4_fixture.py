@@ -162,11 +162,15 @@ def quantised_model_fixture(directory, layers, **bnb_options):
 def transformers_logits(directory):
     """transformers + bitsandbytes' forward of the pre-quantised directory with fp32 compute, for fixed token ids:
     what tune's forward of the same directory must give (tests/recipes/test_qlora.cpp). The dense tensors load as
-    fp32 (exact from bf16), every Linear4bit computes in fp32 (bitsandbytes dequantises to the weight's own dtype,
-    then casts). In train mode: in eval mode bitsandbytes 0.50.2 repacks the weights on AVX512-BF16 CPUs for a
-    bf16 kernel (quant_state.packing_format_for_cpu) whose products differ from dequantise-then-linear by ~2e-3;
-    in train mode it multiplies the dequantised weight exactly (checked: 0 difference). Llama has no dropout, so
-    train mode changes nothing else."""
+    fp32 (exact from bf16), every Linear4bit computes in fp32. In train mode: in eval mode bitsandbytes 0.50.2 repacks
+    the weights on AVX512-BF16 CPUs for a bf16 kernel (quant_state.packing_format_for_cpu) whose products differ
+    from dequantise-then-linear by ~2e-3; in train mode its gemm_4bit op multiplies the dequantised weight. Llama has
+    no dropout, so train mode changes nothing else.
+
+    That op dequantises straight to the compute dtype (code * absmax in float32), not through the dtype the weight
+    was quantised from as the public dequantize_4bit does (bf16 here, rounding every weight once more: that moved
+    the logits by ~8e-4). `dense_logits` is the same forward in plain transformers with every NF4 weight so
+    dequantised, fp32 throughout; the script checks that the two agree, so the reading of bitsandbytes is right."""
     from transformers import LlamaForCausalLM
 
     model = LlamaForCausalLM.from_pretrained(directory, device_map="cpu", dtype=torch.float32)
@@ -183,22 +187,27 @@ def transformers_logits(directory):
     with torch.no_grad():
         logits = model(ids).logits.float()
 
-    # The same forward in transformers with every weight dense: the NF4 ones as bitsandbytes dequantises the saved
-    # tensors (expected.safetensors), fp32 throughout. bitsandbytes' own 4-bit forward above differs from this by
-    # ~8e-4 on these models (its runtime dequantisation to the bf16 quant dtype, not found yet: in fp32-origin
-    # models the two agree exactly), so tune is held to this one at 1e-4 and to that one more loosely.
     from transformers import LlamaConfig
     config = LlamaConfig.from_pretrained(directory)
     config.quantization_config = None
     dense = LlamaForCausalLM(config).float()
     saved = safetensors_io.load(os.path.join(directory, "model.safetensors"))
-    expected = safetensors_io.load(os.path.join(directory, "expected.safetensors"))
     state = dense.state_dict()
     for key in state:
-        state[key] = (expected[key] if key in expected else saved[key]).float()
+        parts = {k[len(key) + 1:]: v for k, v in saved.items() if k.startswith(key + ".")}
+        if any(k.startswith("quant_state.") for k in parts):
+            quant_state = bnb_functional.QuantState.from_dict(parts, device=torch.device("cpu"))
+            quant_state.dtype = torch.float32  # straight to fp32, as the 4-bit forward dequantises
+            state[key] = bnb_functional.dequantize_4bit(saved[key], quant_state)
+        else:
+            state[key] = saved[key].float()
     dense.load_state_dict(state)
     with torch.no_grad():
         dense_logits = dense(ids).logits.float()
+    gap = (logits - dense_logits).abs().max().item()
+    if gap > 1e-5:
+        raise SystemExit(f"make_nf4_fixture: {directory}: bitsandbytes' 4-bit forward and the dense forward with its "
+                         f"weights dequantised to fp32 differ by {gap:.2e}; the reading of its forward is wrong")
     return {"input_ids": ids, "logits": logits.contiguous(), "dense_logits": dense_logits.contiguous()}
 
 

@@ -25,10 +25,14 @@ bool forced(CpuGemmMode* mode) {
 
 #if defined(__x86_64__) || defined(__i386__)
 // CPUID leaf 7, sub-leaf 0, EDX bit `bit` (22: AMX-BF16, 23: AVX512-FP16), read directly: Debian 12's clang 14
-// (the fuzzing build) rejects __builtin_cpu_supports("avx512fp16") and has no AMX feature strings.
+// (the fuzzing build) rejects __builtin_cpu_supports("avx512fp16") and has no AMX feature strings. Read once:
+// the mode is asked on every matrix product, and CPUID serializes the pipeline (in a virtual machine it traps to
+// the hypervisor), which cost 2% of a small model's training step when it ran per product.
 bool cpuid7_edx(int bit) {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  static const unsigned edx = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, value = 0;
+    return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &value) == 0 ? 0U : value;
+  }();
   return ((edx >> bit) & 1U) != 0;
 }
 #endif

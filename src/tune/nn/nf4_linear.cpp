@@ -58,10 +58,13 @@ precision::Nf4Tensor restore_weight(AutogradContext* ctx) {
   return weight;
 }
 
-// The weight as bitsandbytes' matmul_4bit sees it: dequantised to the dtype it was quantised from (a bf16 model's
-// weight is a bf16 value), then cast to the compute dtype; so an fp32 compute of a bf16 model matches transformers'.
+// The weight as bitsandbytes' 4-bit forward (0.50: MatMul4Bit -> its gemm_4bit op) multiplies it: code * absmax
+// rounded once, straight to the compute dtype. Not through the dtype the weight was quantised from, as the public
+// dequantize_4bit returns it: for a bf16-origin model computed in fp32 that extra rounding moved transformers'
+// logits by ~8e-4. (bitsandbytes' backward does round through that dtype; tune's uses the forward's weight, the
+// gradient of the function it computed. In bf16 compute the two are the same values.)
 torch::Tensor dequantise_for(const precision::Nf4Tensor& weight, torch::ScalarType compute) {
-  return precision::dequantize_nf4_on_device(weight, weight.dtype).to(compute);
+  return precision::dequantize_nf4_on_device(weight, compute);
 }
 
 // Whether a CPU product takes precision/nf4_cpu_product.h (the weight dequantised a slice at a time into fp32 for

@@ -142,7 +142,7 @@ void choose_nf4_products(const CpuWorkload& workload, const ChoiceCache& cache, 
       {"dequantize",
        [operands, training, dtype] {
          for (const Operands& o : operands) {
-           const torch::Tensor w = precision::dequantize_nf4_on_device(o.w, o.w.dtype).to(dtype);
+           const torch::Tensor w = precision::dequantize_nf4_on_device(o.w, dtype);
            torch::linear(o.x, w);
            if (training) torch::matmul(o.g, w);
          }
