@@ -656,6 +656,14 @@ case_qlora_train_resume_export_answers() {
   expect_exit 2 "$TUNE" validate "$WORK/qlora.yaml" lora.quantize_base=none lora.double_quant=false
   contains "$ERR" "lora.double_quant"
   expect_exit 2 "$TUNE" validate "$WORK/qlora.yaml" lora.quantize_base=nf8; contains "$ERR" "lora.quantize_base"
+  # A directory transformers + bitsandbytes saved in 4-bit: tune plan counts its projections in NF4 (all seven, at
+  # the directory's double quantisation) without lora.quantize_base, and refuses full fine-tuning of it by key.
+  local prequantized="$TUNE_SOURCE/tests/fixtures/nf4/model_double_quant"
+  expect_exit 0 "$TUNE" plan "$WORK/qlora.yaml" model.path="$prequantized" lora.quantize_base=none --memory 1GiB --json
+  contains "$OUT" "QLoRA rank 4"; contains "$OUT" "36.9k in NF4"
+  expect_exit 2 "$TUNE" plan "$WORK/qlora.yaml" model.path="$prequantized" lora.quantize_base=none lora.rank=0 \
+    --memory 1GiB
+  contains "$ERR" "lora.rank is 0"; contains "$ERR" "bitsandbytes 4-bit"
 
   expect_exit 0 "$TUNE" train "$WORK/qlora.yaml" training.max_steps=6 checkpoint.every=3 optimizer.lr=0.05
   contains "$ERR" "quantised 14 projection weights to NF4"; contains "$ERR" "QLoRA"

@@ -108,29 +108,29 @@ std::vector<std::string> load_nf4_weights(models::LlamaForCausalLM& model, const
   return names;
 }
 
-// A directory saved by transformers with bitsandbytes 4-bit: which projections it holds as NF4. bitsandbytes
-// quantises every Linear but those llm_int8_skip_modules names (and lm_head), so the answer is read from the tensors
-// themselves; tune stores a projection kind NF4 in every layer or in none, so a skip list that splits a kind across
-// layers is refused by name.
-std::vector<std::string> prequantized_projections(const std::filesystem::path& model_dir,
-                                                  const models::LlamaConfig& config) {
+}  // namespace
+
+// bitsandbytes quantises every Linear but those llm_int8_skip_modules names (and lm_head), so the answer is read from
+// the tensors themselves.
+PrequantizedBase prequantized_base(const std::filesystem::path& model_dir, const models::LlamaConfig& config) {
   const auto config_file = model_dir / "config.json";
   const nlohmann::json config_json = io::read_json_file(config_file, "the model config");
   if (!config_json.is_object() || !config_json.contains("quantization_config")) return {};
   const io::BnbQuantizationConfig quantization =
       io::parse_bnb_quantization_config(config_json.at("quantization_config"), config_file.string());
+  PrequantizedBase base;
+  base.double_quant = quantization.double_quant;
   const io::WeightSource source = io::WeightSource::open_directory(model_dir);
   static const std::array<std::pair<const char*, const char*>, 7> kProjections = {{{"self_attn", "q_proj"},
       {"self_attn", "k_proj"}, {"self_attn", "v_proj"}, {"self_attn", "o_proj"}, {"mlp", "gate_proj"},
       {"mlp", "up_proj"}, {"mlp", "down_proj"}}};
-  std::vector<std::string> quantized;
   for (const auto& [parent, projection] : kProjections) {
     int64_t layers = 0;
     for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
       layers += io::is_bnb_4bit_weight(
           source, fmt::format("model.layers.{}.{}.{}.weight", layer, parent, projection)) ? 1 : 0;
     }
-    if (layers == config.num_hidden_layers) quantized.emplace_back(projection);
+    if (layers == config.num_hidden_layers) base.projections.emplace_back(projection);
     if (layers != 0 && layers != config.num_hidden_layers) {
       throw InputError(fmt::format(
           "{}: {} of {} layers hold {} in bitsandbytes 4-bit and the rest unquantised (quantization_config."
@@ -139,10 +139,8 @@ std::vector<std::string> prequantized_projections(const std::filesystem::path& m
           fmt::join(quantization.skip_modules.value_or(std::vector<std::string>{}), ", ")));
     }
   }
-  return quantized;
+  return base;
 }
-
-}  // namespace
 
 void load_model_weights(models::LlamaForCausalLM& model, const std::filesystem::path& model_dir) {
   const io::WeightSource source = io::WeightSource::open_directory(model_dir);
@@ -189,7 +187,7 @@ models::LlamaForCausalLM build_model(const SftSettings& settings, const data::To
   if (settings.model.path) {
     // A pre-quantised directory loads as published: its NF4 projections stay NF4 (with quantize_base nf4, tune
     // quantises any the directory left dense).
-    for (const std::string& projection : prequantized_projections(*settings.model.path, config)) {
+    for (const std::string& projection : prequantized_base(*settings.model.path, config).projections) {
       if (std::find(lora.nf4_modules.begin(), lora.nf4_modules.end(), projection) == lora.nf4_modules.end()) {
         lora.nf4_modules.push_back(projection);
       }

@@ -35,6 +35,15 @@ int64_t store_frozen_weights_in_bf16(models::LlamaForCausalLM& model);
 // model never exists whole; a weight the directory holds pre-quantised by bitsandbytes is read as stored.
 void load_model_weights(models::LlamaForCausalLM& model, const std::filesystem::path& model_dir);
 
+// A directory saved by transformers with bitsandbytes 4-bit: the projections it holds in NF4 (every layer's, as tune
+// stores them; a skip list that splits a projection kind across layers throws tune::InputError) and whether its
+// statistics are double-quantised. Empty for a directory without quantization_config.
+struct PrequantizedBase {
+  std::vector<std::string> projections;
+  bool double_quant = false;
+};
+PrequantizedBase prequantized_base(const std::filesystem::path& model_dir, const models::LlamaConfig& config);
+
 // What the NF4 base weights hold: elements and bytes (packed weights and statistics).
 struct Nf4Footprint {
   int64_t tensors = 0;

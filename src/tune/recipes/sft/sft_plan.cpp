@@ -51,6 +51,22 @@ RecipeShape read_recipe(const config::Config& config, const SftPlanInputs::Pairs
   RecipeShape shape;
   shape.inputs.model = model_config(sft);
   shape.inputs.lora = sft.model.lora;
+  if (sft.model.path) {
+    // A directory bitsandbytes saved in 4-bit loads its projections as NF4 (build_model): counted so. With
+    // lora.quantize_base nf4 as well, the recipe's double_quant stands for both (their statistics differ by ~0.37
+    // bits per parameter when the directory's are not double-quantised).
+    const PrequantizedBase prequantized = prequantized_base(*sft.model.path, shape.inputs.model);
+    if (!prequantized.projections.empty() && sft.model.lora.lora.rank == 0) {
+      config.fail("lora.rank", fmt::format("is 0 (full fine-tuning), but model.path ({}) holds bitsandbytes 4-bit "
+                                           "weights, which cannot train; set lora.rank > 0 (QLoRA)",
+                                           *sft.model.path));
+    }
+    if (sft.model.lora.nf4_modules.empty()) shape.inputs.lora.double_quant = prequantized.double_quant;
+    for (const std::string& projection : prequantized.projections) {
+      auto& modules = shape.inputs.lora.nf4_modules;
+      if (std::find(modules.begin(), modules.end(), projection) == modules.end()) modules.push_back(projection);
+    }
+  }
   shape.inputs.sequence = sft.data.max_length;
   shape.inputs.low_precision = run.mixed_precision != precision::MixedPrecision::no;
   shape.inputs.fp16 = run.mixed_precision == precision::MixedPrecision::fp16;
