@@ -359,8 +359,9 @@ assert a["gradient_checkpointing"].startswith("on")
 PY
   expect_exit 0 "$TUNE" infer "$run" --prompt "Reverse: a b c" --grad --max-new-tokens 4
   contains "$OUT" "attribution"; contains "$ERR" "peak memory"
-  expect_exit 0 "$TUNE" infer "$run/checkpoints/step-20" --prompt "Reverse: a b c" --no-grad --json   # bare HF dir
-  # A bare model directory takes run-setting overrides, checked like a recipe's; --raw skips a recipe's template.
+  # One checkpoint of the run (the run's config, that checkpoint's weights) takes run-setting overrides, checked like
+  # a recipe's; --raw skips a recipe's template.
+  expect_exit 0 "$TUNE" infer "$run/checkpoints/step-20" --prompt "Reverse: a b c" --no-grad --json
   expect_exit 0 "$TUNE" infer "$run/checkpoints/step-20" mixed_precision=no threads=1 generation.max_new_tokens=2 \
     --prompt "Reverse: a b c" --no-grad --json
   expect_exit 2 "$TUNE" infer "$run/checkpoints/step-20" mixed_precision=fp8 --prompt x --no-grad
@@ -369,8 +370,8 @@ PY
   # attribution still runs through the bf16 model.
   expect_exit 0 "$TUNE" infer "$run/checkpoints/step-20" --prompt "Reverse: a b c" --no-grad --json
   local fp32_infer=$OUT
-  expect_exit 0 "$TUNE" infer "$run/checkpoints/step-20" param_dtype=bf16 --prompt "Reverse: a b c" --json --grad \
-    --max-new-tokens 4
+  expect_exit 0 "$TUNE" infer "$run/checkpoints/step-20" param_dtype=bf16 mixed_precision=bf16 --prompt "Reverse: a b c" \
+    --json --grad --max-new-tokens 4
   contains "$ERR" "in bf16, param_dtype bf16"
   "$PYTHON" - "$fp32_infer" "$OUT" <<'PY' || fail "param_dtype bf16 inference: $OUT"
 import json, math, sys

@@ -403,6 +403,15 @@ PY
   local sample=(--prompt "a green square moving left" --frames 4 --height 16 --width 16 --steps 5 --seed 3 --no-grad)
   expect_exit 0 "$TUNE" infer "$run" "${sample[@]}" --out "$dir/sample.safetensors"
   contains "$ERR" "transformer: $run/checkpoints/step-4 (the run's newest checkpoint)"
+  # ... or from one of its checkpoints, named: the run's config with that checkpoint's transformer
+  expect_exit 0 "$TUNE" infer "$run/checkpoints/step-4" "${sample[@]}" --out "$dir/sample-step4.safetensors"
+  contains "$ERR" "transformer: $run/checkpoints/step-4 (the checkpoint named)"
+  cmp -s "$dir/sample.safetensors" "$dir/sample-step4.safetensors" || fail "step-4 named sampled unlike the run"
+  expect_exit 0 "$TUNE" infer "$run/checkpoints/step-2" "${sample[@]}" --out "$dir/sample-step2.safetensors"
+  ! cmp -s "$dir/sample.safetensors" "$dir/sample-step2.safetensors" || fail "step-2 sampled as step-4"
+  mkdir -p "$dir/incomplete/checkpoints/step-9" && cp "$run/config.yaml" "$dir/incomplete/"
+  expect_exit 2 "$TUNE" infer "$dir/incomplete/checkpoints/step-9" "${sample[@]}" --out "$dir/x.safetensors"
+  contains "$ERR" "step-9"
   # the same sampling from the pipeline with the checkpoint's EMA (and, to tell them apart, its raw) weights as
   # model.transformer: the run's sample is the EMA one
   local w

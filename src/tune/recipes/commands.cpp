@@ -165,11 +165,22 @@ std::pair<const Recipe*, InferRequest> infer_request(const InferArguments& argum
   const auto& target = arguments.target;
   std::vector<std::string> user_overrides = arguments.overrides;
   if (arguments.seed) user_overrides.push_back("seed=" + std::to_string(*arguments.seed));
+  const auto checkpoint_run = run_dir_of_checkpoint(target);
   if (std::filesystem::is_directory(target) && std::filesystem::exists(target / "config.yaml")) {
     LoadedConfig loaded = load_recipe_config(target / "config.yaml", user_overrides);  // a run directory
     recipe = loaded.recipe;
     request.config = loaded.config;
     request.run_dir = target;
+  } else if (std::filesystem::is_directory(target) && target.parent_path().filename() == "checkpoints" &&
+             std::filesystem::exists(checkpoint_run / "config.yaml")) {
+    // One checkpoint of a run (RUN/checkpoints/step-N): the run's config with that checkpoint's weights. Checked
+    // before config.json, which a diffusion checkpoint holds too (its transformer's), so it is never taken for an LLM.
+    const std::filesystem::path checkpoint = io::resolve_resume_target(target);  // complete, or a UsageError
+    LoadedConfig loaded = load_recipe_config(checkpoint_run / "config.yaml", user_overrides);
+    recipe = loaded.recipe;
+    request.config = loaded.config;
+    request.run_dir = checkpoint_run;
+    request.checkpoint = checkpoint;
   } else if (std::filesystem::is_directory(target) && std::filesystem::exists(target / "latte_config.json")) {
     // Latte weights (converted official ones, or a checkpoint), tested before config.json: never taken for an LLM.
     recipe = &find_recipe("latte");
@@ -198,9 +209,10 @@ std::pair<const Recipe*, InferRequest> infer_request(const InferArguments& argum
     request.config = loaded.config;
     request.run_dir = std::filesystem::path(loaded.config.get_string("output_dir"));
   } else {
-    throw UsageError(fmt::format("{}: expected a recipe YAML file, a run directory (with config.yaml), a Hugging "
-                                 "Face model directory (with config.json) or a diffusers pipeline directory (with "
-                                 "model_index.json)", target.string()));
+    throw UsageError(fmt::format("{}: expected a recipe YAML file, a run directory (with config.yaml) or one of its "
+                                 "checkpoints, a Hugging Face model directory (with config.json) or a diffusers "
+                                 "pipeline directory (with model_index.json)",
+                                 target.string()));
   }
   request.grad = arguments.grad.value_or(request.config ? request.config->get_bool("grad_inference") : true);
   const bool text_to_media_flags = request.negative_prompt || request.frames || request.height || request.width ||

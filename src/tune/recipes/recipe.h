@@ -24,6 +24,8 @@ struct TrainRequest {
 struct InferRequest {
   std::optional<config::Config> config;   // a recipe file's or a run's config.yaml; unset for a bare model dir
   std::optional<std::filesystem::path> run_dir;       // when inferring from a run directory
+  // RUN/checkpoints/step-N given as the target: that (complete) checkpoint rather than the run's newest.
+  std::optional<std::filesystem::path> checkpoint;
   std::optional<std::filesystem::path> model_dir;     // when inferring from a bare HF model directory
   std::vector<std::string> prompts;      // one generation per prompt (--prompt, or each line of --prompts-file)
   bool grad = true;                       // --grad / --no-grad, default from grad_inference
@@ -78,6 +80,10 @@ struct Recipe {
   // (before any worker starts) run it; `train` runs it too.
   std::function<void(const config::Config&)> validate;
 };
+
+// The checkpoint `tune infer` reads from a run: request.checkpoint when the target named one, else the run
+// directory's newest complete checkpoint; nullopt without either.
+std::optional<std::filesystem::path> inference_checkpoint(const InferRequest& request);
 
 // Every built-in recipe, registered explicitly (static registration is dropped by the linker in static libs).
 const std::vector<Recipe>& all_recipes();

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "tune/core/error.h"
+#include "tune/io/run_checkpoints.h"
 #include "tune/recipes/recipe.h"
 #include "tune/recipes/dpo/dpo_recipe.h"
 #include "tune/recipes/latte/latte_recipe.h"
@@ -10,6 +11,12 @@
 #include "tune/recipes/sft/sft_recipe.h"
 
 namespace tune::recipes {
+
+std::optional<std::filesystem::path> inference_checkpoint(const InferRequest& request) {
+  if (request.checkpoint) return request.checkpoint;
+  if (request.run_dir) return io::newest_complete_checkpoint(*request.run_dir);
+  return std::nullopt;
+}
 
 const std::vector<Recipe>& all_recipes() {
   static const std::vector<Recipe> recipes = {sft::make_recipe(), dpo::make_recipe(), latte::make_recipe(),

@@ -75,7 +75,7 @@ int infer(const InferRequest& request) {
   memory_tracker::install();
   const torch::Device device(run.device);
   std::optional<std::filesystem::path> checkpoint;
-  if (request.run_dir) checkpoint = io::newest_complete_checkpoint(*request.run_dir);
+  checkpoint = inference_checkpoint(request);
   if (checkpoint) latte.model.path = checkpoint->string();
   if (!latte.model.path) {
     throw UsageError(fmt::format("no trained checkpoint in {} and no model.path: train first (tune train) or set "

@@ -127,10 +127,10 @@ int infer(const InferRequest& request) {
                                  "{} names {}: pass --no-grad, or model.scheduler=DIR with a DDIMScheduler config",
                                  (paths.scheduler / "scheduler_config.json").string(), scheduler.class_name));
   }
-  // A run directory samples with its newest checkpoint's transformer (the EMA weights) in place of the pipeline's.
+  // A run directory samples with its newest checkpoint's (or the one named) transformer (the EMA weights) in place of the pipeline's.
   std::optional<std::filesystem::path> checkpoint;
   if (request.run_dir) {
-    checkpoint = io::newest_complete_checkpoint(*request.run_dir);
+    checkpoint = inference_checkpoint(request);
     if (!checkpoint) {
       throw UsageError(fmt::format("no trained checkpoint in {}: train first (tune train), or sample from the "
                                    "pipeline directory itself", request.run_dir->string()));
@@ -194,7 +194,10 @@ int infer(const InferRequest& request) {
 
   // ---- the transformer, its blocks behind tune's checkpointing
   models::LatteT2V model = load_transformer(transformer_config_file, paths.transformer, settings.lora, checkpoint);
-  if (checkpoint) log::info("transformer: {} (the run's newest checkpoint)", checkpoint->string());
+  if (checkpoint) {
+    log::info("transformer: {} ({})", checkpoint->string(),
+              request.checkpoint ? "the checkpoint named" : "the run's newest checkpoint");
+  }
   if (run.frozen_weights_bf16) model->to(torch::kBFloat16);
   model->to(device);
   model->eval();

@@ -97,11 +97,11 @@ int infer(const InferRequest& request) {
   const std::map<std::string, std::filesystem::path> paths = {
       {"transformer", components.transformer}, {"vae", components.vae}, {"text_encoder", components.text_encoder},
       {"tokenizer", components.tokenizer}, {"scheduler", components.scheduler}};
-  // A run directory samples with its newest checkpoint's transformer (the EMA weights; the EMA adapters over the
+  // A run directory samples with its newest checkpoint's (or the one named) transformer (the EMA weights; the EMA adapters over the
   // pipeline's weights after LoRA) in place of the pipeline's.
   std::optional<std::filesystem::path> checkpoint;
   if (request.run_dir) {
-    checkpoint = io::newest_complete_checkpoint(*request.run_dir);
+    checkpoint = inference_checkpoint(request);
     if (!checkpoint) {
       throw UsageError(fmt::format("no trained checkpoint in {}: train first (tune train), or sample from the "
                                    "pipeline directory itself", request.run_dir->string()));
@@ -197,7 +197,10 @@ int infer(const InferRequest& request) {
 
   // ---- the transformer, its blocks behind tune's checkpointing
   models::Sana model = load_sana_transformer(transformer_config_file, components.transformer, settings.lora, checkpoint);
-  if (checkpoint) log::info("transformer: {} (the run's newest checkpoint)", checkpoint->string());
+  if (checkpoint) {
+    log::info("transformer: {} ({})", checkpoint->string(),
+              request.checkpoint ? "the checkpoint named" : "the run's newest checkpoint");
+  }
   if (run.frozen_weights_bf16) model->to(torch::kBFloat16);
   model->to(device);
   model->eval();

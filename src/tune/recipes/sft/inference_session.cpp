@@ -94,7 +94,7 @@ models::LlamaLoraOptions adapter_as_trained(const models::LlamaLoraOptions& requ
 LoadedForInference load_for_inference(const InferRequest& request, SftSettings sft, const RunSettings& run) {
   LoadedForInference loaded;
   std::optional<std::filesystem::path> checkpoint;
-  if (request.run_dir) checkpoint = io::newest_complete_checkpoint(*request.run_dir);
+  checkpoint = inference_checkpoint(request);
   if (checkpoint && !is_lora_checkpoint(*checkpoint)) {
     if (!sft.model.path) check_architecture_matches(sft.model.architecture, *checkpoint);
     // A full fine-tuning checkpoint is itself a Hugging Face model directory.
