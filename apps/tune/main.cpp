@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
   bool grad = false;
   bool no_grad = false;
   auto* infer_command = app.add_subcommand("infer", "generate from a recipe, a run directory or a model directory");
-  infer_command->add_option("target", infer.target, "RECIPE.yaml | RUN_DIR | MODEL_DIR")->required();
+  infer_command->add_option("target", infer.target, "RECIPE.yaml | RUN_DIR | RUN_DIR/checkpoints/step-N | MODEL_DIR")->required();
   infer_command->add_option("overrides", infer.overrides, "key=value overrides");
   auto* prompt_option = infer_command->add_option("--prompt", infer.prompt, "the user message");
   infer_command->add_option("--prompts-file", infer.prompts_file, "one prompt per line (plain text or a JSON string)")
