@@ -665,6 +665,31 @@ case_qlora_train_resume_export_answers() {
   expect_exit 2 "$TUNE" plan "$WORK/qlora.yaml" model.path="$prequantized" lora.quantize_base=none lora.rank=0 \
     --memory 1GiB
   contains "$ERR" "lora.rank is 0"; contains "$ERR" "bitsandbytes 4-bit"
+  # The base as a user downloads a 4-bit checkpoint: saved by transformers + bitsandbytes, with the tokenizer beside
+  # it. tune infer and tune chat answer from it directly (its NF4 weights read as stored), and LoRA trains over it.
+  local bnb_dir="$WORK/runs/qlora-bnb"
+  rm -rf "$bnb_dir" "$WORK/runs/qlora-over-bnb"
+  "$PYTHON" - "$base" "$bnb_dir" <<'PY' || fail "saving the base with bitsandbytes 4-bit"
+import os, shutil, sys, torch
+from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+from transformers.utils import logging
+logging.disable_progress_bar()
+base, out = sys.argv[1:3]
+quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                                  bnb_4bit_compute_dtype=torch.float32)
+AutoModelForCausalLM.from_pretrained(base, quantization_config=quantization, device_map="cpu").save_pretrained(out)
+for name in os.listdir(base):
+    if name.startswith("tokenizer") or name == "special_tokens_map.json":
+        shutil.copy(os.path.join(base, name), out)
+PY
+  expect_exit 0 "$TUNE" infer "$bnb_dir" --prompt "Reverse: a b c" --no-grad --json
+  contains "$ERR" "NF4 weights pre-quantised by bitsandbytes"
+  "$PYTHON" -c "import json,sys; assert json.loads(sys.argv[1])['output_ids']" "$OUT" || fail "no answer: $OUT"
+  expect_exit 0 bash -c "printf 'Reverse: a b c\n' | '$TUNE' chat '$bnb_dir' --max-new-tokens 4"
+  expect_exit 0 "$TUNE" train "$WORK/qlora.yaml" model.path="$bnb_dir" lora.quantize_base=none training.max_steps=2 \
+    checkpoint.every=2 --output-dir "$WORK/runs/qlora-over-bnb"
+  contains "$ERR" "NF4 weights pre-quantised by bitsandbytes"
+  [ -s "$WORK/runs/qlora-over-bnb/checkpoints/step-2/adapter_model.safetensors" ] || fail "no adapter over the 4-bit base"
 
   expect_exit 0 "$TUNE" train "$WORK/qlora.yaml" training.max_steps=6 checkpoint.every=3 optimizer.lr=0.05
   contains "$ERR" "quantised 14 projection weights to NF4"; contains "$ERR" "QLoRA"
