@@ -20,8 +20,9 @@ inline constexpr const char* kT5SentencePieceFile = "spiece.model";
 // WhitespaceSplit + Metaspace(prepend "always")); sentencepiece's own encoding of the whole run does the same
 // (it collapses whitespace and adds a dummy prefix), except for U+0085 (NEL): Unicode whitespace to the
 // `tokenizers` library, an unknown character to sentencepiece, so it is read as a space. Checked against
-// transformers on every code point (as "a<c>b") and on random mixes (scripts/make_t5_fixture.py,
-// tests/models/test_t5_encoder.cpp).
+// transformers on whitespace, control and format characters (as "a<c>b"), random mixes with combining marks and
+// joiners, and runs of consecutive code points over U+00A0-U+33FF, U+F900-U+FFFF and U+1F100-U+1F6FF
+// (scripts/make_t5_fixture.py, tests/models/test_t5_encoder.cpp).
 //
 // Normalization follows transformers 5, not sentencepiece: transformers applies spiece.model's normalization map
 // (NFKC and sentencepiece's extras) per grapheme cluster, and a cluster of fewer than 6 bytes whose first
