@@ -549,9 +549,13 @@ assert len(prompts) == 3 and prompts[1] > prompts[0] + 5 and prompts[2] == promp
 assert "conversation reset" in err
 print("chat: history kept then reset, prompt sizes", prompts)
 PY
-  # A model directory without a chat template cannot hold a conversation unless one is named.
-  expect_exit 2 bash -c "echo hi | '$TUNE' chat '$run/checkpoints/step-20'"; contains "$ERR" "data.template=chatml"
-  expect_exit 0 bash -c "echo 'Reverse: a b' | '$TUNE' chat '$run/checkpoints/step-20' data.template=plain --max-new-tokens 4"
+  # A model directory without a chat template cannot hold a conversation unless one is named (the checkpoint copied
+  # out of its run: inside it, the run's config and template apply).
+  local bare="$WORK/runs/chat-bare-step-20"
+  rm -rf "$bare"; cp -r "$run/checkpoints/step-20" "$bare"
+  expect_exit 2 bash -c "echo hi | '$TUNE' chat '$bare'"; contains "$ERR" "data.template=chatml"
+  expect_exit 0 bash -c "echo 'Reverse: a b' | '$TUNE' chat '$bare' data.template=plain --max-new-tokens 4"
+  expect_exit 0 bash -c "echo 'Reverse: a b' | '$TUNE' chat '$run/checkpoints/step-20' --max-new-tokens 4"
   expect_exit 2 "$TUNE" chat "$run" --prompt hi
 }
 
