@@ -498,7 +498,9 @@ scale = out["peft"].abs().max()
 merge_diff = float((out["peft"] - out["merged"]).abs().max() / scale)
 effect = float((out["peft"] - out["base"]).abs().max() / scale)
 print(f"LoRA: PEFT's adapted transformer vs tune's merged export {merge_diff:.2e}; adapters' effect {effect:.2e}")
-assert merge_diff <= 1e-5 and effect > 1e-4, (merge_diff, effect)
+# The adapters matter: their effect stands well above the merge's rounding (4 steps of training move it by 1e-4 to
+# 2e-4 of the output's scale, depending on the fixture pipeline made at test time).
+assert merge_diff <= 1e-5 and effect > max(1e-5, 50 * merge_diff), (merge_diff, effect)
 PY
 }
 
