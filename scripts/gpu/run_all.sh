@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything the GPU issues (9, 27) measure, in one go, on the GPU machine (carry .deps from scripts/gpu/pack_deps.sh):
-#   bash scripts/gpu/run_all.sh [build] [test] [cudatest] [llm] [qlora] [latte] [latte1]
+#   bash scripts/gpu/run_all.sh [build] [test] [cudatest] [llm] [qlora] [latte] [latte1] [sana]
 #   (no argument: build test llm latte)
 # build:    scripts/build_cuda.sh (every target against the machine's CUDA LibTorch, ~200 s on 16 cores;
 #           TUNE_BUILD_TARGETS="tune tune-bench test_train test_nn" builds only those);
@@ -19,6 +19,11 @@
 #           `tune infer --grad` at 16 x 512^2 with CFG against diffusers' LatteTransformer3DModel with gradients
 #           (with and without enable_gradient_checkpointing(); diffusers' wheel from pack_deps.sh in .whl/diffusers:
 #           carry .whl/diffusers), and the training step per checkpointing policy (16 x 256^2, batch 1).
+# sana:     Sana-1600M (scripts/make_sana_1600m_configs.py's transformer, random weights) at 1024^2, batch 1:
+#           scripts/bench_sana.py --size 1600m --device cuda, `tune train` per checkpointing policy against diffusers'
+#           SanaTransformer2DModel step (fused AdamW; enable_gradient_checkpointing() for full), the full fine-tune,
+#           then LoRA rank 16 (diffusers' base frozen in fp32 as tune's, and in bf16 as its LoRA script casts it);
+#           the pipeline, latents and runs in /dev/shm (a full checkpoint is ~19 GB); diffusers as for latte1.
 # Logs and JSON go to $OUT when set (the device tool's output folder), else build-cuda/results. One device call
 # runs at most 10 minutes: split the phases over calls (build persists while the machine stays warm).
 set -euo pipefail
@@ -86,6 +91,23 @@ for phase in "${phases[@]}"; do
         --text-encoder-layers "${LATTE1_TEXT_LAYERS:-2}" 2>&1 | tail -n 8 | tee "$results/latte1_pipeline.txt"
       PYTHONUNBUFFERED=1 python3 scripts/bench_latte1.py --tune build-cuda/apps/tune/tune --pipeline "$pipeline" \
         --device cuda --out "$results/latte1.json" ${BENCH_LATTE1_ARGS:-} 2>&1 | tee "$results/latte1.txt" ;;
-    *) echo "run_all: unknown phase '$phase' (build, test, cudatest, llm, qlora, latte, latte1)" >&2; exit 2 ;;
+    sana)
+      source build-cuda/env.sh
+      if ! python3 -c 'import diffusers' 2>/dev/null; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+          .whl/diffusers/*.whl
+        export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+      fi
+      work=/dev/shm/bench-sana
+      mkdir -p "$work" 2>/dev/null && [[ $(df --output=avail -k /dev/shm | tail -n 1) -gt 40000000 ]] ||
+        work=/tmp/bench-sana
+      for mode in full lora; do
+        lora=(); [[ $mode == lora ]] && lora=(--lora-rank 16 --policies off,full)
+        PYTHONUNBUFFERED=1 python3 scripts/bench_sana.py --tune build-cuda/apps/tune/tune --size 1600m \
+          --device cuda --threads 8 --repeat 1 --steps ${SANA_STEPS:-5} --policies off,full,selective \
+          --work "$work" "${lora[@]}" --out "$results/sana_$mode.json" ${BENCH_SANA_ARGS:-} 2>&1 |
+          tee "$results/sana_$mode.txt"
+      done ;;
+    *) echo "run_all: unknown phase '$phase' (build, test, cudatest, llm, qlora, latte, latte1, sana)" >&2; exit 2 ;;
   esac
 done

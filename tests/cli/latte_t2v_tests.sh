@@ -502,6 +502,7 @@ print(f"LoRA: PEFT's adapted transformer vs tune's merged export {merge_diff:.2e
 # 2e-4 of the output's scale, depending on the fixture pipeline made at test time).
 assert merge_diff <= 1e-5 and effect > max(1e-5, 50 * merge_diff), (merge_diff, effect)
 PY
+  check_diffusion_lora_bf16_base "$dir/t2v.yaml" "$dir"
 }
 
 case_latte_t2v_train_input_errors() {

@@ -290,6 +290,22 @@ assert fits["full"] < fits["off"] < 24, fits
 PY
   expect_exit 0 "$TUNE" plan "$dir/sana.yaml" --memory 24GiB --nproc 4 distributed.strategy=ddp lora.rank=16
   contains "$OUT" "LoRA rank 16"
+  # param_dtype bf16: the frozen 1,604,462,752 weights at 2 bytes, the adapters (rank 16 on to_q, to_k, to_v, to_out.0:
+  # 11,468,800) at 4, as the run's own memory plan counts them (tests/cli/sana_tests.sh).
+  local dtype
+  for dtype in fp32 bf16; do
+    expect_exit 0 "$TUNE" plan "$dir/sana.yaml" --memory 24GiB lora.rank=16 param_dtype=$dtype \
+      'lora.target_modules=[to_q, to_k, to_v, to_out.0]' --json
+    echo "$OUT" > "$dir/plan-$dtype.json"
+  done
+  "$PYTHON" - "$dir/plan-fp32.json" "$dir/plan-bf16.json" <<'PY' || fail "the LoRA plan with param_dtype bf16"
+import json, sys
+fp32, bf16 = ({r["checkpointing"]: r["breakdown"] for r in json.load(open(p))["rows"]} for p in sys.argv[1:3])
+frozen, adapters = 1_604_462_752, 11_468_800
+assert fp32["full"]["parameters"] == 4 * (frozen + adapters), fp32["full"]
+assert bf16["full"]["parameters"] == 2 * frozen + 4 * adapters, bf16["full"]
+assert bf16["full"]["gradients"] == fp32["full"]["gradients"] == 4 * adapters
+PY
 }
 
 

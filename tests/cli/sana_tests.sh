@@ -369,6 +369,7 @@ print(f"load_lora_weights vs tune's merged export {rel(a, b):.2e}; PEFT {rel(pef
       f"output by {rel(b, plain):.2e}")
 assert rel(a, b) < 1e-5 and rel(peft, b) < 1e-5 and rel(b, plain) > 1e-4
 PY
+  check_diffusion_lora_bf16_base "$dir/sana.yaml" "$dir"
 }
 
 # Training memory with checkpointing on and off, fp32: the measured peak falls, and the plan (state + the activation

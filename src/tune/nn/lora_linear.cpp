@@ -123,6 +123,17 @@ void LoraLinearImpl::set_nf4_weight(const precision::Nf4Tensor& nf4) {
   nf4_loaded_ = true;
 }
 
+int64_t store_frozen_parameters_in_bf16(torch::nn::Module& module) {
+  torch::NoGradGuard no_grad;
+  int64_t in_bf16 = 0;
+  for (auto& param : module.parameters()) {
+    if (param.requires_grad()) continue;
+    if (param.scalar_type() != torch::kBFloat16) param.set_data(param.to(torch::kBFloat16));
+    ++in_bf16;
+  }
+  return in_bf16;
+}
+
 precision::Nf4Tensor LoraLinearImpl::nf4_weight() const {
   if (!nf4_loaded_) {
     throw Error(fmt::format("an NF4 Linear layer [{} -> {}] was used before its weight was loaded or quantised",

@@ -45,6 +45,11 @@ class LoraAdaptersOff {
   bool was_active_;
 };
 
+// param_dtype: bf16 — stores every frozen (requires_grad false) parameter of `module` in bf16, halving a LoRA base's
+// memory; under bf16 (or fp16) autocast the products read it as they would have read the fp32 weight's cast copy.
+// Returns the number of frozen parameters now stored in bf16.
+int64_t store_frozen_parameters_in_bf16(torch::nn::Module& module);
+
 class LoraLinearImpl : public torch::nn::Module {
  public:
   explicit LoraLinearImpl(const LoraLinearOptions& options);

@@ -80,14 +80,16 @@ BudgetPlan plan_denoiser_training(const config::Config& config, const PlanReques
   const bool shard_state = (distributed.strategy == "shard_grad_op" || full_shard) && processes > 1;
   const auto share = [&](int64_t bytes, bool sharded) { return sharded ? (bytes + processes - 1) / processes : bytes; };
   const int64_t state_bytes_per_value = training.adamw.state_dtype == torch::kBFloat16 ? 2 : 4;
-  const int64_t parameters = share(4 * counts.total, full_shard);
+  // Trained weights in fp32; a LoRA run's frozen ones in bf16 with param_dtype bf16 (train_adapters_only).
+  const int64_t frozen_bytes = run.frozen_weights_bf16 ? 2 : 4;
+  const int64_t parameters = share(4 * counts.trainable + frozen_bytes * (counts.total - counts.trainable), full_shard);
   const int64_t gradients = share(4 * counts.trainable, full_shard);
   // AdamW's two moments and the EMA copy of the trained weights (full_shard keeps the EMA as flat shards too).
   const int64_t optimizer_and_ema =
       share(2 * state_bytes_per_value * counts.trainable, shard_state) + share(4 * counts.trainable, full_shard);
   // full_shard gathers the rest of the model whole for the whole step and one block at a time, and each unit's
   // gradient exists whole until it is reduce-scattered (the rest's until the end of backward).
-  const int64_t gathered = full_shard ? 2 * 4 * (counts.outside_blocks + counts.largest_block) : 0;
+  const int64_t gathered = full_shard ? 2 * frozen_bytes * (counts.outside_blocks + counts.largest_block) : 0;
 
   const std::vector<PlanSetting> policies = checkpointing_candidates(run, inputs.blocks);
   BudgetPlan result;

@@ -46,11 +46,15 @@ int64_t freeze_all_but_adapters(torch::nn::Module& model) {
   return trainable;
 }
 
-void train_adapters_only(torch::nn::Module& model, const models::DiffusersLora& lora) {
+void train_adapters_only(torch::nn::Module& model, const models::DiffusersLora& lora, bool frozen_weights_bf16) {
   if (lora.options.rank == 0) return;
   const int64_t adapters = freeze_all_but_adapters(model);
   log::info("LoRA: rank {}, alpha {}, on {} ({} adapter tensors train; the transformer's weights are frozen)",
             lora.options.rank, lora.options.alpha, fmt::join(lora.targets, ", "), adapters);
+  if (frozen_weights_bf16) {
+    log::info("param_dtype bf16: {} frozen tensors stored in bf16 (the adapters train in fp32)",
+              nn::store_frozen_parameters_in_bf16(model));
+  }
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> merged_state(const torch::nn::Module& model) {

@@ -26,8 +26,10 @@ void load_diffusers_transformer(torch::nn::Module& model, bool has_lora, const s
 
 // Freezes every weight but the adapters' (LoRA); returns the number of trainable tensors.
 int64_t freeze_all_but_adapters(torch::nn::Module& model);
-// With lora.rank > 0: freezes all but the adapters and logs what trains; otherwise nothing (full fine-tuning).
-void train_adapters_only(torch::nn::Module& model, const models::DiffusersLora& lora);
+// With lora.rank > 0: freezes all but the adapters and logs what trains, then with `frozen_weights_bf16`
+// (param_dtype: bf16) stores the frozen weights in bf16; otherwise nothing (full fine-tuning, where
+// check_training_param_dtype refused param_dtype bf16).
+void train_adapters_only(torch::nn::Module& model, const models::DiffusersLora& lora, bool frozen_weights_bf16);
 
 // diffusers' state dict with each adapter merged into its base weight (W + alpha/r B A, in fp32), no lora_ tensors.
 std::vector<std::pair<std::string, torch::Tensor>> merged_state(const torch::nn::Module& model);

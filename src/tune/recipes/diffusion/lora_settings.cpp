@@ -32,4 +32,11 @@ models::DiffusersLora read_lora_settings(const config::Config& config, const std
   return lora;
 }
 
+void check_training_param_dtype(const config::Config& config, const models::DiffusersLora& lora) {
+  if (config.get_string("param_dtype") == "bf16" && lora.options.rank == 0) {
+    config.fail("param_dtype", "is 'bf16', which stores the frozen weights of a LoRA run in bf16, but full fine-tuning "
+                               "(lora.rank 0) trains every weight; use fp32, or set lora.rank");
+  }
+}
+
 }  // namespace tune::recipes::diffusion_common

@@ -99,7 +99,7 @@ BudgetPlan plan(const PlanRequest& request) {
 
 InferencePlan plan_inference(const InferencePlanRequest& request) {
   const config::Config& config = request.config;
-  validate_t2v_config(config);
+  validate_t2v_common_config(config);
   const RunSettings run = read_run_settings(config);
   const T2VSettings settings = read_t2v_settings(config);
   const auto& sampling = settings.sampling;
@@ -123,8 +123,8 @@ InferencePlan plan_inference(const InferencePlanRequest& request) {
   result.text_phase_bytes =
       models::t5_encoder_parameter_count(models::read_t5_encoder_config(paths.text_encoder / "config.json")) *
       static_cast<int64_t>(c10::elementSize(text_dtype));
-  // Sampling holds every weight (LoRA adapters included) in fp32, or bf16 with param_dtype bf16 (refused for now by
-  // validate_t2v_config, counted as t2v_infer would hold them).
+  // Sampling holds every weight (LoRA adapters included) in fp32, or bf16 with param_dtype bf16 (as t2v_infer
+  // holds them).
   const int64_t weights = planned.counts.total * (run.frozen_weights_bf16 ? 2 : 4);
   result.model = fmt::format("{}; text encoder T5 ({}) in {}, prompts of up to {} tokens",
                              model_line(planned, settings), format_bytes(static_cast<double>(result.text_phase_bytes)),

@@ -103,16 +103,17 @@ T2VSettings read_t2v_settings(const config::Config& config) {
   return settings;
 }
 
-void validate_t2v_config(const config::Config& config) {
-  const RunSettings run = read_run_settings(config);
+void validate_t2v_common_config(const config::Config& config) {
+  (void)read_run_settings(config);
   (void)read_training_settings(config);
   (void)read_distributed_settings(config);
   (void)read_t2v_settings(config);
-  if (run.frozen_weights_bf16) {
-    config.fail("param_dtype", "is 'bf16': the frozen transformer weights of a LoRA run stay fp32 in this recipe "
-                               "(bf16 storage is not implemented for it yet); use fp32");
-  }
   validate_shard_blocks(config, {models::LatteT2VImpl::block_type(0), models::LatteT2VImpl::block_type(1)});
+}
+
+void validate_t2v_config(const config::Config& config) {
+  validate_t2v_common_config(config);
+  diffusion_common::check_training_param_dtype(config, read_t2v_settings(config).lora);
 }
 
 }  // namespace tune::recipes::latte_t2v

@@ -57,6 +57,9 @@ struct T2VSettings {
 
 config::Schema t2v_schema();
 T2VSettings read_t2v_settings(const config::Config& config);
+// Every check tune train makes before reading data or model files (tune validate, tune plan).
 void validate_t2v_config(const config::Config& config);
+// The checks training and inference share (tune plan --infer: param_dtype bf16 holds every weight in bf16 there).
+void validate_t2v_common_config(const config::Config& config);
 
 }  // namespace tune::recipes::latte_t2v

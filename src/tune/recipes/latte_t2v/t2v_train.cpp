@@ -134,7 +134,7 @@ int train(const TrainRequest& request) {
                    "prepare the run directory");
 
   models::LatteT2V model = load_transformer(transformer_config_file, paths.transformer, settings.lora);
-  diffusion_common::train_adapters_only(*model, settings.lora);
+  diffusion_common::train_adapters_only(*model, settings.lora, run.frozen_weights_bf16);
   model->to(device);
   const auto& manifest = prepared.manifest;
   choose_cpu_kernels(latte_t2v_workload(transformer_config, training.batch_size,

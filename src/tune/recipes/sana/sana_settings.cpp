@@ -103,7 +103,7 @@ void validate_sana_config(const config::Config& config) {
   (void)read_run_settings(config);
   (void)read_training_settings(config);
   (void)read_distributed_settings(config);
-  (void)read_sana_settings(config);
+  diffusion_common::check_training_param_dtype(config, read_sana_settings(config).lora);
   // The official code's name for the block (its FSDP wrap class) is accepted beside diffusers'.
   validate_shard_blocks(config, {models::SanaImpl::block_type(), "SanaMSBlock"});
 }

@@ -100,10 +100,6 @@ int train(const TrainRequest& request) {
   TrainingSettings training = read_training_settings(config);
   SanaSettings settings = read_sana_settings(config);
   validate_sana_config(config);
-  if (run.frozen_weights_bf16) {
-    config.fail("param_dtype", "is 'bf16': the frozen transformer weights of a LoRA run stay fp32 in Sana training "
-                               "(bf16 storage is not implemented for it yet); use fp32");
-  }
   const SanaComponents paths = resolve_sana_components(settings.model);
   const auto scheduler_file = paths.scheduler / "scheduler_config.json";
   if (!diffusion::read_scheduler_config(scheduler_file).flow()) {
@@ -132,7 +128,7 @@ int train(const TrainRequest& request) {
                    "prepare the run directory");
 
   models::Sana model = load_sana_transformer(transformer_config_file, paths.transformer, settings.lora);
-  diffusion_common::train_adapters_only(*model, settings.lora);
+  diffusion_common::train_adapters_only(*model, settings.lora, run.frozen_weights_bf16);
   model->to(device);
   const auto& manifest = prepared.manifest;
   const int64_t tokens = manifest.text->max_tokens;

@@ -226,14 +226,7 @@ models::LlamaForCausalLM build_model(const SftSettings& settings, const data::To
 }
 
 int64_t store_frozen_weights_in_bf16(models::LlamaForCausalLM& model) {
-  torch::NoGradGuard no_grad;
-  int64_t in_bf16 = 0;
-  for (auto& param : model->parameters()) {
-    if (param.requires_grad()) continue;
-    if (param.scalar_type() != torch::kBFloat16) param.set_data(param.to(torch::kBFloat16));
-    ++in_bf16;
-  }
-  return in_bf16;
+  return nn::store_frozen_parameters_in_bf16(*model);
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> weights_to_save(const models::LlamaForCausalLM& model) {
