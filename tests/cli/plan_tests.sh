@@ -288,6 +288,15 @@ print("Sana-1600M, 1024^2, full_shard x 4, 24 GiB:", {k: f"{v:.1f} GiB" for k, v
 assert set(fits) == {"off", "selective", "every_k", "sqrt", "full"}, fits
 assert fits["full"] < fits["off"] < 24, fits
 PY
+  echo "$OUT" > "$dir/plan-ema.json"
+  # ema.decay 0 keeps no EMA copy: each process's share of the 1.6B fp32 weights' copy (a quarter) leaves the plan.
+  expect_exit 0 "$TUNE" plan "$dir/sana.yaml" --memory 24GiB --nproc 4 distributed.strategy=full_shard ema.decay=0 --json
+  echo "$OUT" > "$dir/plan-no-ema.json"
+  "$PYTHON" - "$dir/plan-ema.json" "$dir/plan-no-ema.json" <<'PY' || fail "the plan with ema.decay 0"
+import json, sys
+ema, none = ({r["checkpointing"]: r["breakdown"] for r in json.load(open(p))["rows"]} for p in sys.argv[1:3])
+assert ema["full"]["optimizer_state"] - none["full"]["optimizer_state"] == 1_604_462_752, (ema["full"], none["full"])
+PY
   expect_exit 0 "$TUNE" plan "$dir/sana.yaml" --memory 24GiB --nproc 4 distributed.strategy=ddp lora.rank=16
   contains "$OUT" "LoRA rank 16"
   # param_dtype bf16: the frozen 1,604,462,752 weights at 2 bytes, the adapters (rank 16 on to_q, to_k, to_v, to_out.0:

@@ -400,6 +400,25 @@ assert full < 0.9 * off, (full, off)
 for plan, peak in ((full_plan, full), (off_plan, off)):
     assert 0.9 <= plan / peak <= 1.1, (plan, peak)
 PY
+  # ema.decay 0 keeps no EMA copy (the average is the weights): the plan drops it, the peak falls by about the
+  # trained weights' fp32 bytes, and the checkpoint's ema.safetensors holds the trained weights.
+  expect_exit 0 "$TUNE" train "$dir/sana.yaml" --output-dir "$dir/run-no-ema" training.max_steps=2 \
+    checkpoint.every=0 gradient_checkpointing=true training.batch_size=6 ema.decay=0
+  contains "$ERR" "EMA none (ema.decay 0"
+  "$PYTHON" - "$dir/run-true" "$dir/run-no-ema" <<'PY' || fail "ema.decay 0"
+import json, sys
+from safetensors.torch import load_file
+ema, none = (json.load(open(f"{run}/memory.json")) for run in sys.argv[1:3])
+plan_ema, plan_none = (m.get("plan", m) for m in (ema, none))
+weights = plan_ema["gradients_bytes"]
+assert plan_none["ema_bytes"] == 0 and plan_ema["ema_bytes"] == weights, (plan_none, plan_ema)
+saving = ema["peak_bytes"] - none["peak_bytes"]
+print(f"ema.decay 0: peak {ema['peak_bytes']} -> {none['peak_bytes']} bytes (-{saving}; the EMA copy {weights})")
+assert 0.9 * weights <= saving <= 1.1 * weights, (saving, weights)
+step = f"{sys.argv[2]}/checkpoints/step-2"
+model, average = load_file(f"{step}/model.safetensors"), load_file(f"{step}/ema.safetensors")
+assert model.keys() == average.keys() and all(model[k].equal(average[k]) for k in model)
+PY
 }
 
 case_sana_train_input_errors() {

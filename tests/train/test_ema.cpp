@@ -37,3 +37,27 @@ TEST_CASE("EMA copy_to loads the averages into the model and load_state checks n
   CHECK_THROWS_AS(ema.load_state({{"v", torch::zeros({3})}}), tune::InputError);
   CHECK_THROWS_AS(ema.load_state({{"w", torch::zeros({4})}}), tune::InputError);
 }
+
+TEST_CASE("EMA with decay 0 is the weights themselves: aliased, not copied, and never loaded over them") {
+  auto param = torch::tensor({1.0f, 2.0f}).requires_grad_(true);
+  auto bf16 = torch::tensor({3.0f}).to(torch::kBFloat16).requires_grad_(true);
+  const std::vector<tune::train::NamedParameter> params = {{"w", param}, {"b", bf16}};
+  tune::train::ExponentialMovingAverage ema(params, 0.0);
+  // fp32 weights share their storage; a bf16 one still gets its fp32 average (2 elements x 0 + 1 x 4 bytes).
+  CHECK(ema.state()[0].second.data_ptr() == param.data_ptr());
+  CHECK(ema.state()[1].second.scalar_type() == torch::kFloat32);
+  CHECK(ema.copy_bytes() == 4);
+  {
+    torch::NoGradGuard no_grad;
+    param.mul_(3.0f);
+  }
+  ema.update(params);
+  CHECK(torch::equal(ema.state()[0].second, torch::tensor({3.0f, 6.0f})));
+  // A checkpoint's averages of another decay do not overwrite the weights; names and shapes are still checked.
+  ema.load_state({{"w", torch::tensor({9.0f, 9.0f})}, {"b", torch::tensor({5.0f})}});
+  CHECK(torch::equal(param.detach(), torch::tensor({3.0f, 6.0f})));
+  CHECK(ema.state()[1].second.item<float>() == 5.0f);
+  CHECK_THROWS_AS(ema.load_state({{"w", torch::zeros({3})}, {"b", torch::zeros({1})}}), tune::InputError);
+  tune::train::ExponentialMovingAverage copied(params, 0.5);
+  CHECK(copied.copy_bytes() == 12);
+}

@@ -84,9 +84,11 @@ BudgetPlan plan_denoiser_training(const config::Config& config, const PlanReques
   const int64_t frozen_bytes = run.frozen_weights_bf16 ? 2 : 4;
   const int64_t parameters = share(4 * counts.trainable + frozen_bytes * (counts.total - counts.trainable), full_shard);
   const int64_t gradients = share(4 * counts.trainable, full_shard);
-  // AdamW's two moments and the EMA copy of the trained weights (full_shard keeps the EMA as flat shards too).
+  // AdamW's two moments and the EMA copy of the trained weights (full_shard keeps the EMA as flat shards too; none
+  // with ema.decay 0, whose average is the weights themselves).
+  const int64_t ema_copy = config.get_real("ema.decay") == 0.0 ? 0 : 4 * counts.trainable;
   const int64_t optimizer_and_ema =
-      share(2 * state_bytes_per_value * counts.trainable, shard_state) + share(4 * counts.trainable, full_shard);
+      share(2 * state_bytes_per_value * counts.trainable, shard_state) + share(ema_copy, full_shard);
   // full_shard gathers the rest of the model whole for the whole step and one block at a time, and each unit's
   // gradient exists whole until it is reduce-scattered (the rest's until the end of backward).
   const int64_t gathered = full_shard ? 2 * frozen_bytes * (counts.outside_blocks + counts.largest_block) : 0;

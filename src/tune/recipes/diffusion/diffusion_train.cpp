@@ -104,6 +104,8 @@ int run_diffusion_training(const TrainRequest& request, const RunSettings& run, 
   // Per process: under full_shard its flat shards.
   param_bytes = parallel.bytes_per_process(param_bytes, false);
   trainable_bytes = parallel.bytes_per_process(trainable_bytes, true);
+  // ema.decay 0: the average is the weights themselves, aliased, not copied (train/ema.h).
+  const int64_t ema_bytes = ema.copy_bytes() == 0 ? 0 : trainable_bytes;
   log::info("model: {}, {} parameters; training data: {}; device {}, {} threads", trainee.description,
             format_count(parameter_count), data.description, run.device, settings.threads);
   if (parallel.active()) {
@@ -117,13 +119,13 @@ int run_diffusion_training(const TrainRequest& request, const RunSettings& run, 
   const int64_t activation_estimate = trainee.activation_estimate ? trainee.activation_estimate(*checkpointing) : -1;
   log::info("memory plan: parameters {}, gradients {}, optimizer state {}, EMA {}, activations {} for batch {}",
             format_bytes(param_bytes), format_bytes(trainable_bytes), format_bytes(optimizer.state_bytes()),
-            format_bytes(trainable_bytes),
+            ema_bytes == 0 ? std::string("none (ema.decay 0: the trained weights)") : format_bytes(ema_bytes),
             activation_estimate >= 0 ? "~" + format_bytes(activation_estimate) : std::string("not estimated"),
             training.batch_size);
   nlohmann::json memory_plan = {{"parameters_bytes", param_bytes},
                                 {"gradients_bytes", trainable_bytes},
                                 {"optimizer_state_bytes", optimizer.state_bytes()},
-                                {"ema_bytes", trainable_bytes},
+                                {"ema_bytes", ema_bytes},
                                 {"gradient_checkpointing", checkpointing->describe()},
                                 {"mixed_precision", precision::to_string(run.mixed_precision)}};
   if (activation_estimate >= 0) memory_plan["activations_estimate_bytes"] = activation_estimate;

@@ -27,7 +27,8 @@ config::Schema latte_schema() {
 
   schema.integer("diffusion.num_timesteps", 1000, "training diffusion steps");
   schema.choice("diffusion.beta_schedule", {"linear", "squaredcos_cap_v2"}, "linear", "noise schedule");
-  schema.real("ema.decay", 0.9999, "EMA of the weights, used for sampling");
+  schema.real("ema.decay", 0.9999,
+              "EMA of the weights, used for sampling; 0 = none kept (the trained weights: no fp32 copy in memory)");
   schema.integer("training.clip_start_step", 0, "clip gradients only from this step on (Latte's start_clip_iter)");
 
   schema.choice("sampling.sampler", {"ddim", "ddpm"}, "ddim", "tune infer: sampler");

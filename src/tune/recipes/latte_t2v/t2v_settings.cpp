@@ -34,7 +34,8 @@ config::Schema t2v_schema() {
   diffusion_common::add_lora_keys(schema, {"to_q", "to_k", "to_v", "to_out.0"},
                                   "projections to adapt (attn1 and attn2): to_q, to_k, to_v, to_out.0, ff.net.0.proj, "
                                   "ff.net.2");
-  schema.real("ema.decay", 0.9999, "EMA of the weights, used for sampling");
+  schema.real("ema.decay", 0.9999,
+              "EMA of the weights, used for sampling; 0 = none kept (the trained weights: no fp32 copy in memory)");
   schema.integer("training.clip_start_step", 0, "clip gradients only from this step on");
 
   schema.integer("sampling.steps", 50, "tune infer: denoising steps");

@@ -53,7 +53,8 @@ config::Schema sana_schema() {
                 "how training timesteps are drawn (diffusers' weighting_scheme; the loss is unweighted)");
   schema.real("flow.logit_mean", 0.0, "logit_normal: the normal's mean");
   schema.real("flow.logit_std", 1.0, "logit_normal: the normal's standard deviation");
-  schema.real("ema.decay", 0.9999, "EMA of the weights, used for sampling");
+  schema.real("ema.decay", 0.9999,
+              "EMA of the weights, used for sampling; 0 = none kept (the trained weights: no fp32 copy in memory)");
   schema.integer("training.clip_start_step", 0, "clip gradients only from this step on");
   return schema;
 }
