@@ -27,7 +27,9 @@ random initial weights on both sides.
       weights (the other components as configs only: training loads neither encoder); the step time is the median
       difference of metrics.jsonl's elapsed_s after one warm-up step; memory: peak RSS (wait4) and tune's tracked
       tensor peak (on CUDA the caching allocator's peak of allocated bytes, as PyTorch's), and tune's own memory
-      plan for the run (memory.json) beside the measurement.
+      plan for the run (memory.json) beside the measurement. On CUDA (or with --variants) also tune's memory levers:
+      "tune-bf16base" (LoRA with param_dtype bf16: the frozen base in bf16) and "tune-no-ema" (full fine-tune with
+      ema.decay 0: no EMA copy; tune's recipe keeps one by default, as the official trainer, diffusers' rows none).
 Each repeat runs every (implementation, policy) in a fresh process, alternating; medians over repeats are reported.
 A configuration that fails (out of memory, say) is recorded with its error and the others go on.
 """
@@ -132,7 +134,12 @@ def pytorch_worker(args):
     print(json.dumps(result))
 
 
-def write_recipe(path, args, latents, out, policy):
+# tune's memory levers measured beside its defaults (on CUDA, or with --variants): a LoRA run's frozen base in bf16,
+# a full fine-tune without the EMA copy.
+TUNE_VARIANTS = {"tune-bf16base": ["param_dtype: bf16"], "tune-no-ema": ["ema:", "  decay: 0"]}
+
+
+def write_recipe(path, args, latents, out, policy, extra=()):
     lines = ["recipe: sana", f"output_dir: {out}", "seed: 0", f"threads: {args.threads}", f"device: {args.device}",
              "mixed_precision: bf16", f"gradient_checkpointing: {'false' if policy == 'off' else 'true'}"]
     if policy not in ("off", "full"):
@@ -144,6 +151,7 @@ def write_recipe(path, args, latents, out, policy):
     if args.lora_rank:
         lines += ["lora:", f"  rank: {args.lora_rank}", f"  alpha: {args.lora_rank}",
                   f"  target_modules: [{', '.join(LORA_TARGETS)}]"]
+    lines += list(extra)
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -158,10 +166,10 @@ def planned_bytes(out):
                                             "ema_bytes", "activations_estimate_bytes"))
 
 
-def tune_once(args, work, latents, policy):
+def tune_once(args, work, latents, policy, variant="tune"):
     out = os.path.join(work, f"run-{policy}-{time.time_ns()}")
-    recipe = os.path.join(work, f"{policy}.yaml")
-    write_recipe(recipe, args, latents, out, policy)
+    recipe = os.path.join(work, f"{variant}-{policy}.yaml")
+    write_recipe(recipe, args, latents, out, policy, TUNE_VARIANTS.get(variant, ()))
     try:
         _, rss = run_with_rss([args.tune, "train", recipe])
         metrics = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl")) if line.strip()]
@@ -209,6 +217,8 @@ def main():
     parser.add_argument("--work", help="folder for the pipeline, latents and runs (a tmpfs such as /dev/shm on a GPU)")
     parser.add_argument("--pipeline", help="reuse this pipeline directory (made by an earlier run with --keep)")
     parser.add_argument("--keep", action="store_true", help="keep the pipeline and latents in --work")
+    parser.add_argument("--variants", action="store_true",
+                        help="also tune's memory levers (LoRA: param_dtype bf16; full: ema.decay 0); on CUDA always")
     parser.add_argument("--out")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--policy", help=argparse.SUPPRESS)
@@ -221,6 +231,8 @@ def main():
     implementations = ["pytorch", "tune"]
     if args.lora_rank and args.device == "cuda":
         implementations.insert(1, "pytorch-bf16base")
+    if args.variants or args.device == "cuda":
+        implementations.append("tune-bf16base" if args.lora_rank else "tune-no-ema")
     work = args.work or tempfile.mkdtemp(prefix="bench-sana-")
     os.makedirs(work, exist_ok=True)
     latent = SIZES[args.size][1]
@@ -245,7 +257,7 @@ def main():
                 for impl in implementations:
                     if impl.startswith("pytorch") and policy not in ("off", "full") and args.device == "cuda":
                         continue  # diffusers has one checkpointing policy (every block), measured as full
-                    result = (tune_once(args, work, latents, policy) if impl == "tune" else
+                    result = (tune_once(args, work, latents, policy, impl) if impl.startswith("tune") else
                               pytorch_once(args, policy, "bf16" if impl.endswith("bf16base") else "fp32"))
                     print(json.dumps({"impl": impl, "policy": policy, **result}), flush=True)
                     results[(impl, policy)].append(result)

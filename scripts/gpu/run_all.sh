@@ -22,7 +22,8 @@
 # sana:     Sana-1600M (scripts/make_sana_1600m_configs.py's transformer, random weights) at 1024^2, batch 1:
 #           scripts/bench_sana.py --size 1600m --device cuda, `tune train` per checkpointing policy against diffusers'
 #           SanaTransformer2DModel step (fused AdamW; enable_gradient_checkpointing() for full), the full fine-tune,
-#           then LoRA rank 16 (diffusers' base frozen in fp32 as tune's, and in bf16 as its LoRA script casts it);
+#           then LoRA rank 16 (diffusers' base frozen in fp32 as tune's, and in bf16 as its LoRA script casts it),
+#           with tune's memory levers beside its defaults (full: ema.decay 0; LoRA: param_dtype bf16);
 #           the pipeline, latents and runs in /dev/shm (a full checkpoint is ~19 GB); diffusers as for latte1.
 # Logs and JSON go to $OUT when set (the device tool's output folder), else build-cuda/results. One device call
 # runs at most 10 minutes: split the phases over calls (build persists while the machine stays warm).
