@@ -162,12 +162,7 @@ def pytorch_worker(args):
         return loss
 
     base = rss_bytes()
-    step()  # warm-up (AdamW state allocated here)
-    times = []
-    for _ in range(args.steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
+    times = timed_steps(step, args.steps)
     result = {"step_s": statistics.median(times), "times": times,
               "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
               "base_rss_bytes": base}
@@ -191,6 +186,17 @@ def run(command, env=None):
         sys.stderr.write(completed.stderr[-4000:])
         raise SystemExit(f"bench_latte_official: {' '.join(command)} exited {completed.returncode}")
     return completed.stdout
+
+
+def timed_steps(step, count):
+    """One untimed warm-up call of step() (AdamW's state is allocated there), then the seconds of `count` calls."""
+    step()
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return times
 
 
 def run_with_rss(command, env=None):

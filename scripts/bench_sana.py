@@ -44,7 +44,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_latte_official import run_with_rss  # noqa: E402
+from bench_latte_official import run_with_rss, timed_steps  # noqa: E402
 from make_sana_1600m_configs import SANA_1600M  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -119,13 +119,7 @@ def pytorch_worker(args):
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     try:
-        step()  # warm-up (AdamW state allocated here)
-        times = []
-        for _ in range(args.steps):
-            start = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - start)
-        result = {"step_s": statistics.median(times)}
+        result = {"step_s": statistics.median(timed_steps(step, args.steps))}
     except torch.OutOfMemoryError as error:
         result = {"error": "out of memory: " + str(error).splitlines()[0][:300]}
     result["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

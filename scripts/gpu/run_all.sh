@@ -32,6 +32,14 @@ cd "$(dirname "$0")/../.."
 results=${OUT:-build-cuda/results}
 mkdir -p "$results"
 phases=("$@")
+# import_or_install MODULE WHEEL...: the GPU image lacks some references (no package registry there); their wheels
+# travel in .whl (pack_deps.sh) and install under /tmp/site.
+import_or_install() {
+  local module=$1; shift
+  python3 -c "import $module" 2>/dev/null && return 0
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$@"
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+}
 [[ ${#phases[@]} -gt 0 ]] || phases=(build test llm latte)
 for phase in "${phases[@]}"; do
   case $phase in
@@ -63,11 +71,7 @@ for phase in "${phases[@]}"; do
       done ;;
     qlora)
       source build-cuda/env.sh
-      if ! python3 -c 'import bitsandbytes' 2>/dev/null; then
-        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-          .whl/bitsandbytes-*.whl
-        export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-      fi
+      import_or_install bitsandbytes .whl/bitsandbytes-*.whl
       PYTHONUNBUFFERED=1 python3 scripts/bench_gpu.py --tune-bench build-cuda/apps/bench/tune-bench \
         --rows qlora-off-b1,qlora-on-b1,qlora-on-b2,qlora-on-b4,lora-on-b1,lora-on-b2 \
         --profiles qlora-on-b1-all,qlora-on-b1-jit --profile-dir build-cuda/profiles \
@@ -82,11 +86,7 @@ for phase in "${phases[@]}"; do
         tee "$results/latte_xl.txt" ;;
     latte1)
       source build-cuda/env.sh
-      if ! python3 -c 'import diffusers' 2>/dev/null; then
-        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-          .whl/diffusers/*.whl
-        export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-      fi
+      import_or_install diffusers .whl/diffusers/*.whl
       pipeline=${LATTE1_PIPELINE:-/tmp/latte1-real}
       [[ -d $pipeline ]] || python3 scripts/make_real_size_pipeline.py --out "$pipeline" \
         --text-encoder-layers "${LATTE1_TEXT_LAYERS:-2}" 2>&1 | tail -n 8 | tee "$results/latte1_pipeline.txt"
@@ -94,11 +94,7 @@ for phase in "${phases[@]}"; do
         --device cuda --out "$results/latte1.json" ${BENCH_LATTE1_ARGS:-} 2>&1 | tee "$results/latte1.txt" ;;
     sana)
       source build-cuda/env.sh
-      if ! python3 -c 'import diffusers' 2>/dev/null; then
-        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-          .whl/diffusers/*.whl
-        export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-      fi
+      import_or_install diffusers .whl/diffusers/*.whl
       work=/dev/shm/bench-sana
       mkdir -p "$work" 2>/dev/null && [[ $(df --output=avail -k /dev/shm | tail -n 1) -gt 40000000 ]] ||
         work=/tmp/bench-sana
