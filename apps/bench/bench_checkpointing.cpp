@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "tune/core/error.h"
+#include "tune/core/cpu_block_cache.h"
 #include "tune/core/memory_tracker.h"
 #include "tune/core/threads.h"
 #include "tune/memory/checkpoint.h"
@@ -375,6 +376,9 @@ int run(const BenchOptions& options) {
   result["rss_before_bytes"] = rss_before;
   result["rss_peak_bytes"] = rss_peak;
   result["rss_delta_bytes"] = rss_peak - rss_before;
+  const auto blocks = tune::memory_tracker::cpu_block_cache_stats();
+  result["cpu_block_cache"] = {{"mapped_bytes", blocks.mapped_bytes}, {"hits", blocks.hits},
+                               {"misses", blocks.misses}, {"evictions", blocks.evictions}};
 
   // The floor of full checkpointing, measured rather than estimated: the same model cut to one layer under full
   // checkpointing holds one block input, the recompute's whole working set (attention backward temporaries

@@ -1,11 +1,13 @@
 // The tracking CPU allocator: live and peak counts follow tensor storage, frees are safe whichever allocator
 // made the storage, and the counters hold up under concurrent allocation.
+#include "tune/core/cpu_block_cache.h"
 #include "tune/core/memory_tracker.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -83,6 +85,18 @@ TEST_CASE("memory tracker: raw_allocate and raw_deallocate work through the trac
   CHECK(mt::cpu_live_bytes() - before == 4096);
   allocator->raw_deallocate(p);
   CHECK(mt::cpu_live_bytes() == before);
+  // A large raw block (oneDNN's scratch pads can be) comes from the block cache and goes back to it.
+  const auto report_before = mt::cpu_block_cache_stats();
+  void* large = allocator->raw_allocate(1 << 20);
+  REQUIRE(large != nullptr);
+  CHECK(reinterpret_cast<uintptr_t>(large) % 64 == 0);
+  std::memset(large, 1, 1 << 20);
+  CHECK(mt::cpu_live_bytes() - before == (1 << 20));
+  allocator->raw_deallocate(large);
+  CHECK(mt::cpu_live_bytes() == before);
+  const auto report_after = mt::cpu_block_cache_stats();
+  const bool cache_on = std::getenv("TUNE_CPU_BLOCK_CACHE") == nullptr;  // off: LibTorch's allocator had it
+  CHECK(report_after.hits + report_after.misses == report_before.hits + report_before.misses + (cache_on ? 1 : 0));
 }
 
 TEST_CASE("memory tracker: ordinary ops, including bf16 and convolution kernels, run under the tracker") {
@@ -127,8 +141,8 @@ TEST_CASE("memory tracker: two threads allocating and freeing leave the counters
 }
 
 TEST_CASE("memory tracker: large blocks freed and allocated again are counted exactly and hold their data") {
-  // Blocks of 32 MiB and more are kept for exact-size reuse after free (glibc would unmap them): the counters
-  // must still see only live tensor storage, and a reused block must behave as fresh storage.
+  // Blocks from 128 KiB up are kept for reuse after free (core/cpu_block_cache.h): the counters must still see
+  // only live tensor storage, and a reused block must behave as fresh storage.
   mt::install();
   constexpr int64_t kLarge = int64_t{40} << 20;
   const int64_t before = mt::cpu_live_bytes();

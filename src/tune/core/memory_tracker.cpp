@@ -15,11 +15,12 @@
 #include <malloc.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
-#include <deque>
-#include <iterator>
-#include <vector>
 #include <mutex>
+#include <string_view>
+
+#include "tune/core/cpu_block_cache.h"
 
 namespace tune::memory_tracker {
 namespace {
@@ -50,75 +51,36 @@ void add_live(int64_t bytes) {
   }
 }
 
-// Freed blocks of 32 MiB and more, kept for reuse by an allocation of exactly the same size. glibc maps every block
-// above its largest mmap threshold (32 MiB) afresh and unmaps it on free, so a step that frees and re-creates the
-// same large temporaries (attention scores at long sequences; checkpointing's recompute) would fault in and zero
-// new pages each time. Training repeats the same sizes every step, so exact-size reuse is enough. Bounded: past
-// kMaxCachedBytes the oldest blocks are really freed. Cached blocks are not tensor storage: the live and peak
-// counters exclude them (RSS does not).
-class LargeBlockCache {
- public:
-  static constexpr int64_t kMinBytes = int64_t{32} << 20;
-  static constexpr int64_t kMaxCachedBytes = int64_t{1} << 30;
+// Blocks from 128 KiB up come from their own mappings, reused by size and bounded by the live peak
+// (cpu_block_cache.h: glibc's one untrimmed heap fragmented, so RSS followed the heap rather than the tensors).
+// Smaller ones stay with LibTorch's allocator (malloc). TUNE_CPU_BLOCK_CACHE=off hands every block to LibTorch's
+// allocator as before (glibc, with the settings below), for side-by-side comparisons.
+constexpr size_t kBlockCacheMinBytes = size_t{128} << 10;
+// The least slack over the live peak (an eighth of the peak when that is more). On the 8-layer Llama step with full
+// checkpointing (live peak 174 MiB) a slack of 16 MiB missed 300 times a step, 32 MiB 200, 48 MiB 90, 64 MiB 8.
+constexpr int64_t kBlockCacheSlackBytes = int64_t{64} << 20;
 
-  // Takes ownership of a freed block (data as handed out, its header intact); false: too small, not kept.
-  bool put(void* data, int64_t size) {
-    if (size < kMinBytes || size > kMaxCachedBytes) return false;
-    std::vector<void*> evicted;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      blocks_.push_back({data, size});
-      bytes_ += size;
-      while (bytes_ > kMaxCachedBytes) {
-        evicted.push_back(blocks_.front().data);
-        bytes_ -= blocks_.front().size;
-        blocks_.pop_front();
-      }
-    }
-    for (void* block : evicted) release(block);
-    return true;
-  }
-
-  // A cached block of exactly `size` bytes (most recently freed first), or null.
-  void* take(int64_t size) {
-    if (size < kMinBytes) return nullptr;
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
-      if (it->size != size) continue;
-      void* data = it->data;
-      bytes_ -= size;
-      blocks_.erase(std::next(it).base());
-      return data;
-    }
-    return nullptr;
-  }
-
-  static void release(void* data) {
-    auto* header = reinterpret_cast<Header*>(static_cast<char*>(data) - kHeaderBytes);
-    const Header record = *header;  // copy out: the original deleter frees the memory holding it
-    record.original_deleter(record.original_context);
-  }
-
- private:
-  struct Block {
-    void* data;
-    int64_t size;
-  };
-  std::mutex mutex_;
-  std::deque<Block> blocks_;
-  int64_t bytes_ = 0;
-};
-
-LargeBlockCache& large_blocks() {
-  static auto* cache = new LargeBlockCache();  // leaked on purpose, like the allocator: used until exit
-  return *cache;
+CpuBlockCache* block_cache() {
+  // Leaked on purpose, like the allocator: tensors freed during static destruction still return blocks to it.
+  static CpuBlockCache* cache = [] {
+    const char* setting = std::getenv("TUNE_CPU_BLOCK_CACHE");
+    const bool off = setting != nullptr && (std::string_view(setting) == "off" || std::string_view(setting) == "0");
+    return off ? nullptr : new CpuBlockCache(kBlockCacheMinBytes, kBlockCacheSlackBytes);
+  }();
+  return cache;
 }
 
 void tracked_delete(void* data) {
   if (data == nullptr) return;
-  const int64_t size = reinterpret_cast<Header*>(static_cast<char*>(data) - kHeaderBytes)->size;
-  g_live_bytes.fetch_sub(size, std::memory_order_relaxed);
-  if (!large_blocks().put(data, size)) LargeBlockCache::release(data);
+  auto* header = reinterpret_cast<Header*>(static_cast<char*>(data) - kHeaderBytes);
+  const Header record = *header;  // copy out: freeing releases the memory holding it
+  g_live_bytes.fetch_sub(record.size, std::memory_order_relaxed);
+  if (record.original_deleter == nullptr) {
+    // A block of the cache keeps its mapping's size where other blocks keep their deleter's context.
+    block_cache()->free({header, reinterpret_cast<size_t>(record.original_context)});
+  } else {
+    record.original_deleter(record.original_context);
+  }
 }
 
 class TrackingAllocator final : public c10::Allocator {
@@ -145,19 +107,23 @@ class TrackingAllocator final : public c10::Allocator {
 
  private:
   c10::DataPtr allocate_tracked(size_t n) const {
-    if (void* reused = large_blocks().take(static_cast<int64_t>(n))) {
-      add_live(static_cast<int64_t>(n));
-      return {reused, reused, &tracked_delete, c10::Device(c10::DeviceType::CPU)};
+    Header* header = nullptr;
+    CpuBlockCache* cache = block_cache();
+    if (cache != nullptr && n + kHeaderBytes >= cache->min_bytes()) {
+      const CpuBlockCache::Block block = cache->allocate(n + kHeaderBytes);
+      header = static_cast<Header*>(block.data);
+      header->original_deleter = nullptr;  // marks a block of the cache
+      header->original_context = reinterpret_cast<void*>(block.size);
+    } else {
+      c10::DataPtr original = original_->allocate(n + kHeaderBytes);
+      header = static_cast<Header*>(original.get());
+      header->original_deleter = original.get_deleter();
+      header->original_context = original.release_context();  // ownership now lives in the header
     }
-    c10::DataPtr original = original_->allocate(n + kHeaderBytes);
-    auto* base = static_cast<char*>(original.get());
-    auto* header = reinterpret_cast<Header*>(base);
     header->size = static_cast<int64_t>(n);
-    header->original_deleter = original.get_deleter();
-    header->original_context = original.release_context();  // ownership now lives in the header
     add_live(static_cast<int64_t>(n));
-    void* data = base + kHeaderBytes;
-    return {data, data, &tracked_delete, original.device()};
+    void* data = reinterpret_cast<char*>(header) + kHeaderBytes;
+    return {data, data, &tracked_delete, c10::Device(c10::DeviceType::CPU)};
   }
 
   c10::Allocator* original_;
@@ -172,9 +138,9 @@ namespace {
 // temporaries every step, and activation checkpointing does so even more (the recompute re-creates what the
 // forward freed), so each one came back as fresh pages to fault in and zero: on an 8-layer, 1024-token bf16 Llama
 // this made full checkpointing cost +78% step time instead of +31% (scripts/bench_checkpointing.sh). Keeping freed
-// memory in the process for reuse, as PyTorch's CUDA caching allocator does on the GPU, removes that. RSS then stays
-// near the run's peak, which the tracked peak already is. Blocks above 32 MiB (glibc's maximum threshold) go through
-// LargeBlockCache instead.
+// memory in the process for reuse, as PyTorch's CUDA caching allocator does on the GPU, removes that. Since blocks
+// from 128 KiB up moved to their own cache (CpuBlockCache), this governs the small ones (and every block with
+// TUNE_CPU_BLOCK_CACHE=off).
 void keep_freed_memory_for_reuse() {
 #if defined(__GLIBC__)
   mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
@@ -201,6 +167,11 @@ bool installed() { return g_installed.load(); }
 
 int64_t cpu_live_bytes() { return g_live_bytes.load(std::memory_order_relaxed); }
 int64_t cpu_peak_bytes() { return g_peak_bytes.load(std::memory_order_relaxed); }
+
+CpuBlockCache::Stats cpu_block_cache_stats() {
+  const CpuBlockCache* cache = block_cache();
+  return cache == nullptr ? CpuBlockCache::Stats{} : cache->stats();
+}
 
 void reset_cpu_peak() { g_peak_bytes.store(g_live_bytes.load(std::memory_order_relaxed), std::memory_order_relaxed); }
 

@@ -1,0 +1,75 @@
+// Large CPU blocks mapped from the kernel directly and kept after free for reuse by an allocation of the same
+// size, with the mapped total bounded by the largest live total seen so far plus a small slack.
+//
+// Why not glibc's heap: training frees and re-creates the same large temporaries every step (and activation
+// checkpointing's recompute re-creates what forward freed), in an order that differs between forward, backward and
+// the optimizer. Kept in one heap that is never trimmed (which fresh page faults made necessary, memory_tracker.cpp),
+// those blocks fragment it: on issue 22's 8-layer Llama step with full checkpointing glibc's heap held 387 MB of
+// address space for a tracked tensor peak of 183 MB, and peak RSS followed the heap, not the tensors. Here every
+// block is its own mapping, so nothing fragments; a freed block waits in the cache for the next allocation of its
+// size (a training step asks for the same sizes again, so most requests are hits and fault in nothing), and a miss
+// first unmaps the least recently freed blocks until mapping the new one keeps the total within the live peak so far
+// plus a slack (an eighth of it, at least 64 MiB). So RSS from large tensors stays within one slack of their peak.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <mutex>
+#include <map>
+#include <vector>
+
+namespace tune::memory_tracker {
+
+class CpuBlockCache {
+ public:
+  struct Stats {
+    int64_t mapped_bytes = 0;       // live and cached blocks together: what this cache adds to RSS at most
+    int64_t cached_bytes = 0;       // freed blocks kept for reuse
+    int64_t peak_live_bytes = 0;    // the largest total of live blocks so far (what bounds mapped_bytes)
+    int64_t hits = 0, misses = 0, evictions = 0;
+  };
+
+  // Blocks of at least `min_bytes` are this cache's (smaller ones stay with malloc, which packs them well);
+  // `min_slack_bytes`: how far the mapped total may exceed the live peak before cached blocks are unmapped, or an
+  // eighth of the live peak when that is more.
+  CpuBlockCache(size_t min_bytes, int64_t min_slack_bytes);
+  CpuBlockCache(const CpuBlockCache&) = delete;
+  CpuBlockCache& operator=(const CpuBlockCache&) = delete;
+  ~CpuBlockCache();  // unmaps cached blocks; live ones must have been freed
+
+  size_t min_bytes() const { return min_bytes_; }
+  // The whole mapping's size for a request of `bytes` (whole pages).
+  static size_t mapping_bytes(size_t bytes);
+
+  struct Block {
+    void* data;
+    size_t size;  // the mapping's bytes: at least the request, at most a quarter more (a reused larger block)
+  };
+  // A page-aligned block of at least `bytes` bytes (>= min_bytes()): a cached one of the smallest size from the
+  // request's to a quarter above it, or a fresh mapping; throws std::bad_alloc when the kernel refuses one.
+  Block allocate(size_t bytes);
+  // Gives back a block allocate() returned.
+  void free(Block block);
+
+  Stats stats() const;
+
+ private:
+  using Order = std::list<Block>;  // least recently freed first
+
+  void evict_oldest();  // mutex_ held
+
+  const size_t min_bytes_;
+  const int64_t min_slack_bytes_;
+  mutable std::mutex mutex_;
+  Order order_;
+  std::map<size_t, std::vector<Order::iterator>> by_size_;  // each size's cached blocks, newest last
+  int64_t live_bytes_ = 0;
+  Stats stats_;
+};
+
+// The statistics of the process's cache, the one the tracking CPU allocator (memory_tracker.h) hands large blocks
+// from; all zero when TUNE_CPU_BLOCK_CACHE=off. Defined beside that allocator.
+CpuBlockCache::Stats cpu_block_cache_stats();
+
+}  // namespace tune::memory_tracker

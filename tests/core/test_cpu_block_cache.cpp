@@ -1,0 +1,102 @@
+// The cache of large CPU blocks: reuse by size (up to a quarter larger), and the mapped total held within the live
+// peak plus the slack, whatever order blocks come and go in.
+#include "tune/core/cpu_block_cache.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+using tune::memory_tracker::CpuBlockCache;
+
+namespace {
+constexpr size_t kMiB = size_t{1} << 20;
+}
+
+TEST_CASE("cpu block cache: a freed block serves the next request of its size without a new mapping") {
+  CpuBlockCache cache(128 << 10, 64 * kMiB);
+  const CpuBlockCache::Block first = cache.allocate(3 * kMiB + 5);
+  CHECK(first.size == CpuBlockCache::mapping_bytes(3 * kMiB + 5));
+  CHECK(first.size >= 3 * kMiB + 5);
+  std::memset(first.data, 7, 3 * kMiB + 5);  // the whole request is writable
+  cache.free(first);
+  const CpuBlockCache::Block again = cache.allocate(3 * kMiB + 5);
+  CHECK(again.data == first.data);
+  CHECK(static_cast<unsigned char*>(again.data)[3 * kMiB] == 7);  // the same pages: nothing faulted in afresh
+  const auto stats = cache.stats();
+  CHECK(stats.hits == 1);
+  CHECK(stats.misses == 1);
+  CHECK(stats.cached_bytes == 0);
+  CHECK(stats.mapped_bytes == static_cast<int64_t>(first.size));
+  cache.free(again);
+}
+
+TEST_CASE("cpu block cache: a cached block up to a quarter larger serves, a larger one does not") {
+  CpuBlockCache cache(128 << 10, 64 * kMiB);
+  const CpuBlockCache::Block big = cache.allocate(4 * kMiB);
+  cache.free(big);
+  const CpuBlockCache::Block smaller = cache.allocate(4 * kMiB - kMiB / 2);  // 4 MiB is within a quarter of it
+  CHECK(smaller.data == big.data);
+  CHECK(smaller.size == big.size);  // the block keeps its own size, so freeing it gives back the whole mapping
+  cache.free(smaller);
+  const CpuBlockCache::Block much_smaller = cache.allocate(2 * kMiB);  // 4 MiB is twice it: a new mapping
+  CHECK(much_smaller.data != big.data);
+  CHECK(much_smaller.size == 2 * kMiB);
+  CHECK(cache.stats().misses == 2);
+  cache.free(much_smaller);
+}
+
+TEST_CASE("cpu block cache: a miss unmaps the least recently freed blocks to stay within peak plus slack") {
+  const int64_t slack = 8 * kMiB;
+  CpuBlockCache cache(128 << 10, slack);
+  // Live peak 16 MiB: four 4 MiB blocks at once.
+  std::vector<CpuBlockCache::Block> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(cache.allocate(4 * kMiB));
+  for (const auto& block : blocks) cache.free(block);
+  CHECK(cache.stats().peak_live_bytes == 16 * static_cast<int64_t>(kMiB));
+  CHECK(cache.stats().cached_bytes == 16 * static_cast<int64_t>(kMiB));
+  // A 10 MiB request fits none of them: mapping it beside all four would reach 26 MiB > 16 + 8, so the oldest go.
+  const CpuBlockCache::Block large = cache.allocate(10 * kMiB);
+  const auto stats = cache.stats();
+  CHECK(stats.evictions == 1);
+  CHECK(stats.mapped_bytes == 22 * static_cast<int64_t>(kMiB));
+  CHECK(stats.mapped_bytes <= stats.peak_live_bytes + slack);
+  // The freshest 4 MiB blocks stayed: a 4 MiB request is a hit.
+  const CpuBlockCache::Block reused = cache.allocate(4 * kMiB);
+  CHECK(reused.data == blocks[3].data);
+  cache.free(reused);
+  cache.free(large);
+}
+
+TEST_CASE("cpu block cache: under random traffic mapped bytes never pass the live peak plus the slack") {
+  const int64_t min_slack = 4 * kMiB;
+  CpuBlockCache cache(128 << 10, min_slack);
+  std::mt19937 random(0);
+  std::uniform_int_distribution<size_t> size_of(128 << 10, 6 * kMiB);
+  std::vector<CpuBlockCache::Block> live;
+  int64_t live_bytes = 0, peak_live = 0;
+  for (int i = 0; i < 2000; ++i) {
+    if (!live.empty() && (live.size() > 12 || random() % 2 == 0)) {
+      const size_t index = random() % live.size();
+      live_bytes -= static_cast<int64_t>(live[index].size);
+      cache.free(live[index]);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(index));
+    } else {
+      const size_t bytes = size_of(random);
+      live.push_back(cache.allocate(bytes));
+      CHECK(live.back().size >= bytes);
+      CHECK(live.back().size <= CpuBlockCache::mapping_bytes(bytes) + CpuBlockCache::mapping_bytes(bytes) / 4);
+      live_bytes += static_cast<int64_t>(live.back().size);
+      peak_live = std::max(peak_live, live_bytes);
+    }
+    const auto stats = cache.stats();
+    REQUIRE(stats.mapped_bytes == live_bytes + stats.cached_bytes);
+    REQUIRE(stats.peak_live_bytes == peak_live);
+    REQUIRE(stats.mapped_bytes <= peak_live + std::max(min_slack, peak_live / 8));
+  }
+  const auto stats = cache.stats();
+  CHECK(stats.hits > 0);
+  CHECK(stats.evictions > 0);
+  for (const auto& block : live) cache.free(block);
+}
