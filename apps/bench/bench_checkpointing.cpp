@@ -342,19 +342,17 @@ int run(const BenchOptions& options) {
 
   // The analytic side: the estimate for this policy and layout, and the floor policy full aims at (every block's
   // fp32 input kept, plus one block's working set while it is recomputed and differentiated).
-  // The attention core that ran, per stack (as sft_train.cpp asks): selective's layers may keep tune's recomputing
-  // core where the others run LibTorch's fused kernel.
+  // The attention cores that ran (as sft_train.cpp asks): plainly run, recomputed and selective's layers may each
+  // take another (nn::attention_core_form).
   tune::recipes::sft::ActivationShape shape{options.batch, options.sequence, options.dtype == "bf16" ? 2 : 4};
   const auto device_type = options.device == "cuda" ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
   const auto compute_dtype = options.dtype == "bf16" ? torch::kBFloat16 : torch::kFloat;
-  shape.fused_attention = tune::nn::uses_fused_attention(device_type, compute_dtype);
   shape.lora = lora;
-  auto selective_shape = shape;
-  selective_shape.fused_attention = tune::nn::uses_fused_attention(device_type, compute_dtype, /*recomputing=*/true);
-  const int64_t estimate = tune::recipes::estimate_for_runner(
-      tune::recipes::sft::llama_stack(config, shape, false),
-      tune::recipes::sft::llama_stack(config, selective_shape, true), *runner);
+  const tune::recipes::RunnerStacks stacks = tune::recipes::sft::llama_stacks(config, shape, device_type, compute_dtype);
+  const int64_t estimate = tune::recipes::estimate_for_runner(stacks.plain, stacks.selective, *runner);
   const int64_t block_inputs = options.layers * options.batch * options.sequence * options.hidden * 4;
+  // Policy full's floor: a layer's working set as its recompute runs it.
+  shape.attention_core = tune::nn::attention_core_form(device_type, compute_dtype, /*kept_until_backward=*/false);
   const int64_t layer_bytes = tune::recipes::sft::estimate_layer_working_set_bytes(config, shape);
 
   result["step_s"] = median(seconds);

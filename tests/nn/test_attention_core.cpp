@@ -195,7 +195,7 @@ TEST_CASE("recomputing attention keeps nothing [B, H, T, S] from forward to back
   CHECK(recomputing <= context_bytes + 4096);
 }
 
-TEST_CASE("run_attention_core recomputes only for a runner that recomputes the attention core, under grad",
+TEST_CASE("run_attention_core recomputes the probabilities wherever autograd would keep them until backward",
           "[nn][attention]") {
   struct Recomputing : tune::nn::PlainBlockRunner {
     bool recomputes(tune::nn::RegionKind kind) const override { return kind == tune::nn::RegionKind::attention_core; }
@@ -209,11 +209,41 @@ TEST_CASE("run_attention_core recomputes only for a runner that recomputes the a
     const auto out = tune::nn::run_attention_core(runner, in.query, in.key, in.value, in.mask, in.scale);
     return out.grad_fn() ? out.grad_fn()->name() : std::string("none");
   };
+  // Under grad: selective's runner, a plain one and none alike (a plainly run block keeps its graph until backward).
   CHECK(node(&recomputing).find("RecomputingAttention") != std::string::npos);
-  CHECK(node(&plain).find("RecomputingAttention") == std::string::npos);
-  CHECK(node(nullptr).find("RecomputingAttention") == std::string::npos);
+  CHECK(node(&plain).find("RecomputingAttention") != std::string::npos);
+  CHECK(node(nullptr).find("RecomputingAttention") != std::string::npos);
+  {
+    // A checkpointed block's recompute: its graph lives only through its own backward, so the plain form (one
+    // product fewer); selective's core, which no block recompute wraps, recomputes still.
+    const tune::nn::RecomputeScope in_recompute;
+    CHECK(node(&plain).find("RecomputingAttention") == std::string::npos);
+    CHECK(node(&plain) != "none");
+    CHECK(node(&recomputing).find("RecomputingAttention") != std::string::npos);
+  }
   torch::NoGradGuard no_grad;
   CHECK(node(&recomputing) == "none");
+  CHECK(node(&plain) == "none");
+}
+
+TEST_CASE("attention_core_form: what run_attention_core takes, and so what the estimates count", "[nn][attention]") {
+  using tune::nn::AttentionCoreForm;
+  using tune::nn::attention_core_form;
+  const auto cpu = c10::DeviceType::CPU;
+  const tune::testing::ScopedEnv plain_core("TUNE_CPU_ATTENTION", "plain");
+  CHECK(attention_core_form(cpu, torch::kBFloat16, /*kept_until_backward=*/true) == AttentionCoreForm::recomputing);
+  CHECK(attention_core_form(cpu, torch::kBFloat16, /*kept_until_backward=*/false) == AttentionCoreForm::plain);
+  CHECK(attention_core_form(cpu, torch::kDouble, true, /*selective=*/true) == AttentionCoreForm::recomputing);
+  CHECK(attention_core_form(c10::DeviceType::CUDA, torch::kBFloat16, true) == AttentionCoreForm::fused);
+  CHECK(attention_core_form(c10::DeviceType::CUDA, torch::kBFloat16, false) == AttentionCoreForm::fused);
+  // Soft-capped scores never take the fused kernels, on any device.
+  CHECK(attention_core_form(c10::DeviceType::CUDA, torch::kBFloat16, true, false, /*softcapped=*/true) ==
+        AttentionCoreForm::recomputing);
+  const tune::testing::ScopedEnv fused_core("TUNE_CPU_ATTENTION", "fused");
+  CHECK(attention_core_form(cpu, torch::kBFloat16, true) == AttentionCoreForm::fused);
+  CHECK(attention_core_form(cpu, torch::kBFloat16, false) == AttentionCoreForm::fused);
+  // Selective's layers keep tune's chunked recompute on the CPU (it skips the keys a packing mask hides).
+  CHECK(attention_core_form(cpu, torch::kBFloat16, true, /*selective=*/true) == AttentionCoreForm::recomputing);
 }
 
 TEST_CASE("on the CPU the fused core replaces the plain one for fp32, for bf16/fp16 only where LibTorch's kernels "

@@ -28,6 +28,31 @@ using tune::memory::Policy;
 constexpr int64_t kBatch = 2;
 constexpr int64_t kSequence = 256;
 
+// The estimates for `shape` with the attention cores a bf16 CPU run takes (tune's recomputing core in layers kept
+// until backward, its plain core in a checkpointed layer's recompute, or LibTorch's fused kernel where
+// TUNE_CPU_ATTENTION=fused: nn::attention_core_form), as sft_train.cpp makes them.
+struct Estimates {
+  tune::recipes::RunnerStacks stacks;
+  Estimates(const tune::models::LlamaConfig& config, const tune::recipes::sft::ActivationShape& shape)
+      : stacks(tune::recipes::sft::llama_stacks(config, shape, c10::DeviceType::CPU,
+                                                shape.compute_bytes == 2 ? torch::kBFloat16 : torch::kFloat)) {}
+  // The last `count` layers checkpointed: an upper bound when only the count is known (what the run log prints).
+  int64_t checkpointed(int64_t count) const {
+    const auto layers = static_cast<int64_t>(stacks.plain.blocks.size());
+    return tune::recipes::estimate_stack_bytes(stacks.plain, tune::recipes::last_blocks_checkpointed(layers, count));
+  }
+  int64_t layout(const std::vector<bool>& checkpointed) const {
+    return tune::recipes::estimate_stack_bytes(stacks.plain, checkpointed);
+  }
+  int64_t segmented(int64_t segment_size) const {
+    return tune::recipes::estimate_segmented_stack_bytes(stacks.plain, segment_size);
+  }
+  int64_t selective() const { return tune::recipes::estimate_stack_bytes(stacks.selective, {}); }
+  int64_t for_policy(Policy policy, const CheckpointRunner& runner) const {
+    return policy == Policy::selective ? selective() : checkpointed(runner.checkpointed_blocks());
+  }
+};
+
 // Activation memory of one bf16-autocast training step (tests/common/activation_memory.h).
 int64_t measure_activation_bytes(tune::models::LlamaForCausalLM& model, const torch::Tensor& input_ids,
                                  const torch::Tensor& labels) {
@@ -47,10 +72,7 @@ void check_lora_policies(tune::models::LlamaForCausalLM& model, const tune::mode
     auto runner = std::make_shared<CheckpointRunner>(CheckpointOptions{policy, 2}, 8);
     model->set_block_runner(runner);
     const int64_t measured = measure_activation_bytes(model, input_ids, labels);
-    const int64_t estimate = policy == Policy::selective
-                                 ? tune::recipes::sft::estimate_selective_activation_bytes(config, shape)
-                                 : tune::recipes::sft::estimate_activation_bytes(config, shape,
-                                                                                 runner->checkpointed_blocks());
+    const int64_t estimate = Estimates(config, shape).for_policy(policy, *runner);
     const double ratio = static_cast<double>(measured) / static_cast<double>(estimate);
     WARN(what << ", " << runner->describe() << ": measured " << measured / 1048576.0 << " MiB, estimate "
               << estimate / 1048576.0 << " MiB (" << ratio << ")");
@@ -92,12 +114,12 @@ TEST_CASE("gradient checkpointing cuts measured activation memory as the estimat
     model->set_block_runner(runner);
     const int64_t measured = measure_activation_bytes(model, input_ids, labels);
     // From the count alone (what the run log prints): an upper bound over where the checkpointed layers sit.
-    const int64_t estimate =
-        tune::recipes::sft::estimate_activation_bytes(config, shape, runner->checkpointed_blocks());
+    const Estimates estimates(config, shape);
+    const int64_t estimate = estimates.checkpointed(runner->checkpointed_blocks());
     // From the runner's actual layout.
     std::vector<bool> layout;
     for (int64_t i = 0; i < config.num_hidden_layers; ++i) layout.push_back(runner->is_checkpointed(i));
-    const int64_t layout_estimate = tune::recipes::sft::estimate_activation_bytes(config, shape, layout);
+    const int64_t layout_estimate = estimates.layout(layout);
     const double ratio = static_cast<double>(measured) / static_cast<double>(estimate);
     const double layout_ratio = static_cast<double>(measured) / static_cast<double>(layout_estimate);
     WARN("policy " << policy.name << " (" << runner->describe() << "): measured " << measured / 1048576.0
@@ -118,13 +140,12 @@ TEST_CASE("gradient checkpointing cuts measured activation memory as the estimat
       std::make_shared<CheckpointRunner>(CheckpointOptions{Policy::sqrt, 2}, config.num_hidden_layers);
   model->set_block_runner(sqrt_runner);
   const int64_t measured_sqrt = measure_activation_bytes(model, input_ids, labels);
-  const int64_t estimate_sqrt =
-      tune::recipes::sft::estimate_segmented_activation_bytes(config, shape, sqrt_runner->segment_size());
+  const int64_t estimate_sqrt = Estimates(config, shape).segmented(sqrt_runner->segment_size());
   const auto selective_runner =
       std::make_shared<CheckpointRunner>(CheckpointOptions{Policy::selective, 2}, config.num_hidden_layers);
   model->set_block_runner(selective_runner);
   const int64_t measured_selective = measure_activation_bytes(model, input_ids, labels);
-  const int64_t estimate_selective = tune::recipes::sft::estimate_selective_activation_bytes(config, shape);
+  const int64_t estimate_selective = Estimates(config, shape).selective();
   WARN("sqrt: measured " << measured_sqrt / 1048576.0 << " MiB, estimate " << estimate_sqrt / 1048576.0
                          << " MiB; selective: measured " << measured_selective / 1048576.0 << " MiB, estimate "
                          << estimate_selective / 1048576.0 << " MiB");
@@ -152,10 +173,10 @@ TEST_CASE("the estimate follows a long sequence's attention working set (full, s
 
   model->set_block_runner(std::make_shared<CheckpointRunner>(CheckpointOptions{Policy::full, 2}, 2));
   const int64_t measured_full = measure_activation_bytes(model, input_ids, labels);
-  const int64_t estimate_full = tune::recipes::sft::estimate_activation_bytes(config, shape, 2);
+  const int64_t estimate_full = Estimates(config, shape).checkpointed(2);
   model->set_block_runner(std::make_shared<CheckpointRunner>(CheckpointOptions{Policy::selective, 2}, 2));
   const int64_t measured_selective = measure_activation_bytes(model, input_ids, labels);
-  const int64_t estimate_selective = tune::recipes::sft::estimate_selective_activation_bytes(config, shape);
+  const int64_t estimate_selective = Estimates(config, shape).selective();
   WARN("1024 tokens, full: measured " << measured_full / 1048576.0 << " MiB, estimate " << estimate_full / 1048576.0
                                       << " MiB; selective: measured " << measured_selective / 1048576.0
                                       << " MiB, estimate " << estimate_selective / 1048576.0 << " MiB");
@@ -224,7 +245,7 @@ TEST_CASE("the estimate follows the fused attention core (scaled_dot_product_att
   // Where nn::uses_fused_attention picks LibTorch's kernel (fp32 everywhere, bf16 on CPUs with native bf16
   // products), layers run plainly use it and nothing [B, H, T, T] outlives its call: the estimate counts what the
   // kernel keeps (q, k, v, output, log-sum-exp) and its backward's gradients instead of the probabilities.
-  // Selective's layers keep tune's recomputing core on the CPU (their estimate without the fused terms).
+  // Selective's layers keep tune's recomputing core on the CPU (llama_stacks: nn::attention_core_form).
   const tune::testing::ScopedEnv fused("TUNE_CPU_ATTENTION", "fused");
   tune::memory_tracker::install();
   torch::manual_seed(3);
@@ -237,8 +258,7 @@ TEST_CASE("the estimate follows the fused attention core (scaled_dot_product_att
     model->train();
     const auto input_ids = torch::randint(0, config.vocab_size, {batch, sequence}, torch::kLong);
     const auto labels = input_ids.clone();
-    tune::recipes::sft::ActivationShape shape{batch, sequence, /*compute_bytes=*/2};
-    shape.fused_attention = true;
+    const tune::recipes::sft::ActivationShape shape{batch, sequence, /*compute_bytes=*/2};
     const int64_t layers = config.num_hidden_layers;
     model->set_block_runner(std::make_shared<CheckpointRunner>(CheckpointOptions{Policy::off, 2}, layers));
     measure_activation_bytes(model, input_ids, labels);  // warm-up: parameter gradients
@@ -246,12 +266,7 @@ TEST_CASE("the estimate follows the fused attention core (scaled_dot_product_att
       auto runner = std::make_shared<CheckpointRunner>(CheckpointOptions{policy, 2}, layers);
       model->set_block_runner(runner);
       const int64_t measured = measure_activation_bytes(model, input_ids, labels);
-      tune::recipes::sft::ActivationShape selective_shape = shape;
-      selective_shape.fused_attention = false;
-      const int64_t estimate =
-          policy == Policy::selective
-              ? tune::recipes::sft::estimate_selective_activation_bytes(config, selective_shape)
-              : tune::recipes::sft::estimate_activation_bytes(config, shape, runner->checkpointed_blocks());
+      const int64_t estimate = Estimates(config, shape).for_policy(policy, *runner);
       const double ratio = static_cast<double>(measured) / static_cast<double>(estimate);
       WARN(sequence << " tokens, fused core, " << runner->describe() << ": measured " << measured / 1048576.0
                     << " MiB, estimate " << estimate / 1048576.0 << " MiB (" << ratio << ")");
@@ -282,18 +297,19 @@ TEST_CASE("the estimate follows Gemma 2 (sandwich norms, soft-capped plain atten
   model->train();
   const auto input_ids = torch::randint(0, config.vocab_size, {kBatch, kSequence}, torch::kLong);
   const auto labels = input_ids.clone();
-  tune::recipes::sft::ActivationShape shape{kBatch, kSequence, /*compute_bytes=*/2};
-  shape.fused_attention = false;  // what nn::uses_fused_attention answers for soft-capped scores
+  // Soft-capped scores never take the fused core (llama_stacks asks nn::attention_core_form with the cap).
+  const tune::recipes::sft::ActivationShape shape{kBatch, kSequence, /*compute_bytes=*/2};
+  const Estimates estimates(config, shape);
   model->set_block_runner(std::make_shared<CheckpointRunner>(CheckpointOptions{Policy::off, 2}, 4));
   measure_activation_bytes(model, input_ids, labels);  // warm-up: parameter gradients
   const int64_t measured_off = measure_activation_bytes(model, input_ids, labels);
-  const int64_t estimate_off = tune::recipes::sft::estimate_activation_bytes(config, shape, 0);
+  const int64_t estimate_off = estimates.checkpointed(0);
   model->set_block_runner(std::make_shared<CheckpointRunner>(CheckpointOptions{Policy::full, 2}, 4));
   const int64_t measured_full = measure_activation_bytes(model, input_ids, labels);
-  const int64_t estimate_full = tune::recipes::sft::estimate_activation_bytes(config, shape, 4);
+  const int64_t estimate_full = estimates.checkpointed(4);
   model->set_block_runner(std::make_shared<CheckpointRunner>(CheckpointOptions{Policy::selective, 2}, 4));
   const int64_t measured_selective = measure_activation_bytes(model, input_ids, labels);
-  const int64_t estimate_selective = tune::recipes::sft::estimate_selective_activation_bytes(config, shape);
+  const int64_t estimate_selective = estimates.selective();
   WARN("gemma2: off measured " << measured_off / 1048576.0 << " MiB, estimate " << estimate_off / 1048576.0
                                << " MiB; full " << measured_full / 1048576.0 << " / " << estimate_full / 1048576.0
                                << " MiB; selective " << measured_selective / 1048576.0 << " / "

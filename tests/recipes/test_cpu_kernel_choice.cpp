@@ -65,12 +65,18 @@ TEST_CASE("cpu kernel choice: the candidate the clock finds faster is the one ev
   tune::recipes::choose_cpu_kernels(step, torch::kCPU, tune::ChoiceCache(fresh_cache("first")), fake_clock(1.0, 2.0));
   CHECK(tune::cpu_gemm_mode_for(c10::kBFloat16) == CpuGemmMode::native);
   CHECK(tune::nn::uses_fused_attention(c10::DeviceType::CPU, c10::kBFloat16));
-  // Second candidates faster (the plain core by more than its 25% margin).
+  // Second candidates faster.
   tune::recipes::choose_cpu_kernels(step, torch::kCPU, tune::ChoiceCache(fresh_cache("second")), fake_clock(2.0, 1.0));
   CHECK(tune::cpu_gemm_mode_for(c10::kBFloat16) == CpuGemmMode::fp32_accumulate);
   CHECK_FALSE(tune::nn::uses_fused_attention(c10::DeviceType::CPU, c10::kBFloat16));
-  // The plain core only 15% faster: the fused kernel, which keeps no probabilities, stays.
+  // A training step's layers then take tune's recomputing core, which keeps no probabilities either.
+  CHECK(tune::nn::attention_core_form(c10::DeviceType::CPU, c10::kBFloat16, /*kept_until_backward=*/true) ==
+        tune::nn::AttentionCoreForm::recomputing);
+  // tune's core 15% faster: it wins (no margin: neither candidate keeps [T, S] probabilities until backward).
   tune::recipes::choose_cpu_kernels(step, torch::kCPU, tune::ChoiceCache(fresh_cache("close")), fake_clock(1.0, 0.85));
+  CHECK_FALSE(tune::nn::uses_fused_attention(c10::DeviceType::CPU, c10::kBFloat16));
+  // Within the 3% of noise: the first candidate (the fused kernel) stays.
+  tune::recipes::choose_cpu_kernels(step, torch::kCPU, tune::ChoiceCache(fresh_cache("noise")), fake_clock(1.0, 0.98));
   CHECK(tune::nn::uses_fused_attention(c10::DeviceType::CPU, c10::kBFloat16));
   // fp16 is a separate choice.
   CHECK(tune::cpu_gemm_mode_for(c10::kHalf) == tune::cpu_gemm_mode_for_fp16());

@@ -74,7 +74,8 @@ TEST_CASE("Latte: measured activation memory follows the estimate under every po
     tune::models::LatteConfig config;
     int64_t batch;
   };
-  // Both attention cores: tune's plain one and LibTorch's fused kernel (nn::uses_fused_attention).
+  // Both attention cores: tune's (plain where a checkpointed block recomputes, recomputing its probabilities where
+  // the graph lives until backward) and LibTorch's fused kernel (nn::attention_core_form).
   for (const bool fused : {false, true}) {
   const tune::testing::ScopedEnv core("TUNE_CPU_ATTENTION", fused ? "fused" : "plain");
   for (const Case& c : {Case{"latents-like, hidden 128", activation_heavy_config(), kBatch},
@@ -90,10 +91,7 @@ TEST_CASE("Latte: measured activation memory follows the estimate under every po
     const auto t = torch::randint(0, 1000, {c.batch}, torch::kLong);
     const auto labels = config.class_conditional() ? torch::randint(0, config.num_classes, {c.batch}, torch::kLong)
                                                    : torch::Tensor();
-    const tune::recipes::latte::LatteActivationShape shape{c.batch, 2, fused};
-    const auto plain = tune::recipes::latte::latte_stack(config, shape, false);
-    // Selective's blocks keep tune's recomputing core on the CPU (nn::uses_fused_attention).
-    const auto selective = tune::recipes::latte::latte_stack(config, {c.batch, 2, false}, true);
+    const tune::recipes::latte::LatteActivationShape shape{c.batch, 2};
 
     model->set_block_runner(std::make_shared<CheckpointRunner>(CheckpointOptions{Policy::off, 2}, config.depth));
     measure_activation_bytes(model, diffusion, x_start, t, noise, labels);  // warm-up: parameter gradients
@@ -102,7 +100,8 @@ TEST_CASE("Latte: measured activation memory follows the estimate under every po
       const auto runner = std::make_shared<CheckpointRunner>(CheckpointOptions{policy, 2}, config.depth);
       model->set_block_runner(runner);
       const int64_t measured = measure_activation_bytes(model, diffusion, x_start, t, noise, labels);
-      const int64_t estimate = tune::recipes::estimate_for_runner(plain, selective, *runner);
+      const int64_t estimate =
+          tune::recipes::latte::latte_activation_estimate(config, shape, torch::kCPU, torch::kBFloat16, *runner);
       const double ratio = static_cast<double>(measured) / static_cast<double>(estimate);
       WARN(c.name << (fused ? ", fused core, " : ", ") << runner->describe() << ": measured " << measured / 1048576.0 << " MiB, estimate "
                   << estimate / 1048576.0 << " MiB (" << ratio << ")");

@@ -132,8 +132,8 @@ void report(const std::vector<Result>& results) {
 constexpr Policy kPolicies[] = {Policy::off, Policy::full, Policy::every_k, Policy::sqrt, Policy::selective};
 
 void check_policies(tune::models::Sana& model, const std::function<void()>& step,
-                    const tune::recipes::StackMemory& plain, const tune::recipes::StackMemory& selective,
-                    const std::string& label, std::vector<Result>& results) {
+                    const tune::recipes::RunnerStacks& stacks, const std::string& label,
+                    std::vector<Result>& results) {
   const int64_t blocks = model->num_blocks();
   model->set_block_runner(std::make_shared<CheckpointRunner>(CheckpointOptions{Policy::off, 2}, blocks));
   measure(*model, step);  // warm-up: parameter gradients, kernel choices
@@ -142,7 +142,7 @@ void check_policies(tune::models::Sana& model, const std::function<void()>& step
     const auto runner = std::make_shared<CheckpointRunner>(CheckpointOptions{policy, 2}, blocks);
     model->set_block_runner(runner);
     const int64_t measured = measure(*model, step);
-    const int64_t estimate = tune::recipes::estimate_for_runner(plain, selective, *runner);
+    const int64_t estimate = tune::recipes::estimate_for_runner(stacks.plain, stacks.selective, *runner);
     const double ratio = static_cast<double>(measured) / static_cast<double>(estimate);
     results.push_back({label + ", " + tune::memory::policy_name(policy), measured, estimate});
     INFO(label << ", " << runner->describe() << ": measured " << measured / 1048576.0 << " MiB, estimate "
@@ -154,14 +154,13 @@ void check_policies(tune::models::Sana& model, const std::function<void()>& step
   CHECK(measured_full < measured_off);
 }
 
-tune::recipes::sana::SanaActivationShape shape_for(int64_t batch, MixedPrecision precision, bool fused, bool training) {
+tune::recipes::sana::SanaActivationShape shape_for(int64_t batch, MixedPrecision precision, bool training) {
   tune::recipes::sana::SanaActivationShape shape;
   shape.batch = batch;
   shape.latent_height = kLatent;
   shape.latent_width = kLatent;
   shape.text_tokens = kTextTokens;
   shape.compute_bytes = precision == MixedPrecision::no ? 4 : 2;
-  shape.fused_attention = fused;
   shape.training_loss = training;
   return shape;
 }
@@ -188,13 +187,12 @@ void run_all(bool training) {
       }
       const int64_t batch = training ? kBatch : 2 * kBatch;  // infer: 2 prompts, the batch doubled by guidance
       const Inputs in = make_inputs(config, batch);
-      const auto shape = shape_for(batch, precision, tune::nn::uses_fused_attention(torch::kCPU, dtype), training);
-      auto selective_shape = shape;
-      selective_shape.fused_attention = tune::nn::uses_fused_attention(torch::kCPU, dtype, /*recomputing=*/true);
-      const auto plain = tune::recipes::sana::sana_stack(config, shape, false);
-      const auto selective = tune::recipes::sana::sana_stack(config, selective_shape, true);
+      // The attention cores the run takes in each kind of block (nn::attention_core_form).
+      const auto stacks = tune::recipes::stacks_with_attention_cores(
+          shape_for(batch, precision, training), torch::kCPU, dtype,
+          [&](const auto& each, bool selective) { return tune::recipes::sana::sana_stack(config, each, selective); });
       check_policies(model, training ? training_step(model, in, precision) : guided_step(model, in, precision),
-                     plain, selective, label, results);
+                     stacks, label, results);
     }
   }
   report(results);

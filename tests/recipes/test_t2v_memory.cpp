@@ -145,8 +145,8 @@ constexpr Policy kPolicies[] = {Policy::off, Policy::full, Policy::every_k, Poli
 
 // Runs `step` under every policy and checks the measured peak against the estimate (test_latte_memory's ±10%).
 void check_policies(tune::models::LatteT2V& model, const std::function<void()>& step,
-                    const tune::recipes::StackMemory& plain, const tune::recipes::StackMemory& selective,
-                    const std::string& label, std::vector<Result>& results) {
+                    const tune::recipes::RunnerStacks& stacks, const std::string& label,
+                    std::vector<Result>& results) {
   const int64_t blocks = model->num_blocks();
   model->set_block_runner(std::make_shared<CheckpointRunner>(CheckpointOptions{Policy::off, 2}, blocks));
   measure(*model, step);  // warm-up: parameter gradients, kernel choices
@@ -155,7 +155,7 @@ void check_policies(tune::models::LatteT2V& model, const std::function<void()>& 
     const auto runner = std::make_shared<CheckpointRunner>(CheckpointOptions{policy, 2}, blocks);
     model->set_block_runner(runner);
     const int64_t measured = measure(*model, step);
-    const int64_t estimate = tune::recipes::estimate_for_runner(plain, selective, *runner);
+    const int64_t estimate = tune::recipes::estimate_for_runner(stacks.plain, stacks.selective, *runner);
     const double ratio = static_cast<double>(measured) / static_cast<double>(estimate);
     results.push_back({label + ", " + tune::memory::policy_name(policy), measured, estimate});
     INFO(label << ", " << runner->describe() << ": measured " << measured / 1048576.0 << " MiB, estimate "
@@ -167,7 +167,7 @@ void check_policies(tune::models::LatteT2V& model, const std::function<void()>& 
   CHECK(measured_full < measured_off);
 }
 
-tune::recipes::latte_t2v::T2VActivationShape shape_for(int64_t batch, MixedPrecision precision, bool fused,
+tune::recipes::latte_t2v::T2VActivationShape shape_for(int64_t batch, MixedPrecision precision,
                                                        bool training) {
   tune::recipes::latte_t2v::T2VActivationShape shape;
   shape.batch = batch;
@@ -176,7 +176,6 @@ tune::recipes::latte_t2v::T2VActivationShape shape_for(int64_t batch, MixedPreci
   shape.latent_width = kLatent;
   shape.text_tokens = kTextTokens;
   shape.compute_bytes = precision == MixedPrecision::no ? 4 : 2;
-  shape.fused_attention = fused;
   shape.training_loss = training;
   return shape;
 }
@@ -188,7 +187,8 @@ TEST_CASE("LatteT2V: measured activation memory follows the estimate under every
   tune::memory_tracker::install();
   const auto config = small_config();
   std::vector<Result> results;
-  // Both attention cores: tune's plain one and LibTorch's fused kernel (nn::uses_fused_attention).
+  // Both attention cores: tune's (nn::attention_core_form: plain or recomputing by block) and LibTorch's fused
+  // kernel.
   for (const bool fused : {false, true}) {
     const tune::testing::ScopedEnv core("TUNE_CPU_ATTENTION", fused ? "fused" : "plain");
     for (const MixedPrecision precision : {MixedPrecision::no, MixedPrecision::bf16}) {
@@ -202,12 +202,11 @@ TEST_CASE("LatteT2V: measured activation memory follows the estimate under every
       fill_zero_parameters(*model);
       const auto diffusion = tune::diffusion::create_diffusion({});
       const Inputs in = make_inputs(config, kBatch);
-      const auto shape = shape_for(kBatch, precision, tune::nn::uses_fused_attention(torch::kCPU, dtype), true);
-      auto selective_shape = shape;
-      selective_shape.fused_attention = tune::nn::uses_fused_attention(torch::kCPU, dtype, /*recomputing=*/true);
-      const auto plain = tune::recipes::latte_t2v::latte_t2v_stack(config, shape, false);
-      const auto selective = tune::recipes::latte_t2v::latte_t2v_stack(config, selective_shape, true);
-      check_policies(model, training_step(model, diffusion, in, precision), plain, selective, label, results);
+      // The attention cores the run takes in each kind of block (nn::attention_core_form).
+      const auto stacks = tune::recipes::stacks_with_attention_cores(
+          shape_for(kBatch, precision, true), torch::kCPU, dtype,
+          [&](const auto& each, bool selective) { return tune::recipes::latte_t2v::latte_t2v_stack(config, each, selective); });
+      check_policies(model, training_step(model, diffusion, in, precision), stacks, label, results);
     }
   }
   report(results);
@@ -236,12 +235,11 @@ TEST_CASE("LatteT2V: measured infer --grad memory follows the estimate under eve
       const auto diffusion = tune::diffusion::create_diffusion(options);
       // Two prompts: the model runs on 4 samples (classifier-free guidance doubles the batch).
       const Inputs in = make_inputs(config, 2 * kBatch);
-      const auto shape = shape_for(2 * kBatch, precision, tune::nn::uses_fused_attention(torch::kCPU, dtype), false);
-      auto selective_shape = shape;
-      selective_shape.fused_attention = tune::nn::uses_fused_attention(torch::kCPU, dtype, /*recomputing=*/true);
-      const auto plain = tune::recipes::latte_t2v::latte_t2v_stack(config, shape, false);
-      const auto selective = tune::recipes::latte_t2v::latte_t2v_stack(config, selective_shape, true);
-      check_policies(model, guided_step(model, diffusion, in, precision), plain, selective, label, results);
+      // The attention cores the run takes in each kind of block (nn::attention_core_form).
+      const auto stacks = tune::recipes::stacks_with_attention_cores(
+          shape_for(2 * kBatch, precision, false), torch::kCPU, dtype,
+          [&](const auto& each, bool selective) { return tune::recipes::latte_t2v::latte_t2v_stack(config, each, selective); });
+      check_policies(model, guided_step(model, diffusion, in, precision), stacks, label, results);
     }
   }
   report(results);

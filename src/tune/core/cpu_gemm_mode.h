@@ -37,7 +37,7 @@ bool libtorch_cpu_kernels_native(c10::ScalarType dtype);
 bool cpu_gemm_mode_forced();
 // Records the mode measured faster for bf16 or fp16 in this process (other dtypes: ignored).
 void set_measured_cpu_gemm_mode(c10::ScalarType dtype, CpuGemmMode mode);
-// The measured choice between LibTorch's fused attention kernel (true) and tune's plain core (false) for bf16 or
+// The measured choice between LibTorch's fused attention kernel (true) and tune's own core (false) for bf16 or
 // fp16 on the CPU, when this process made one (nn/attention_core.h follows it).
 void set_measured_cpu_fused_attention(c10::ScalarType dtype, bool fused);
 std::optional<bool> measured_cpu_fused_attention(c10::ScalarType dtype);

@@ -298,18 +298,31 @@ bool uses_fused_attention(c10::DeviceType device, c10::ScalarType dtype, bool re
   return false;
 }
 
+AttentionCoreForm attention_core_form(c10::DeviceType device, c10::ScalarType dtype, bool kept_until_backward,
+                                      bool selective, bool softcapped) {
+  if (uses_fused_attention(device, dtype, selective && kept_until_backward, softcapped)) return AttentionCoreForm::fused;
+  return kept_until_backward ? AttentionCoreForm::recomputing : AttentionCoreForm::plain;
+}
+
 torch::Tensor run_attention_core(BlockRunner* runner, const torch::Tensor& query, const torch::Tensor& key,
                                  const torch::Tensor& value, const torch::Tensor& mask, double scale, bool causal,
                                  double softcap) {
   // LibTorch's fused kernels where they are the better core: their backward recomputes the probabilities from q, k
   // and the saved log-sum-exp (what the recomputing form does by hand) in tiles that never hold [T, S] at once.
-  const bool recompute =
-      runner != nullptr && runner->recomputes(RegionKind::attention_core) && torch::GradMode::is_enabled();
-  if (uses_fused_attention(query.device().type(), query.scalar_type(), recompute, softcap > 0.0)) {
-    return attention_core_fused(query, key, value, mask, scale, causal);
+  const bool grad = torch::GradMode::is_enabled();
+  const bool selective = runner != nullptr && runner->recomputes(RegionKind::attention_core);
+  // Selective's layers run plainly (only regions recompute), so its core is kept until backward too.
+  const bool kept_until_backward = grad && (selective || !RecomputeScope::active());
+  switch (attention_core_form(query.device().type(), query.scalar_type(), kept_until_backward, selective,
+                              softcap > 0.0)) {
+    case AttentionCoreForm::fused:
+      return attention_core_fused(query, key, value, mask, scale, causal);
+    case AttentionCoreForm::recomputing:
+      return attention_core_recomputing_probabilities(query, key, value, mask, scale, softcap);
+    case AttentionCoreForm::plain:
+      break;
   }
-  return recompute ? attention_core_recomputing_probabilities(query, key, value, mask, scale, softcap)
-                   : attention_core(query, key, value, mask, scale, softcap);
+  return attention_core(query, key, value, mask, scale, softcap);
 }
 
 }  // namespace tune::nn

@@ -1,6 +1,7 @@
 // The attention core shared by the Llama and Latte blocks: softmax(q k^T * scale + mask) v after the projections,
 // in two autograd forms with the same forward values: the plain one (autograd keeps the probabilities) and one
-// whose backward recomputes the probabilities from q and k (what selective checkpointing wants).
+// whose backward recomputes the probabilities from q and k (what a layer whose graph lives until backward takes:
+// attention_core_form below).
 #pragma once
 
 #include <torch/types.h>
@@ -37,23 +38,39 @@ torch::Tensor attention_core_recomputing_probabilities(const torch::Tensor& quer
 torch::Tensor attention_core_fused(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
                                    const torch::Tensor& mask, double scale, bool causal = false);
 
-// Whether run_attention_core takes the fused form for inputs of this dtype on this device, `recomputing` when
-// selective checkpointing asks for the attention core's recompute (what the activation estimates ask, so they count
-// the core that runs). CUDA: always. CPU: never for the recomputing core (tune's chunked recompute skips the keys a
-// packing mask hides, and was measured faster than LibTorch's CPU kernel under such masks); for the plain core: fp32
-// always (measured faster and leaner, docs/BENCHMARKS.md, attention table); bf16/fp16 as the run measured at its
-// start (recipes/cpu_kernel_choice.h: the plain core must be 25% faster to win, since it keeps the probabilities),
-// or before any measurement where LibTorch's CPU kernels for the dtype are vectorised (core/cpu_gemm_mode.h:
-// libtorch_cpu_kernels_native; where it has only a reference loop its fused kernel was 2-3x slower than the plain
-// core); never float64, which tune uses to check the maths and which keeps the textbook formula.
-// TUNE_CPU_ATTENTION=fused|plain overrides the plain core's choice on the CPU (for side-by-side benchmarks).
+// Whether the fused form is the core for inputs of this dtype on this device, `recomputing` when selective
+// checkpointing asks for the attention core's recompute. CUDA: always. CPU: never for selective's core (tune's
+// chunked recompute skips the keys a packing mask hides, and was measured faster than LibTorch's CPU kernel under
+// such masks); otherwise: fp32 always (measured faster and leaner, docs/BENCHMARKS.md, attention table); bf16/fp16
+// as the run measured at its start (recipes/cpu_kernel_choice.h: LibTorch's fused kernel against tune's core in the
+// form the run takes), or before any measurement where LibTorch's CPU kernels for the dtype are vectorised
+// (core/cpu_gemm_mode.h: libtorch_cpu_kernels_native; where it has only a reference loop its fused kernel was 2-3x
+// slower than tune's core); never float64, which tune uses to check the maths and which keeps the textbook formula.
+// TUNE_CPU_ATTENTION=fused|plain overrides the choice on the CPU (for side-by-side benchmarks; `plain` means tune's
+// core, in whichever of its two forms the call takes).
 // `softcapped` (Gemma 2's soft-capped scores): never, on any device, since the fused kernels cannot apply the cap.
 bool uses_fused_attention(c10::DeviceType device, c10::ScalarType dtype, bool recomputing = false,
                           bool softcapped = false);
 
-// What a block calls: the fused form where uses_fused_attention says so (never with softcap > 0); otherwise the
-// recomputing form when `runner` recomputes the attention core (selective checkpointing) and grad mode is on, else
-// the plain form.
+// The three forms run_attention_core chooses between.
+enum class AttentionCoreForm {
+  plain,        // attention_core: autograd keeps the probabilities (a core whose graph dies young or never exists)
+  recomputing,  // attention_core_recomputing_probabilities: keeps q, k, v
+  fused,        // attention_core_fused: LibTorch's kernel
+};
+
+// Which form run_attention_core takes, and so what the activation estimates count. Where tune's core runs (not
+// fused), it recomputes its probabilities in backward whenever autograd would otherwise keep them from the block's
+// forward to its backward: `kept_until_backward`, grad mode on outside a checkpointed block's recompute (a plainly
+// run block, or selective checkpointing's, `selective`). The probabilities cost 6 bytes per score under bf16
+// (batch 4 x 4 heads x 512 x 512 scores a layer of the Llama benchmark: 24 MiB) against one more q k^T and softmax in backward
+// (measured: the same step time, docs/BENCHMARKS.md). Without gradients, and inside a checkpointed block's recompute
+// (its graph lives only through that block's backward, one block at a time), the plain form: no second product.
+AttentionCoreForm attention_core_form(c10::DeviceType device, c10::ScalarType dtype, bool kept_until_backward,
+                                      bool selective = false, bool softcapped = false);
+
+// What a block calls: the form attention_core_form gives for grad mode, the current recompute (nn::RecomputeScope)
+// and whether `runner` recomputes the attention core (selective checkpointing).
 torch::Tensor run_attention_core(BlockRunner* runner, const torch::Tensor& query, const torch::Tensor& key,
                                  const torch::Tensor& value, const torch::Tensor& mask, double scale,
                                  bool causal = false, double softcap = 0.0);

@@ -4,6 +4,13 @@
 #include <algorithm>
 
 namespace tune::recipes {
+namespace {
+
+const BlockFootprint& recomputed_block(const StackMemory& stack, size_t i) {
+  return stack.recomputed_blocks.empty() ? stack.blocks[i] : stack.recomputed_blocks[i];
+}
+
+}  // namespace
 
 StackPhases stack_phases(const StackMemory& stack, const std::vector<bool>& checkpointed) {
   int64_t kept_before = 0;  // by blocks 0 .. i-1
@@ -13,8 +20,8 @@ StackPhases stack_phases(const StackMemory& stack, const std::vector<bool>& chec
     const bool is_checkpointed = i < checkpointed.size() && checkpointed[i];
     const int64_t recomputed_output = is_checkpointed ? stack.block_output : 0;
     const int64_t gradients = (blocks - static_cast<int64_t>(i)) * stack.gradient_per_block;  // blocks i .. L-1
-    backward_peak =
-        std::max(backward_peak, kept_before + stack.blocks[i].backward_peak + recomputed_output + gradients);
+    const BlockFootprint& block = is_checkpointed ? recomputed_block(stack, i) : stack.blocks[i];
+    backward_peak = std::max(backward_peak, kept_before + block.backward_peak + recomputed_output + gradients);
     kept_before += is_checkpointed ? stack.block_input : stack.blocks[i].saved;
   }
   return {stack.alive_throughout + kept_before + stack.head_peak, stack.alive_throughout + backward_peak};
@@ -38,7 +45,7 @@ StackPhases segmented_stack_phases(const StackMemory& stack, int64_t segment_siz
     // the segment before it (those after it are done).
     int64_t before = j * stack.block_input + stack.block_output;
     for (int64_t k = j * segment_size; k < std::min(blocks, (j + 1) * segment_size); ++k) {
-      const BlockFootprint& block = stack.blocks[static_cast<size_t>(k)];
+      const BlockFootprint& block = recomputed_block(stack, static_cast<size_t>(k));
       backward_peak = std::max(backward_peak, before + block.backward_peak + (blocks - k) * stack.gradient_per_block);
       before += block.saved;
     }

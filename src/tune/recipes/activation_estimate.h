@@ -43,6 +43,9 @@ BlockPart modulated_norm_part(int64_t tokens, int64_t hidden, bool selective);
 
 struct StackMemory {
   std::vector<BlockFootprint> blocks;  // in forward order, each as it runs when not checkpointed
+  // The same blocks as a checkpointed block's (or segment's) recompute runs them, where that differs: on the CPU
+  // tune's attention core keeps its probabilities there (nn::attention_core_form). Empty: as `blocks`.
+  std::vector<BlockFootprint> recomputed_blocks;
   int64_t block_input = 0;             // what a checkpointed block keeps until backward recomputes it
   int64_t block_output = 0;            // a recomputed block's (or segment's) output, held while its graph is
                                        // differentiated (the plain graph's output is gone by then)
@@ -86,16 +89,36 @@ std::vector<bool> last_blocks_checkpointed(int64_t blocks, int64_t count);
 int64_t estimate_for_runner(const StackMemory& plain, const StackMemory& selective,
                             const memory::CheckpointRunner& runner);
 
-// estimate_for_runner for a family whose blocks use nn::run_attention_core: `shape` (with a `fused_attention` flag)
-// gets the core the runs take on `device` for `compute_dtype`, for plainly run blocks and for selective's recomputing
-// ones, and `stack_of(shape, selective)` builds the family's StackMemory.
+// The two stacks phases_for_runner takes.
+struct RunnerStacks {
+  StackMemory plain;      // blocks run plainly (recomputed_blocks: as checkpointed blocks recompute them)
+  StackMemory selective;  // blocks as selective checkpointing runs them
+};
+
+// The stacks for a family whose blocks use nn::run_attention_core: `shape` (with an `attention_core` form) gets the
+// form the runs take on `device` for `compute_dtype` in plainly run blocks, in checkpointed blocks' recomputes and
+// in selective's blocks (nn::attention_core_form), and `stack_of(shape, selective)` builds the family's StackMemory.
+template <typename Shape, typename StackOf>
+RunnerStacks stacks_with_attention_cores(Shape shape, c10::DeviceType device, c10::ScalarType compute_dtype,
+                                         const StackOf& stack_of, bool softcapped = false) {
+  RunnerStacks stacks;
+  shape.attention_core = nn::attention_core_form(device, compute_dtype, /*kept_until_backward=*/true, false, softcapped);
+  stacks.plain = stack_of(shape, false);
+  Shape recomputed = shape;
+  recomputed.attention_core =
+      nn::attention_core_form(device, compute_dtype, /*kept_until_backward=*/false, false, softcapped);
+  if (recomputed.attention_core != shape.attention_core) stacks.plain.recomputed_blocks = stack_of(recomputed, false).blocks;
+  shape.attention_core = nn::attention_core_form(device, compute_dtype, /*kept_until_backward=*/true, true, softcapped);
+  stacks.selective = stack_of(shape, true);
+  return stacks;
+}
+
+// estimate_for_runner on stacks_with_attention_cores.
 template <typename Shape, typename StackOf>
 int64_t estimate_with_attention_cores(Shape shape, c10::DeviceType device, c10::ScalarType compute_dtype,
                                       const memory::CheckpointRunner& runner, const StackOf& stack_of) {
-  shape.fused_attention = nn::uses_fused_attention(device, compute_dtype);
-  Shape selective = shape;
-  selective.fused_attention = nn::uses_fused_attention(device, compute_dtype, /*recomputing=*/true);
-  return estimate_for_runner(stack_of(shape, false), stack_of(selective, true), runner);
+  const RunnerStacks stacks = stacks_with_attention_cores(shape, device, compute_dtype, stack_of);
+  return estimate_for_runner(stacks.plain, stacks.selective, runner);
 }
 
 }  // namespace tune::recipes

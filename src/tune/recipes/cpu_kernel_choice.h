@@ -2,9 +2,10 @@
 // start (core/measured_choice.h: cached per CPU model, thread count and LibTorch version):
 //   - matrix products: LibTorch's own low-precision kernels, or tune's fp32-accumulate ones (precision/cpu_gemm.h),
 //     timed on every projection's forward product and, when training, its two backward products;
-//   - the attention core: LibTorch's fused scaled_dot_product_attention, or tune's plain core (nn/attention_core.h),
-//     forward and (training) backward, timed after the product choice is in force (the plain core's products take
-//     it). The fused kernel keeps no [T, S] probabilities, so the plain core must be faster by more than 25% to win;
+//   - the attention core: LibTorch's fused scaled_dot_product_attention, or tune's core in the form a run takes
+//     (nn/attention_core.h: recomputing its probabilities in backward when training, plain for a forward alone),
+//     forward and (training) backward, timed after the product choice is in force (tune's core's products take
+//     it). Neither keeps [T, S] probabilities until backward, so speed alone decides;
 //   - QLoRA's NF4 products: the weight dequantised whole then multiplied, or dequantised in fp32 slices for sgemm.
 // The choices are recorded for the process (core/cpu_gemm_mode.h), so the activation estimates made afterwards
 // follow them, and logged with the figures that decided them. Nothing is measured on CUDA, for fp32/fp64 compute,

@@ -15,6 +15,7 @@ struct Sizes {
   int64_t hidden, inner, heads, out_per_token, in_elements, c;
   bool low_precision;
   bool fused_attention;
+  bool recomputing_attention;  // tune's core, recomputing its probabilities in backward
   bool frozen;  // infer --grad (LatteActivationShape::frozen)
 };
 
@@ -29,7 +30,8 @@ Sizes sizes_of(const models::LatteConfig& config, const LatteActivationShape& sh
   s.in_elements = s.frame_rows * config.in_channels * config.input_size * config.input_size;
   s.c = shape.compute_bytes;
   s.low_precision = shape.compute_bytes < kFloat32;
-  s.fused_attention = shape.fused_attention;
+  s.fused_attention = shape.attention_core == nn::AttentionCoreForm::fused;
+  s.recomputing_attention = shape.attention_core == nn::AttentionCoreForm::recomputing;
   s.frozen = shape.frozen;
   return s;
 }
@@ -53,11 +55,12 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t condit
   // fc1's, fc2's); the gates still keep what they multiply, the conditioning rows being rows of the differentiated
   // state (models::LatteImpl::forward), so the modulation needs a gradient too.
   saved += s.frozen ? (5 * td + s.tokens * s.inner) * s.c : (8 * td + 2 * s.tokens * s.inner) * s.c;
-  // Attention probabilities (fp32, and the compute-dtype copy for the value matmul) unless recomputed. The fused
+  // Attention probabilities (fp32, and the compute-dtype copy for the value matmul) unless recomputed (the
+  // recomputing core keeps q, k and v, as the plain core's matmuls keep them). The fused
   // core keeps none: instead the qkv output whose views are its q, k and v (one more than the three the plain
   // core's matmuls keep, which is the scaled q), its output beside proj's copy, and an fp32 log-sum-exp per row.
   const int64_t probabilities = s.fused_attention ? 0 : scores * (kFloat32 + (s.low_precision ? s.c : 0));
-  if (!selective) saved += probabilities;
+  if (!s.recomputing_attention) saved += probabilities;
   if (s.fused_attention) saved += td * s.c + sequences * s.heads * length * kFloat32;
   // adaLN: SiLU keeps the conditioning [conditions, D] (fp32), the linear its cast (for its weight's gradient); the
   // two shifts are free, the two gates and (outside selective's recomputed norms) the two scales (1 + scale),
@@ -79,13 +82,14 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t condit
   const int64_t mlp_phase = saved + in_flight + (selective ? 3 : 2) * s.tokens * s.inner * s.c + workspace;
   // Then the attention core, the MLP branch freed (second LayerNorm's input, under selective also its recomputed
   // output, fc1/fc2 tensors and proj's input and output): the fp32 probabilities with their incoming and outgoing
-  // fp32 gradients (12 bytes per score; selective recomputes them in one chunk, no mask) instead of the 6 kept.
+  // fp32 gradients (12 bytes per score; the recomputing core rebuilds them in one chunk, no mask) instead of the 6
+  // kept.
   const int64_t mlp_half = (selective ? 2 : 1) * td * kFloat32 +
                            (s.frozen ? 2 * td + s.tokens * s.inner : 3 * td + 2 * s.tokens * s.inner) * s.c;
   // The fused core's backward instead: the gradients of q, k and v and the kernel's fp32 accumulator for dq.
   const int64_t core_backward = s.fused_attention ? 3 * td * s.c + td * kFloat32 : 3 * scores * kFloat32;
   const int64_t attention_phase =
-      saved - mlp_half - (selective ? 0 : probabilities) + core_backward + in_flight + td * s.c;
+      saved - mlp_half - (s.recomputing_attention ? 0 : probabilities) + core_backward + in_flight + td * s.c;
   block.backward_peak = std::max(mlp_phase, attention_phase);
   return block;
 }

@@ -10,6 +10,7 @@
 
 #include "tune/memory/checkpoint.h"
 #include "tune/models/latte_config.h"
+#include "tune/nn/attention_core.h"
 #include "tune/recipes/activation_estimate.h"
 
 namespace tune::recipes::latte {
@@ -17,7 +18,8 @@ namespace tune::recipes::latte {
 struct LatteActivationShape {
   int64_t batch = 1;
   int64_t compute_bytes = 2;  // bytes per element of matmul outputs (2 under bf16/fp16 autocast, 4 otherwise)
-  bool fused_attention = false;  // nn::uses_fused_attention: the attention core is scaled_dot_product_attention
+  // The attention core's form (nn::attention_core_form; latte_activation_estimate sets it for each kind of block).
+  nn::AttentionCoreForm attention_core = nn::AttentionCoreForm::plain;
   // infer --grad: the weights are frozen (a matmul keeps no input for a weight gradient, and no weight gradient is
   // made) and the sampler's guidance objective on the output replaces the training loss. `batch` then counts the
   // model's rows: 2 x samples under classifier-free guidance.
@@ -26,9 +28,9 @@ struct LatteActivationShape {
 
 // The counts follow what autograd saves in models/latte.cpp, latte_layers.cpp and nn/ (LibTorch 1.13), for fp32
 // master weights (under autocast each matmul weight gets a compute-dtype copy) and the learned-variance diffusion
-// loss on the model's output. `selective`: blocks as selective checkpointing runs them (the attention core keeps
-// q, k, v and recomputes its probabilities; the modulated norms keep only their inputs; GELU keeps what a plain
-// block keeps, its output being fc2's input).
+// loss on the model's output. `selective`: blocks as selective checkpointing runs them (the modulated norms keep
+// only their inputs; GELU keeps what a plain block keeps, its output being fc2's input); the attention core as
+// shape.attention_core says.
 StackMemory latte_stack(const models::LatteConfig& config, const LatteActivationShape& shape, bool selective);
 
 // The activation estimate for the policy `runner` applies, with the attention cores nn::run_attention_core takes on

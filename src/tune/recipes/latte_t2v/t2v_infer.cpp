@@ -219,7 +219,7 @@ int infer(const InferRequest& request) {
   int64_t activation_estimate = 0;
   if (request.grad && sampling.temporal_attention) {
     const T2VActivationShape shape{cfg ? 2 * batch : batch, sampling.frames, latent_h, latent_w, text.text.size(1),
-                                   run.mixed_precision == precision::MixedPrecision::no ? 4 : 2, false,
+                                   run.mixed_precision == precision::MixedPrecision::no ? 4 : 2,
                                    /*training_loss=*/false};
     activation_estimate = t2v_activation_estimate(config, shape, device.type(), compute_dtype, *checkpointing);
     log::info("memory plan while denoising: transformer weights {}, activations of a guided step ~{} (batch {}{}): "

@@ -23,6 +23,7 @@ struct Sizes {
   int64_t hidden, inner, heads, text, caption_channels, out_per_token, in_elements;
   int64_t c;
   bool low_precision, fused_attention, training_loss;
+  bool recomputing_attention;  // tune's core, recomputing its probabilities in backward
   // The weights are frozen under infer --grad: a matmul then keeps its weight only (for its input's gradient), and
   // nothing before the state is differentiated but the latents. The payload rows (timestep6 and the projected
   // caption) are rows of the state, which needs a gradient as soon as the latents do, so autograd still
@@ -51,7 +52,8 @@ Sizes sizes_of(const models::LatteT2VConfig& config, const T2VActivationShape& s
   s.in_elements = shape.batch * shape.frames * config.in_channels * shape.latent_height * shape.latent_width;
   s.c = shape.compute_bytes;
   s.low_precision = shape.compute_bytes < kFloat32;
-  s.fused_attention = shape.fused_attention;
+  s.fused_attention = shape.attention_core == nn::AttentionCoreForm::fused;
+  s.recomputing_attention = shape.attention_core == nn::AttentionCoreForm::recomputing;
   s.training_loss = shape.training_loss;
   s.frozen = !shape.training_loss;
   return s;
@@ -65,7 +67,7 @@ using Part = BlockPart;
 // projected once per sample, not per frame). `scores`: the probability elements of the plain core; `chunk`: the
 // fraction of them the recomputing core rebuilds at once in backward; `gated`: the output is multiplied by the
 // adaLN gate (self-attention), which keeps it.
-Part attention(const Sizes& s, int64_t kv, int64_t scores, double chunk, bool self, bool gated, bool selective) {
+Part attention(const Sizes& s, int64_t kv, int64_t scores, double chunk, bool self, bool gated) {
   const int64_t td = s.td();
   const int64_t c = s.c;
   // Under training a matmul keeps its input for the weight's gradient. Under autocast each projection casts the
@@ -80,12 +82,12 @@ Part attention(const Sizes& s, int64_t kv, int64_t scores, double chunk, bool se
   }
   // The core: the plain one's matmuls keep the scaled q (a copy: the heads are a transposed view), k and v copies
   // folded for the batched matmul, the fp32 probabilities (softmax's output) and their compute-dtype copy (the value
-  // matmul's). The recomputing core (selective) keeps q, k, v; the fused one q, k, v, its output and an fp32
+  // matmul's). The recomputing core keeps q, k, v; the fused one q, k, v, its output and an fp32
   // log-sum-exp per query row and head. q, k and v all need a gradient, frozen weights or not (see Sizes::frozen).
   int64_t core = td * c + 2 * kv * c, probabilities = 0;
   if (s.fused_attention) {
     probabilities = s.tokens * s.heads * kFloat32;
-  } else if (!selective) {
+  } else if (!s.recomputing_attention) {
     probabilities = scores * (kFloat32 + (s.low_precision ? c : 0));
   }
   // The context: to_out.0's input (a copy, heads transposed back) in training; the fused core keeps its output,
@@ -108,7 +110,7 @@ Part attention(const Sizes& s, int64_t kv, int64_t scores, double chunk, bool se
   if (s.fused_attention) {
     // The gradients of q, k, v and the kernel's fp32 accumulator for dq.
     core_backward = incoming + td * c + 2 * kv * c + td * kFloat32 - released;
-  } else if (selective) {
+  } else if (s.recomputing_attention) {
     // The scaled q recomputed and q's gradient, fp32 accumulators for k's and v's, and per chunk the fp32
     // probabilities with their incoming and outgoing fp32 gradients.
     core_backward = incoming + 2 * td * c + 2 * kv * kFloat32 +
@@ -164,15 +166,14 @@ BlockFootprint block_footprint(const Sizes& s, bool spatial, bool selective) {
   norm1.saved += modulation;
   parts.push_back(norm1);
   const int64_t length = spatial ? s.patches : s.frames;
-  parts.push_back(attention(s, td, s.tokens * s.heads * length, 1.0, /*self=*/true, /*gated=*/true, selective));
+  parts.push_back(attention(s, td, s.tokens * s.heads * length, 1.0, /*self=*/true, /*gated=*/true));
   if (spatial) {
     // All F*N queries of a sample attend to its L caption tokens under the text mask, in chunks of 512 query rows
     // (or a quarter of them) in the recomputing core's backward.
     const int64_t queries = s.frames * s.patches;
     const int64_t chunk_rows = std::min(queries, std::max(kRecomputeChunkRows, (queries + 3) / 4));
     const double chunk = static_cast<double>(chunk_rows) / static_cast<double>(queries);
-    parts.push_back(attention(s, s.caption(), s.tokens * s.heads * s.text, chunk, /*self=*/false, /*gated=*/false,
-                              selective));
+    parts.push_back(attention(s, s.caption(), s.tokens * s.heads * s.text, chunk, /*self=*/false, /*gated=*/false));
   }
   parts.push_back(modulated_norm_part(s.tokens, s.hidden, selective));
   parts.push_back(feed_forward(s, selective));

@@ -13,6 +13,7 @@
 
 #include "tune/memory/checkpoint.h"
 #include "tune/models/latte_t2v_config.h"
+#include "tune/nn/attention_core.h"
 #include "tune/recipes/activation_estimate.h"
 
 namespace tune::recipes::latte_t2v {
@@ -23,8 +24,8 @@ struct T2VActivationShape {
   int64_t latent_height = 64, latent_width = 64;
   int64_t text_tokens = 120;  // L, the caption length the cross-attention sees
   int64_t compute_bytes = 2;  // 2 under bf16/fp16 autocast, 4 otherwise
-  bool fused_attention = false;  // nn::uses_fused_attention(...)
   bool training_loss = true;  // the learned-variance diffusion loss on the output (training); false: infer --grad
+  nn::AttentionCoreForm attention_core = nn::AttentionCoreForm::plain;  // set by t2v_activation_estimate
 };
 
 // The counts follow what autograd saves in models/latte_t2v.cpp, latte_t2v_layers.cpp and nn/ (LibTorch 2.x), for
@@ -34,14 +35,14 @@ struct T2VActivationShape {
 // training_loss: the transformer's weights train and the learned-variance diffusion loss runs on the output.
 // Otherwise infer --grad: the weights are frozen (so no matmul keeps its input for a weight gradient) and the head
 // is what the DDIM guidance step differentiates (video_guidance's objective on the predicted clean latents).
-// `selective`: blocks as selective checkpointing runs them (the attention cores keep q, k, v and recompute their
-// probabilities; the modulated norms keep only their inputs; the GELU region keeps what a plain block keeps, its
-// output being the second FF linear's input).
+// `selective`: blocks as selective checkpointing runs them (the modulated norms keep only their inputs; the GELU
+// region keeps what a plain block keeps, its output being the second FF linear's input); the attention cores as
+// shape.attention_core says.
 StackMemory latte_t2v_stack(const models::LatteT2VConfig& config, const T2VActivationShape& shape, bool selective);
 
 // The estimate for the policy `runner` applies (estimate_for_runner), with the attention cores
-// nn::run_attention_core takes on `device` in `compute_dtype`: for plainly run blocks, and for selective's.
-// shape.fused_attention is set here.
+// nn::run_attention_core takes on `device` in `compute_dtype` (stacks_with_attention_cores: shape.attention_core is
+// set there).
 int64_t t2v_activation_estimate(const models::LatteT2VConfig& config, T2VActivationShape shape,
                                 c10::DeviceType device, c10::ScalarType compute_dtype,
                                 const memory::CheckpointRunner& runner);

@@ -79,7 +79,7 @@ BudgetPlan plan(const PlanRequest& request) {
   const int64_t frames = settings.data.num_frames + settings.data.use_image_num;
   inputs.activations = [&](int64_t batch, const memory::CheckpointRunner& runner) {
     const T2VActivationShape shape{batch, frames, latent, latent, settings.sampling.max_text_tokens,
-                                   run.mixed_precision == precision::MixedPrecision::no ? 4 : 2, false,
+                                   run.mixed_precision == precision::MixedPrecision::no ? 4 : 2,
                                    /*training_loss=*/true};
     return t2v_activation_estimate(transformer, shape, device.type(), compute_dtype, runner);
   };
@@ -153,7 +153,7 @@ InferencePlan plan_inference(const InferencePlanRequest& request) {
           // (at most sampling.max_text_tokens: an upper bound for shorter prompts, which mask_feature cuts).
           const T2VActivationShape shape{cfg ? 2 : 1, f, height / planned.vae_factor, width / planned.vae_factor,
                                          sampling.max_text_tokens,
-                                         run.mixed_precision == precision::MixedPrecision::no ? 4 : 2, false,
+                                         run.mixed_precision == precision::MixedPrecision::no ? 4 : 2,
                                          /*training_loss=*/false};
           InferencePlanRow row;
           row.checkpointing = policy.checkpointing;

@@ -170,7 +170,7 @@ int train(const TrainRequest& request) {
   const T2VActivationShape shape{training.batch_size, manifest.num_frames + image_frames, manifest.latent_size,
                                  manifest.latent_size,
                                  manifest.text->max_tokens, run.mixed_precision == precision::MixedPrecision::no ? 4 : 2,
-                                 false, /*training_loss=*/true};
+                                 /*training_loss=*/true};
   trainee.activation_estimate = [&](const memory::CheckpointRunner& runner) {
     return t2v_activation_estimate(transformer_config, shape, device.type(),
                                    precision::compute_dtype(run.mixed_precision), runner);

@@ -22,6 +22,7 @@ struct Sizes {
   int64_t state;  // elements of the stack's state [B, N + 6 + L, D]
   int64_t c;
   bool low_precision, fused_attention, frozen, qk_norm;
+  bool recomputing_attention;  // the cross-attention in tune's core, recomputing its probabilities in backward
   int64_t td() const { return tokens * hidden; }
   int64_t caption() const { return batch * text * hidden; }
   // The linear core's [B, H, N, d + 1] tensors: v padded with ones, and the product holding the normaliser.
@@ -45,7 +46,8 @@ Sizes sizes_of(const models::SanaConfig& config, const SanaActivationShape& shap
   s.state = shape.batch * (s.patches + kModulationRows + shape.text_tokens) * s.hidden;
   s.c = shape.compute_bytes;
   s.low_precision = shape.compute_bytes < kFloat32;
-  s.fused_attention = shape.fused_attention;
+  s.fused_attention = shape.attention_core == nn::AttentionCoreForm::fused;
+  s.recomputing_attention = shape.attention_core == nn::AttentionCoreForm::recomputing;
   s.frozen = !shape.training_loss;
   s.qk_norm = config.qk_norm;
   return s;
@@ -94,7 +96,7 @@ Part linear_attention(const Sizes& s, bool selective) {
 
 // attn2, the cross-attention to the caption: q from the residual stream, k / v from the projected caption (the
 // state's payload rows, copied out by each projection), nn::run_attention_core under the text mask, to_out.0.
-Part cross_attention(const Sizes& s, bool selective) {
+Part cross_attention(const Sizes& s) {
   const int64_t c = s.c;
   const int64_t tq = s.tokens * s.cross_inner;                // q and the context, [B, N, inner]
   const int64_t kv = s.batch * s.text * s.cross_inner;        // k or v, [B, L, inner]
@@ -105,7 +107,7 @@ Part cross_attention(const Sizes& s, bool selective) {
   int64_t core = tq * c + 2 * kv * c, probabilities = 0;
   if (s.fused_attention) {
     probabilities = s.tokens * s.cross_heads * kFloat32;
-  } else if (!selective) {
+  } else if (!s.recomputing_attention) {
     // fp32 for the softmax's backward; the compute-dtype copy is kept by the value matmul for v's gradient only, so
     // not under infer --grad, where v comes from the frozen caption projection and needs none (measured: the plain
     // bf16 core's guided step 14.6% over the tracked peak with the copy counted, 1% without).
@@ -119,7 +121,7 @@ Part cross_attention(const Sizes& s, bool selective) {
   int64_t core_backward = 0;
   if (s.fused_attention) {
     core_backward = incoming + tq * c + 2 * kv * c + tq * kFloat32;
-  } else if (selective) {
+  } else if (s.recomputing_attention) {
     const int64_t queries = s.patches;
     const int64_t chunk_rows = std::min(queries, std::max(kRecomputeChunkRows, (queries + 3) / 4));
     const double chunk = static_cast<double>(chunk_rows) / static_cast<double>(queries);
@@ -158,7 +160,7 @@ BlockFootprint block_footprint(const Sizes& s, bool selective) {
   norm1.saved += modulation;
   parts.push_back(norm1);
   parts.push_back(linear_attention(s, selective));
-  parts.push_back(cross_attention(s, selective));
+  parts.push_back(cross_attention(s));
   parts.push_back(modulated_norm_part(s.tokens, s.hidden, selective));
   parts.push_back(glumb_conv(s));
 

@@ -11,6 +11,7 @@
 
 #include "tune/memory/checkpoint.h"
 #include "tune/models/sana_config.h"
+#include "tune/nn/attention_core.h"
 #include "tune/recipes/activation_estimate.h"
 
 namespace tune::recipes::sana {
@@ -20,19 +21,20 @@ struct SanaActivationShape {
   int64_t latent_height = 32, latent_width = 32;
   int64_t text_tokens = 300;  // L, the caption length the cross-attention sees
   int64_t compute_bytes = 2;  // 2 under bf16/fp16 autocast, 4 otherwise
-  bool fused_attention = false;  // the cross-attention's core: nn::uses_fused_attention(...)
   bool training_loss = true;  // the weights train and the flow-matching MSE runs on the output; false: infer --grad
+  // The cross-attention's core: nn::attention_core_form(...) (sana_activation_estimate sets it).
+  nn::AttentionCoreForm attention_core = nn::AttentionCoreForm::plain;
 };
 
 // The counts follow what autograd saves in models/sana.cpp, sana_layers.cpp, diffusers_layers.cpp and nn/ (LibTorch
 // 2.x) for fp32 master weights without LoRA adapters (an adapter's lora_A keeps its layer's input as the weight
 // gradient does: LoRA on every attention projection keeps about what full training keeps). `selective`: blocks as
-// selective checkpointing runs them (the linear and softmax attention cores and the modulated norms recompute,
-// keeping their inputs).
+// selective checkpointing runs them (the linear attention core and the modulated norms recompute, keeping their
+// inputs); the softmax attention core as shape.attention_core says.
 StackMemory sana_stack(const models::SanaConfig& config, const SanaActivationShape& shape, bool selective);
 
 // The estimate for the policy `runner` applies, with the cross-attention core nn::run_attention_core takes on
-// `device` in `compute_dtype` (shape.fused_attention is set here).
+// `device` in `compute_dtype` (shape.attention_core is set here).
 int64_t sana_activation_estimate(const models::SanaConfig& config, SanaActivationShape shape, c10::DeviceType device,
                                  c10::ScalarType compute_dtype, const memory::CheckpointRunner& runner);
 

@@ -20,7 +20,8 @@ struct Sizes {
   models::LlamaLoraOptions lora;
   bool base_weights_in_compute_dtype;
   bool low_precision;  // compute dtype narrower than the fp32 weights: autocast makes copies
-  bool fused_attention;
+  bool fused_attention;        // LibTorch's kernel (nn::AttentionCoreForm::fused)
+  bool recomputing_attention;  // tune's core recomputing its probabilities (nn::AttentionCoreForm::recomputing)
   bool qk_norm;  // Qwen3's per-head query/key norms
   bool sandwich_norms;    // Gemma 2: post_attention_layernorm on the attention output, pre_/post_feedforward_layernorm
   bool softcapped_scores;  // Gemma 2: tanh soft cap on the attention scores (always tune's own core)
@@ -48,7 +49,8 @@ Sizes sizes_of(const models::LlamaConfig& config, const ActivationShape& shape) 
   s.lora = shape.lora;
   s.base_weights_in_compute_dtype = shape.base_weights_in_compute_dtype;
   s.low_precision = shape.compute_bytes < kFloat32;
-  s.fused_attention = shape.fused_attention;
+  s.fused_attention = shape.attention_core == nn::AttentionCoreForm::fused;
+  s.recomputing_attention = shape.attention_core == nn::AttentionCoreForm::recomputing;
   s.qk_norm = config.has_qk_norm();
   s.sandwich_norms = config.is_gemma2();
   s.softcapped_scores = config.attn_logit_softcapping > 0;
@@ -196,36 +198,65 @@ int64_t fused_attention_phase(const Sizes& s, int64_t layer_saved_without_mlp) {
          s.tokens * s.q_width * kFloat32;
 }
 
+// The probabilities tune's plain core keeps: softmax's fp32 output, plus under autocast its compute-dtype copy for
+// the value matmul. (The scores, masked in place, and their fp32 conversion are not kept: neither needs a saved
+// input.) With a soft cap, tanh's output too.
+int64_t kept_probabilities(const Sizes& s) {
+  return score_elements(s) * (kFloat32 + (s.low_precision ? s.c : 0)) + softcap_saved(s);
+}
+
+// What the attention core keeps, o_proj's input included. The plain core's matmuls keep their operands, each a
+// contiguous copy (the heads are transposed views): scaled rotated queries, keys and values (at the query heads'
+// width under grouped-query attention), and the probabilities; the recomputing core keeps rotated q, k and v (keys
+// and values at their own width: it repeats them itself); o_proj keeps the context reshaped to
+// [tokens, heads * head_dim]. The fused kernel: fused_attention_saved.
+int64_t attention_core_saved(const Sizes& s) {
+  if (s.fused_attention) return fused_attention_saved(s);  // o_proj's input included: a view of the kernel's output
+  if (s.recomputing_attention) return s.tokens * (s.q_width + 2 * s.kv_width) * s.c + base_input(s, s.q_width);
+  return s.tokens * (s.q_width + 2 * s.repeated_kv_width) * s.c + base_input(s, s.q_width) + kept_probabilities(s);
+}
+
+// The attention core's backward, the MLP half freed (`layer_saved_without_mlp` is what is left of the layer's saved
+// set). Plain core: of the probabilities' 6 bytes per score the bf16 copy is gone by the softmax's backward, but the
+// fp32 probabilities, their incoming fp32 gradient and the outgoing one are alive at once (12 bytes per score), with
+// the value gradient, computed first; a soft cap adds the gradient through tanh (1 - tanh^2 times the incoming one),
+// one more compute-dtype score tensor while tanh's saved output is still alive. Recomputing core: one chunk of query
+// rows (its chunking: max(512, T/4) rows) against at most every key, 12 bytes per score as above (a soft cap adds
+// the chunk's tanh), plus the scaled queries and their gradient, the fp32 key and value gradient accumulators and,
+// under grouped-query attention, the repeated keys and values.
+int64_t attention_phase(const Sizes& s, int64_t layer_saved_without_mlp) {
+  if (s.fused_attention) return fused_attention_phase(s, layer_saved_without_mlp);
+  if (!s.recomputing_attention) {
+    const int64_t probabilities_copy = s.low_precision ? score_elements(s) * s.c : 0;
+    return layer_saved_without_mlp - probabilities_copy + 2 * score_elements(s) * kFloat32 + softcap_saved(s) +
+           gradients_in_flight(s) + s.tokens * s.repeated_kv_width * s.c;
+  }
+  const int64_t rows = std::min(s.sequence, std::max<int64_t>(512, (s.sequence + 3) / 4));
+  const int64_t chunk_scores = s.batch * s.heads * rows * s.sequence;
+  int64_t bytes = layer_saved_without_mlp + 3 * chunk_scores * kFloat32 + (s.softcapped_scores ? chunk_scores * s.c : 0) +
+                  gradients_in_flight(s) + s.tokens * s.q_width * (s.c + s.c) +  // scaled queries, their gradient
+                  2 * s.tokens * s.repeated_kv_width * kFloat32;
+  if (s.repeated_kv_width != s.kv_width) bytes += 2 * s.tokens * s.repeated_kv_width * s.c;
+  return bytes;
+}
+
 }  // namespace
 
 // Plain layer: its backward peaks either at the start (the MLP: everything saved, plus the gradient into
-// down_proj's input and the two the SwiGLU product returns, [tokens, intermediate] each) or at the softmax's
-// backward (the MLP half already freed, and of the probabilities' 6 bytes per score the bf16 copy too, but the
-// fp32 probabilities, their incoming fp32 gradient and the outgoing one alive at once: 12 bytes per score).
+// down_proj's input and the two the SwiGLU product returns, [tokens, intermediate] each) or at the attention core's
+// backward (attention_phase).
 LayerFootprint plain_layer_footprint(const models::LlamaConfig& config, const ActivationShape& shape) {
   const Sizes s = sizes_of(config, shape);
   LayerFootprint layer;
   layer.saved = estimate_layer_activation_bytes(config, shape);
   const int64_t mlp_phase = layer.saved + gradients_in_flight(s) + 3 * s.tokens * s.intermediate * s.c;
-  if (s.fused_attention) {
-    layer.backward_peak = std::max(
-        mlp_phase, fused_attention_phase(s, layer.saved - mlp_half_saved(s, 3, mlp_norms_saved(s, rms_norm_saved(s),
-                                                                                              rms_norm_saved(s)))));
-    return layer;
-  }
-  const int64_t probabilities_copy = s.low_precision ? score_elements(s) * s.c : 0;
-  // With a soft cap, the gradient through tanh (1 - tanh^2 times the incoming one) is one more compute-dtype score
-  // tensor while tanh's saved output is still alive.
-  const int64_t attention_phase =
-      layer.saved - mlp_half_saved(s, 3, mlp_norms_saved(s, rms_norm_saved(s), rms_norm_saved(s))) -
-      probabilities_copy + 2 * score_elements(s) * kFloat32 + softcap_saved(s) + gradients_in_flight(s) +
-      s.tokens * s.repeated_kv_width * s.c;  // the value gradient, computed first
-  layer.backward_peak = std::max(mlp_phase, attention_phase);
+  const int64_t mlp_half = mlp_half_saved(s, 3, mlp_norms_saved(s, rms_norm_saved(s), rms_norm_saved(s)));
+  layer.backward_peak = std::max(mlp_phase, attention_phase(s, layer.saved - mlp_half));
   return layer;
 }
 
 // Selective layer (blocks run plainly; norms and the SwiGLU product are region checkpoints keeping their inputs,
-// the attention core keeps q, k, v and recomputes its probabilities in chunks of queries: nn/attention_core.cpp).
+// the attention core as shape.attention_core says: on the CPU the recomputing one, nn/attention_core.cpp).
 LayerFootprint selective_layer_footprint(const models::LlamaConfig& config, const ActivationShape& shape) {
   const Sizes s = sizes_of(config, shape);
   LayerFootprint layer;
@@ -237,10 +268,7 @@ LayerFootprint selective_layer_footprint(const models::LlamaConfig& config, cons
   // Qwen3's query/key norm regions keep their inputs, the q and k projections' outputs.
   if (s.qk_norm) layer.saved += s.tokens * (s.q_width + s.kv_width) * s.c;
   if (s.low_precision) layer.saved += 4 * s.tokens * s.head_dim * s.c;  // RoPE's cos/sin casts
-  // The attention core keeps rotated q, k and v (keys and values at their own width: it repeats them itself), or
-  // on CUDA what the fused kernel keeps; o_proj keeps the context.
-  layer.saved += s.fused_attention ? fused_attention_saved(s)
-                                   : s.tokens * (s.q_width + 2 * s.kv_width) * s.c + base_input(s, s.q_width);
+  layer.saved += attention_core_saved(s);
   // The SwiGLU region keeps gate and up; down_proj keeps the product.
   layer.saved += 2 * s.tokens * s.intermediate * s.c + base_input(s, s.intermediate);
   layer.saved += weight_copies(s) + lora_saved(s);
@@ -248,26 +276,9 @@ LayerFootprint selective_layer_footprint(const models::LlamaConfig& config, cons
   // gradients). Counted as 4 [tokens, intermediate] tensors: about 3.3 were measured on LibTorch 2.13 where this
   // phase is the layer's peak (fused attention core, 1024 tokens; tests/recipes/test_checkpointing_memory.cpp).
   const int64_t mlp_phase = layer.saved + gradients_in_flight(s) + 4 * s.tokens * s.intermediate * s.c;
-  if (s.fused_attention) {
-    layer.backward_peak = std::max(
-        mlp_phase, fused_attention_phase(s, layer.saved - mlp_half_saved(s, 2, mlp_norms_saved(s, s.tokens * s.hidden * s.residual,
-                                                                                              s.tokens * s.hidden * s.c))));
-    return layer;
-  }
-  // Attention phase: one chunk of query rows (backward's chunking: max(512, T/4) rows) against at most every key,
-  // 12 bytes per score as in the plain backward, plus the scaled queries, the fp32 key and value gradient
-  // accumulators and, under grouped-query attention, the repeated keys and values.
-  const int64_t rows = std::min(s.sequence, std::max<int64_t>(512, (s.sequence + 3) / 4));
-  const int64_t chunk_scores = s.batch * s.heads * rows * s.sequence;
-  // A soft cap adds the chunk's tanh, in the compute dtype.
-  int64_t attention_phase = layer.saved -
-                            mlp_half_saved(s, 2, mlp_norms_saved(s, s.tokens * s.hidden * s.residual, s.tokens * s.hidden * s.c)) +
-                            3 * chunk_scores * kFloat32 + (s.softcapped_scores ? chunk_scores * s.c : 0) +
-                            gradients_in_flight(s) +
-                            s.tokens * s.q_width * (s.c + s.c) +  // scaled queries, their gradient
-                            2 * s.tokens * s.repeated_kv_width * kFloat32;
-  if (s.repeated_kv_width != s.kv_width) attention_phase += 2 * s.tokens * s.repeated_kv_width * s.c;
-  layer.backward_peak = std::max(mlp_phase, attention_phase);
+  const int64_t mlp_half =
+      mlp_half_saved(s, 2, mlp_norms_saved(s, s.tokens * s.hidden * s.residual, s.tokens * s.hidden * s.c));
+  layer.backward_peak = std::max(mlp_phase, attention_phase(s, layer.saved - mlp_half));
   return layer;
 }
 
@@ -304,7 +315,6 @@ int64_t head_peak(const models::LlamaConfig& config, const Sizes& s) {
 
 int64_t estimate_layer_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape) {
   const Sizes s = sizes_of(config, shape);
-  const int64_t scores = s.batch * s.heads * s.sequence * s.sequence;
   // input_layernorm and post_attention_layernorm; the first one's input is the layer's fp32 input (the residual
   // stream stays fp32: fp32 + compute-dtype sums promote), the second's is the residual after attention.
   int64_t bytes = 2 * rms_norm_saved(s) + qk_norm_saved(s);
@@ -317,17 +327,7 @@ int64_t estimate_layer_activation_bytes(const models::LlamaConfig& config, const
   // RoPE multiplies by cos and sin cast to the compute dtype, once each for q and for k; the products keep the
   // casts. (q and k themselves are not kept: cos and sin need no gradient.) fp32 uses the shared tables.
   if (s.low_precision) bytes += 4 * s.tokens * s.head_dim * s.c;
-  // The attention matmuls keep their operands, each a contiguous copy (the heads are transposed views): scaled
-  // rotated queries, keys and values (at the query heads' width under grouped-query attention), and the context
-  // reshaped to [tokens, heads * head_dim] for o_proj.
-  if (s.fused_attention) {
-    bytes += fused_attention_saved(s);  // o_proj's input included: a view of the kernel's output
-  } else {
-    bytes += s.tokens * (s.q_width + 2 * s.repeated_kv_width) * s.c + base_input(s, s.q_width);
-    // Attention probabilities: softmax's fp32 output, plus under autocast its compute-dtype copy for the value
-    // matmul. (The scores, masked in place, and their fp32 conversion are not kept: neither needs a saved input.)
-    bytes += scores * kFloat32 + (s.low_precision ? scores * s.c : 0) + softcap_saved(s);
-  }
+  bytes += attention_core_saved(s);
   // SwiGLU: gate output (silu's input), silu output and up output (the product's inputs), and the product
   // (down_proj's input).
   bytes += 3 * s.tokens * s.intermediate * s.c + base_input(s, s.intermediate);
@@ -356,25 +356,10 @@ StackMemory llama_stack(const models::LlamaConfig& config, const ActivationShape
   return stack;
 }
 
-int64_t estimate_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape,
-                                  const std::vector<bool>& checkpointed) {
-  return estimate_stack_bytes(llama_stack(config, shape, false), checkpointed);
-}
-
-int64_t estimate_selective_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape) {
-  // Every layer runs plainly with its reduced saved set.
-  return estimate_stack_bytes(llama_stack(config, shape, true), {});
-}
-
-int64_t estimate_segmented_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape,
-                                            int64_t segment_size) {
-  return estimate_segmented_stack_bytes(llama_stack(config, shape, false), segment_size);
-}
-
-int64_t estimate_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape,
-                                  int64_t checkpointed_layers) {
-  return estimate_activation_bytes(config, shape,
-                                   last_blocks_checkpointed(config.num_hidden_layers, checkpointed_layers));
+RunnerStacks llama_stacks(const models::LlamaConfig& config, const ActivationShape& shape, c10::DeviceType device,
+                          c10::ScalarType compute_dtype) {
+  auto stack_of = [&](const ActivationShape& each, bool selective) { return llama_stack(config, each, selective); };
+  return stacks_with_attention_cores(shape, device, compute_dtype, stack_of, config.attn_logit_softcapping > 0);
 }
 
 }  // namespace tune::recipes::sft

@@ -9,6 +9,7 @@
 #include "tune/models/llama.h"
 #include "tune/recipes/activation_estimate.h"
 #include "tune/models/llama_config.h"
+#include "tune/nn/attention_core.h"
 
 namespace tune::recipes::sft {
 
@@ -27,14 +28,17 @@ struct ActivationShape {
   // The head: 0, the summed next-token loss over whole fp32 logits (sft); > 0, per-sequence log-probs through the
   // output layer in chunks of this many positions (train/sequence_logps: dpo), the logits never whole.
   int64_t head_chunk_rows = 0;
-  bool fused_attention = false;  // nn::uses_fused_attention: attention_core_fused (scaled_dot_product_attention)
-                                 // for every policy, which keeps q, k, v, the output and a log-sum-exp per row, no
-                                 // probabilities (CUDA; the CPU where LibTorch's kernel is the faster one)
+  // The attention core's form (nn::attention_core_form): fused, LibTorch's kernel, which keeps q, k, v, the output
+  // and a log-sum-exp per row (CUDA; the CPU where it is the faster one); recomputing, tune's core keeping q, k, v
+  // (its other layers under gradients); plain, tune's core keeping the probabilities (a checkpointed layer's
+  // recompute). llama_stacks sets it for each.
+  nn::AttentionCoreForm attention_core = nn::AttentionCoreForm::plain;
 };
 
 // What one decoder layer holds (recipes/activation_estimate.h).
 using LayerFootprint = BlockFootprint;
-// A layer run plainly (policies off, full, every_k, sqrt: a checkpointed layer's recompute rebuilds this).
+// A layer run plainly (policies off, full, every_k, sqrt: a checkpointed layer's recompute rebuilds this), with the
+// attention core in shape.attention_core's form.
 LayerFootprint plain_layer_footprint(const models::LlamaConfig& config, const ActivationShape& shape);
 // A layer under selective checkpointing.
 LayerFootprint selective_layer_footprint(const models::LlamaConfig& config, const ActivationShape& shape);
@@ -42,6 +46,12 @@ LayerFootprint selective_layer_footprint(const models::LlamaConfig& config, cons
 // The model's stack for recipes/activation_estimate.h: every layer plain (`selective` false) or as selective
 // checkpointing runs it, the mask alive throughout, the final norm, lm_head and loss as the head.
 StackMemory llama_stack(const models::LlamaConfig& config, const ActivationShape& shape, bool selective);
+
+// The stacks for phases_for_runner with the attention cores a run takes on `device` in `compute_dtype`
+// (stacks_with_attention_cores; Gemma 2's soft-capped scores always take tune's own core). shape.attention_core is
+// set there.
+RunnerStacks llama_stacks(const models::LlamaConfig& config, const ActivationShape& shape, c10::DeviceType device,
+                          c10::ScalarType compute_dtype);
 
 // The estimates count what the step allocates on top of what lives across steps (parameters, their gradients,
 // optimizer state): the tensors autograd saves in our Llama implementation (models/llama_layers.cpp, nn/), the
@@ -56,24 +66,8 @@ int64_t estimate_layer_activation_bytes(const models::LlamaConfig& config, const
 // Policy full's floor is the block inputs plus this.
 int64_t estimate_layer_working_set_bytes(const models::LlamaConfig& config, const ActivationShape& shape);
 
-// Peak activation bytes of one forward + backward with the given layers checkpointed (one flag per layer). The
-// peak is the larger of the end of forward (every layer's saved tensors plus the logits and loss) and the
-// backward of some layer i (what layers before i keep, plus layer i's footprint, recomputed if checkpointed). The
-// attention mask, alive throughout, is added to both.
-int64_t estimate_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape,
-                                  const std::vector<bool>& checkpointed);
-
-// Same when only the number of checkpointed layers is known: an upper bound over where they sit, reached when
-// the last layer is checkpointed (its recompute then runs while every plain layer still holds its activations).
-// Exact for policy full; a policy that leaves plain layers after its last checkpointed one peaks lower.
-int64_t estimate_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape,
-                                  int64_t checkpointed_layers);
-
-// sqrt policy: segments of `segment_size` layers checkpointed as one (only segment inputs kept in forward).
-int64_t estimate_segmented_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape,
-                                            int64_t segment_size);
-
-// selective policy: every layer keeps its reduced saved set (selective_layer_footprint).
-int64_t estimate_selective_activation_bytes(const models::LlamaConfig& config, const ActivationShape& shape);
+// The stack estimates themselves: recipes/activation_estimate.h on llama_stacks' stacks (estimate_for_runner for a
+// runner, estimate_stack_bytes for a layout or last_blocks_checkpointed's upper bound from a count,
+// estimate_segmented_stack_bytes for sqrt's segments).
 
 }  // namespace tune::recipes::sft

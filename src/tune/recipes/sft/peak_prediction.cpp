@@ -14,12 +14,12 @@
 namespace tune::recipes::sft {
 namespace {
 
-// The attention core the run will take (nn::run_attention_core's choice for the matmuls' dtype on this machine);
-// `recomputing`: for selective checkpointing's layers.
-bool fused_attention(const SftPlanInputs& inputs, bool recomputing) {
-  const c10::ScalarType dtype = !inputs.low_precision ? c10::kFloat : inputs.fp16 ? c10::kHalf : c10::kBFloat16;
-  return nn::uses_fused_attention(inputs.cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU, dtype, recomputing,
-                                  inputs.model.attn_logit_softcapping > 0);  // Gemma 2: never fused
+// The device and the matmuls' dtype, for the attention cores the run will take (nn::attention_core_form).
+c10::DeviceType device_of(const SftPlanInputs& inputs) {
+  return inputs.cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+}
+c10::ScalarType compute_dtype_of(const SftPlanInputs& inputs) {
+  return !inputs.low_precision ? c10::kFloat : inputs.fp16 ? c10::kHalf : c10::kBFloat16;
 }
 
 // full_shard (distributed/fully_sharded.h): what lives across steps is 1/N (flat shards, padding ignored); during
@@ -81,11 +81,10 @@ PeakBreakdown predict_peak(const SftPlanInputs& inputs, const PlanSetting& setti
   shape.lora = inputs.lora;
   shape.base_weights_in_compute_dtype = frozen_bf16;
   shape.bf16_residual = frozen_bf16 && inputs.low_precision && !inputs.fp16;
-  shape.fused_attention = fused_attention(inputs, false);
-  ActivationShape selective_shape = shape;
-  selective_shape.fused_attention = fused_attention(inputs, true);
   const memory::CheckpointRunner runner(checkpoint_options(setting), inputs.model.num_hidden_layers);
-  StackMemory plain = llama_stack(inputs.model, shape, false), selective = llama_stack(inputs.model, selective_shape, true);
+  RunnerStacks stacks = llama_stacks(inputs.model, shape, device_of(inputs), compute_dtype_of(inputs));
+  StackMemory& plain = stacks.plain;
+  StackMemory& selective = stacks.selective;
   const StackPhases phases = phases_for_runner(plain, selective, runner);
   peak.activations = phases.peak();
 
@@ -147,8 +146,13 @@ PeakBreakdown predict_peak(const SftPlanInputs& inputs, const PlanSetting& setti
 
 double predict_relative_time(const SftPlanInputs& inputs, const PlanSetting& setting) {
   const memory::CheckpointRunner runner(checkpoint_options(setting), inputs.model.num_hidden_layers);
-  const StepFlops flops = step_flops(inputs.model, inputs.lora, inputs.sequence, runner,
-                                     fused_attention(inputs, runner.policy() == memory::Policy::selective));
+  const bool softcapped = inputs.model.attn_logit_softcapping > 0;
+  auto form = [&](bool kept_until_backward, bool selective) {
+    return nn::attention_core_form(device_of(inputs), compute_dtype_of(inputs), kept_until_backward, selective,
+                                   softcapped);
+  };
+  const StepFlops flops =
+      step_flops(inputs.model, inputs.lora, inputs.sequence, runner, {form(true, false), form(false, false), form(true, true)});
   // dpo: the reference's forward (without gradients) is part of every step, whatever the policy.
   const double reference = inputs.pairs.enabled && inputs.pairs.reference_forward ? flops.forward : 0.0;
   return (flops.forward + flops.backward + flops.recompute + reference) / (flops.forward + flops.backward + reference);

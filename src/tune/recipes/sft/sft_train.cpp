@@ -164,17 +164,10 @@ int train(const TrainRequest& request) {
   shape.lora = model->lora_options();
   shape.base_weights_in_compute_dtype = run.frozen_weights_bf16 && model->has_lora();
   shape.bf16_residual = shape.base_weights_in_compute_dtype && run.mixed_precision == precision::MixedPrecision::bf16;
-  // The attention core nn::run_attention_core will take: for plainly run layers, and for selective's.
-  const c10::ScalarType compute_dtype = precision::compute_dtype(run.mixed_precision);
-  // Gemma 2's soft-capped scores always take tune's own core.
-  const bool softcapped = model->config().attn_logit_softcapping > 0;
-  shape.fused_attention = nn::uses_fused_attention(device.type(), compute_dtype, /*recomputing=*/false, softcapped);
-  ActivationShape selective_shape = shape;
-  selective_shape.fused_attention =
-      nn::uses_fused_attention(device.type(), compute_dtype, /*recomputing=*/true, softcapped);
-  const int64_t activation_estimate =
-      estimate_for_runner(llama_stack(model->config(), shape, false),
-                          llama_stack(model->config(), selective_shape, true), *checkpointing);
+  // With the attention cores nn::run_attention_core will take (plainly run, recomputed and selective's layers).
+  const RunnerStacks stacks =
+      llama_stacks(model->config(), shape, device.type(), precision::compute_dtype(run.mixed_precision));
+  const int64_t activation_estimate = estimate_for_runner(stacks.plain, stacks.selective, *checkpointing);
   const nlohmann::json memory_plan = {
       {"parameters_bytes", all_param_bytes},
       {"gradients_bytes", gradient_bytes},

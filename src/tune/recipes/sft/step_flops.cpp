@@ -9,10 +9,11 @@
 //   elementwise   8 H + 5 heads T + 5 I                  norms, softmax, SwiGLU: small beside the matmuls
 // Backward: a matmul with a trainable weight costs twice its forward (input and weight gradients), a frozen one
 // (the LoRA base) once (input gradient only); attention and elementwise twice their forward. The head (lm_head and
-// the loss) adds 2 H V forward, twice or once that in backward. With fused attention (CUDA) every policy's attention
-// backward recomputes the scores (2 T Q more).
+// the loss) adds 2 H V forward, twice or once that in backward. The fused kernel's backward recomputes the scores
+// (2 T Q more), tune's recomputing core's the scores and the softmax; its plain core's (a checkpointed layer's
+// recompute on the CPU) neither.
 // Recompute: policies full, sqrt and every_k run the forward of each checkpointed layer once more in backward;
-// selective recomputes the norms and SwiGLU (elementwise) and, on the CPU core, the probabilities (2 T Q + softmax).
+// selective recomputes the norms and SwiGLU (elementwise).
 #include "tune/recipes/sft/step_flops.h"
 
 #include <algorithm>
@@ -60,29 +61,37 @@ LayerFlops layer_flops(const models::LlamaConfig& config, const models::LlamaLor
 }  // namespace
 
 StepFlops step_flops(const models::LlamaConfig& config, const models::LlamaLoraOptions& lora, int64_t sequence,
-                     const memory::CheckpointRunner& runner, bool fused_attention) {
+                     const memory::CheckpointRunner& runner, const AttentionCoreForms& attention) {
   const LayerFlops layer = layer_flops(config, lora, sequence);
   const bool frozen_base = lora.lora.rank > 0;
   const double layers = static_cast<double>(config.num_hidden_layers);
   const double head = 2.0 * static_cast<double>(config.hidden_size) * static_cast<double>(config.vocab_size);
   const double loss = 5.0 * static_cast<double>(config.vocab_size);
   const double elementwise = layer.softmax + layer.other_elementwise;
+  // What the attention core's backward rebuilds, by form.
+  auto core_rebuild = [&layer](nn::AttentionCoreForm form) {
+    switch (form) {
+      case nn::AttentionCoreForm::fused: return layer.scores;
+      case nn::AttentionCoreForm::recomputing: return layer.scores + layer.softmax;
+      case nn::AttentionCoreForm::plain: break;
+    }
+    return 0.0;
+  };
 
   const double layer_forward = layer.projections + layer.adapters + layer.attention + elementwise;
-  double layer_backward = (frozen_base ? 1 : 2) * layer.projections + 2 * layer.adapters + 2 * layer.attention +
-                          2 * elementwise;
-  if (fused_attention) layer_backward += layer.scores;
-
+  const double layer_backward = (frozen_base ? 1 : 2) * layer.projections + 2 * layer.adapters + 2 * layer.attention +
+                                2 * elementwise + core_rebuild(attention.kept);
   StepFlops flops;
   flops.forward = layers * layer_forward + head + loss;
   // lm_head is never adapted: frozen under LoRA (input gradient only), trained otherwise.
   flops.backward = layers * layer_backward + (frozen_base ? 1 : 2) * head + loss;
   if (runner.policy() == memory::Policy::selective) {
-    double per_layer = layer.other_elementwise;
-    if (!fused_attention) per_layer += layer.scores + layer.softmax;
-    flops.recompute = layers * per_layer;
+    flops.recompute =
+        layers * (layer.other_elementwise + core_rebuild(attention.selective) - core_rebuild(attention.kept));
   } else {
-    flops.recompute = static_cast<double>(runner.checkpointed_blocks()) * layer_forward;
+    const double checkpointed = static_cast<double>(runner.checkpointed_blocks());
+    flops.recompute =
+        checkpointed * (layer_forward + core_rebuild(attention.recomputed) - core_rebuild(attention.kept));
   }
   return flops;
 }

@@ -8,6 +8,7 @@
 #include "tune/memory/checkpoint.h"
 #include "tune/models/llama.h"
 #include "tune/models/llama_config.h"
+#include "tune/nn/attention_core.h"
 
 namespace tune::recipes::sft {
 
@@ -21,9 +22,20 @@ struct StepFlops {
   double relative_time() const { return (forward + backward + recompute) / (forward + backward); }
 };
 
-// `fused_attention`: LibTorch's scaled_dot_product_attention (nn::uses_fused_attention), whose backward recomputes the probabilities for every
-// policy (so selective checkpointing adds no attention recompute there).
+// The attention core's form (nn::attention_core_form) in the layers of a step: `kept`, a layer whose graph lives
+// until backward (not checkpointed); `recomputed`, a checkpointed layer's recompute; `selective`, a layer under
+// selective checkpointing. LibTorch's fused kernel and tune's recomputing core rebuild the scores in their own
+// backward; tune's plain core does not.
+struct AttentionCoreForms {
+  nn::AttentionCoreForm kept = nn::AttentionCoreForm::plain;
+  nn::AttentionCoreForm recomputed = nn::AttentionCoreForm::plain;
+  nn::AttentionCoreForm selective = nn::AttentionCoreForm::plain;
+};
+
+// forward and backward are policy off's (every layer kept), recompute what the policy adds to them: the forwards it
+// repeats, and the difference its layers' attention cores make to backward (a checkpointed layer's plain core
+// rebuilds nothing, so on the CPU that term is negative).
 StepFlops step_flops(const models::LlamaConfig& config, const models::LlamaLoraOptions& lora, int64_t sequence,
-                     const memory::CheckpointRunner& runner, bool fused_attention);
+                     const memory::CheckpointRunner& runner, const AttentionCoreForms& attention);
 
 }  // namespace tune::recipes::sft
