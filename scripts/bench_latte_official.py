@@ -235,6 +235,8 @@ def write_recipe(path, args, data, out, policy):
         "training:", f"  batch_size: {BATCH}", f"  max_steps: {args.steps + 1}",
         "logging:", "  every: 1", "checkpoint:", f"  every: {args.steps + 1}",
     ]
+    if args.tune_ema_decay is not None:
+        lines += ["ema:", f"  decay: {args.tune_ema_decay}"]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -303,6 +305,9 @@ def main():
                              "'+compile' suffix runs the model under torch.compile (e.g. official-math+compile)")
     parser.add_argument("--official", help="a clone of github.com/Vchitect/Latte (for the official-* references)")
     parser.add_argument("--profile", help="also write a torch.profiler trace of one PyTorch step per policy here")
+    parser.add_argument("--tune-ema-decay", type=float,
+                        help="tune's ema.decay (default: the recipe's, 0.9999, an fp32 copy of the weights as the "
+                             "official train.py keeps; 0 keeps none, as the PyTorch side here)")
     parser.add_argument("--out", help="write all results as JSON here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--policy", default="off", help=argparse.SUPPRESS)
