@@ -213,6 +213,9 @@ def main():
     parser.add_argument("--keep", action="store_true", help="keep the pipeline and latents in --work")
     parser.add_argument("--variants", action="store_true",
                         help="also tune's memory levers (LoRA: param_dtype bf16; full: ema.decay 0); on CUDA always")
+    parser.add_argument("--implementations",
+                        help="comma-separated subset and order of the rows to run (pytorch, pytorch-bf16base, tune, "
+                             "tune-bf16base, tune-no-ema); by default every one that applies")
     parser.add_argument("--out")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--policy", help=argparse.SUPPRESS)
@@ -227,6 +230,13 @@ def main():
         implementations.insert(1, "pytorch-bf16base")
     if args.variants or args.device == "cuda":
         implementations.append("tune-bf16base" if args.lora_rank else "tune-no-ema")
+    if args.implementations:  # a short GPU call runs the rows it has time for, most wanted first
+        wanted = args.implementations.split(",")
+        unknown = [name for name in wanted if name not in implementations]
+        if unknown:
+            parser.error(f"--implementations: {', '.join(unknown)} not among this run's rows "
+                         f"({', '.join(implementations)})")
+        implementations = wanted
     work = args.work or tempfile.mkdtemp(prefix="bench-sana-")
     os.makedirs(work, exist_ok=True)
     latent = SIZES[args.size][1]

@@ -25,6 +25,8 @@
 #           then LoRA rank 16 (diffusers' base frozen in fp32 as tune's, and in bf16 as its LoRA script casts it),
 #           with tune's memory levers beside its defaults (full: ema.decay 0; LoRA: param_dtype bf16);
 #           the pipeline, latents and runs in /dev/shm (a full checkpoint is ~19 GB); diffusers as for latte1.
+#           SANA_MODES="lora full" changes the order; BENCH_SANA_ARGS (both modes), SANA_FULL_ARGS and SANA_LORA_ARGS
+#           add bench_sana.py options ("--policies full --implementations tune-no-ema,pytorch" picks rows).
 # Logs and JSON go to $OUT when set (the device tool's output folder), else build-cuda/results. One device call
 # runs at most 10 minutes: split the phases over calls (build persists while the machine stays warm).
 set -euo pipefail
@@ -98,11 +100,12 @@ for phase in "${phases[@]}"; do
       work=/dev/shm/bench-sana
       mkdir -p "$work" 2>/dev/null && [[ $(df --output=avail -k /dev/shm | tail -n 1) -gt 40000000 ]] ||
         work=/tmp/bench-sana
-      for mode in full lora; do
+      for mode in ${SANA_MODES:-full lora}; do
         lora=(); [[ $mode == lora ]] && lora=(--lora-rank 16 --policies off,full)
+        mode_args=SANA_${mode^^}_ARGS
         PYTHONUNBUFFERED=1 python3 scripts/bench_sana.py --tune build-cuda/apps/tune/tune --size 1600m \
           --device cuda --threads 8 --repeat 1 --steps ${SANA_STEPS:-5} --policies off,full,selective \
-          --work "$work" "${lora[@]}" --out "$results/sana_$mode.json" ${BENCH_SANA_ARGS:-} 2>&1 |
+          --work "$work" "${lora[@]}" --out "$results/sana_$mode.json" ${BENCH_SANA_ARGS:-} ${!mode_args:-} 2>&1 |
           tee "$results/sana_$mode.txt"
       done ;;
     *) echo "run_all: unknown phase '$phase' (build, test, cudatest, llm, qlora, latte, latte1, sana)" >&2; exit 2 ;;
