@@ -20,6 +20,9 @@ full, i.e. every block; PyTorch: diffusers' enable_gradient_checkpointing, torch
       table instead of the official per-block D->6D linear: the same per-token maths, 12 fewer tiny [2, 384] x
       [384, 2304] GEMMs), a dummy one-token caption whose projection is unused by the blocks. Loss: MSE of the
       first 4 output channels against random noise (the diffusion noise/target sampling is negligible at this size).
+      The official references keep the EMA of the model that the official train.py keeps (an fp32 deepcopy,
+      stepped by its utils.update_ema after each update), as tune's latte recipe keeps one by default
+      (--no-reference-ema drops it; tune's then with --tune-ema-decay 0); diffusers' model is measured bare.
       Memory: peak RSS of the process (ru_maxrss) and its growth over the RSS after the model, optimizer and
       inputs were built (activations, gradients, AdamW state, allocator caches).
       A '+compile' suffix (official-math+compile) wraps the model in torch.compile (Inductor, default mode; the
@@ -138,6 +141,14 @@ def pytorch_worker(args):
     else:
         model = official_latte(args)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.0)
+    ema = None
+    if args.reference_ema:
+        # As the official train.py: an fp32 deepcopy of the model without gradients, stepped after every update by
+        # its utils.update_ema (decay 0.9999, in place over named_parameters).
+        import copy
+        ema = copy.deepcopy(model)
+        ema.requires_grad_(False)
+        ema_params = dict(ema.named_parameters())
     if compiled:
         # torch.compile (Inductor, default mode) of the whole model; compiling happens in the untimed warm-up step.
         model = torch.compile(model)
@@ -159,6 +170,10 @@ def pytorch_worker(args):
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        if ema is not None:
+            with torch.no_grad():
+                for name, param in model.named_parameters():
+                    ema_params[name.removeprefix("_orig_mod.")].mul_(0.9999).add_(param.data, alpha=1 - 0.9999)
         return loss
 
     base = rss_bytes()
@@ -281,10 +296,18 @@ def pytorch_once(args, policy, reference):
                "--steps", str(args.steps), "--threads", str(args.threads)]
     if args.official:
         command += ["--official", args.official]
+    if reference_keeps_ema(args, reference):
+        command.append("--reference-ema")
     stdout, peak_rss = run_with_rss(command, env)
     result = json.loads(stdout.strip().splitlines()[-1])
     result["peak_rss_bytes"] = peak_rss
     return result
+
+
+def reference_keeps_ema(args, reference):
+    """The official trainer (Vchitect/Latte train.py) keeps an EMA of the model, as tune's latte recipe does by
+    default; diffusers' model is measured bare (its training scripts keep one only with --use_ema)."""
+    return reference.startswith("official") and not args.no_reference_ema
 
 
 def mib(value):
@@ -307,9 +330,13 @@ def main():
     parser.add_argument("--profile", help="also write a torch.profiler trace of one PyTorch step per policy here")
     parser.add_argument("--tune-ema-decay", type=float,
                         help="tune's ema.decay (default: the recipe's, 0.9999, an fp32 copy of the weights as the "
-                             "official train.py keeps; 0 keeps none, as the PyTorch side here)")
+                             "official train.py keeps; 0 keeps none, as diffusers' rows and --no-reference-ema)")
+    parser.add_argument("--no-reference-ema", action="store_true",
+                        help="the official-* references without the EMA their train.py keeps (an fp32 deepcopy "
+                             "stepped by utils.update_ema after each update; kept by default, as tune's recipe does)")
     parser.add_argument("--out", help="write all results as JSON here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--reference-ema", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--policy", default="off", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:

@@ -9,6 +9,7 @@
 #include "tune/core/error.h"
 #include "tune/nn/adaln.h"
 #include "tune/nn/attention_core.h"
+#include "tune/nn/gelu_linear.h"
 #include "tune/nn/linear.h"
 
 namespace tune::models {
@@ -51,8 +52,8 @@ LatteMlpImpl::LatteMlpImpl(int64_t hidden_size, int64_t inner_size) {
 }
 
 torch::Tensor LatteMlpImpl::forward(const torch::Tensor& x, nn::BlockRunner* runner) {
-  auto gelu = [](const std::vector<torch::Tensor>& inputs) { return torch::gelu(inputs[0], "tanh"); };
-  return nn::linear(fc2, nn::run_region(runner, nn::RegionKind::activation, gelu, {nn::linear(fc1, x)}));
+  // GELU recomputed in fc2's backward wherever the block's graph lives until backward (nn::run_gelu_linear).
+  return nn::run_gelu_linear(runner, fc2, nn::linear(fc1, x));
 }
 
 LatteBlockImpl::LatteBlockImpl(const LatteConfig& config) {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "tune/nn/adaln.h"
+#include "tune/nn/gelu_linear.h"
 
 namespace tune::models {
 
@@ -25,8 +26,12 @@ LatteT2VFeedForwardImpl::LatteT2VFeedForwardImpl(int64_t dim, const LatteT2VLora
 }
 
 torch::Tensor LatteT2VFeedForwardImpl::forward(const torch::Tensor& x, nn::BlockRunner* runner) {
+  const torch::Tensor hidden = up->forward(x);
+  // A plain net.2 (no adapter, no NF4 base) recomputes GELU in its backward wherever the block's graph lives until
+  // backward and its weight trains (nn::run_gelu_linear); an adapter's lora_A needs GELU's output kept anyway.
+  if (!down->has_lora() && !down->nf4_base()) return nn::run_gelu_linear(runner, down->weight, down->bias, hidden);
   auto gelu = [](const std::vector<torch::Tensor>& inputs) { return torch::gelu(inputs[0], "tanh"); };
-  return down->forward(nn::run_region(runner, nn::RegionKind::activation, gelu, {up->forward(x)}));
+  return down->forward(nn::run_region(runner, nn::RegionKind::activation, gelu, {hidden}));
 }
 
 LatteT2VBlockImpl::LatteT2VBlockImpl(const LatteT2VConfig& config, bool cross_attention, const LatteT2VLora& lora)

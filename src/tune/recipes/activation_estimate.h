@@ -98,16 +98,23 @@ struct RunnerStacks {
 // The stacks for a family whose blocks use nn::run_attention_core: `shape` (with an `attention_core` form) gets the
 // form the runs take on `device` for `compute_dtype` in plainly run blocks, in checkpointed blocks' recomputes and
 // in selective's blocks (nn::attention_core_form), and `stack_of(shape, selective)` builds the family's StackMemory.
+// A Shape with a `kept_until_backward` flag (its blocks take other forms too where their graphs live until backward,
+// as Latte's fc2 recomputing GELU) gets it set likewise.
 template <typename Shape, typename StackOf>
 RunnerStacks stacks_with_attention_cores(Shape shape, c10::DeviceType device, c10::ScalarType compute_dtype,
                                          const StackOf& stack_of, bool softcapped = false) {
+  constexpr bool has_kept_flag = requires(Shape each) { each.kept_until_backward; };
   RunnerStacks stacks;
   shape.attention_core = nn::attention_core_form(device, compute_dtype, /*kept_until_backward=*/true, false, softcapped);
+  if constexpr (has_kept_flag) shape.kept_until_backward = true;
   stacks.plain = stack_of(shape, false);
   Shape recomputed = shape;
   recomputed.attention_core =
       nn::attention_core_form(device, compute_dtype, /*kept_until_backward=*/false, false, softcapped);
-  if (recomputed.attention_core != shape.attention_core) stacks.plain.recomputed_blocks = stack_of(recomputed, false).blocks;
+  if constexpr (has_kept_flag) recomputed.kept_until_backward = false;
+  if (has_kept_flag || recomputed.attention_core != shape.attention_core) {
+    stacks.plain.recomputed_blocks = stack_of(recomputed, false).blocks;
+  }
   shape.attention_core = nn::attention_core_form(device, compute_dtype, /*kept_until_backward=*/true, true, softcapped);
   stacks.selective = stack_of(shape, true);
   return stacks;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "tune/nn/gelu_linear.h"
+
 namespace tune::recipes::latte {
 namespace {
 
@@ -16,6 +18,7 @@ struct Sizes {
   bool low_precision;
   bool fused_attention;
   bool recomputing_attention;  // tune's core, recomputing its probabilities in backward
+  bool recomputing_gelu;  // fc2 keeps GELU's input alone, recomputing its output in backward (nn::run_gelu_linear)
   bool frozen;  // infer --grad (LatteActivationShape::frozen)
 };
 
@@ -33,6 +36,7 @@ Sizes sizes_of(const models::LatteConfig& config, const LatteActivationShape& sh
   s.fused_attention = shape.attention_core == nn::AttentionCoreForm::fused;
   s.recomputing_attention = shape.attention_core == nn::AttentionCoreForm::recomputing;
   s.frozen = shape.frozen;
+  s.recomputing_gelu = nn::gelu_linear_recomputes(shape.kept_until_backward, !shape.frozen);
   return s;
 }
 
@@ -51,10 +55,11 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t condit
   int64_t saved = (keeps_state ? (s.tokens + s.frame_rows) * s.hidden : td) * kFloat32 + td * kFloat32;
   // Compute dtype: the qkv input copy, q (scaled), k and v as the attention matmuls keep them, the context for
   // proj, proj's output (kept by the gate multiply), fc1's input copy, fc1's output (GELU's input), GELU's output
-  // (fc2's input) and fc2's output (kept by the gate multiply). Frozen weights keep no matmul input (qkv's, proj's,
-  // fc1's, fc2's); the gates still keep what they multiply, the conditioning rows being rows of the differentiated
-  // state (models::LatteImpl::forward), so the modulation needs a gradient too.
-  saved += s.frozen ? (5 * td + s.tokens * s.inner) * s.c : (8 * td + 2 * s.tokens * s.inner) * s.c;
+  // (fc2's input, unless fc2 recomputes it) and fc2's output (kept by the gate multiply). Frozen weights keep no
+  // matmul input (qkv's, proj's, fc1's, fc2's); the gates still keep what they multiply, the conditioning rows being
+  // rows of the differentiated state (models::LatteImpl::forward), so the modulation needs a gradient too.
+  const int64_t mlp_activations = s.recomputing_gelu ? 1 : 2;  // [tokens, inner] tensors kept
+  saved += s.frozen ? (5 * td + s.tokens * s.inner) * s.c : (8 * td + mlp_activations * s.tokens * s.inner) * s.c;
   // Attention probabilities (fp32, and the compute-dtype copy for the value matmul) unless recomputed (the
   // recomputing core keeps q, k and v, as the plain core's matmuls keep them). The fused
   // core keeps none: instead the qkv output whose views are its q, k and v (one more than the three the plain
@@ -66,26 +71,31 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t condit
   // two shifts are free, the two gates and (outside selective's recomputed norms) the two scales (1 + scale),
   // [sequences, D] once repeated, are kept by their multiplies.
   saved += conditions * s.hidden * (kFloat32 + (s.frozen ? 0 : s.c)) + sequences * s.hidden * (selective ? 2 : 4) * s.c;
-  // Weight copies under autocast: qkv, proj, fc1, fc2 and the adaLN linear.
-  if (s.low_precision) saved += (4 * s.hidden * s.hidden + 2 * s.hidden * s.inner + 6 * s.hidden * s.hidden) * s.c;
+  // Weight copies under autocast: qkv, proj, fc1, fc2 (unless it recomputes GELU: it keeps the fp32 weight and
+  // casts it again in backward) and the adaLN linear.
+  if (s.low_precision) {
+    saved += (4 * s.hidden * s.hidden + (s.recomputing_gelu ? 1 : 2) * s.hidden * s.inner + 6 * s.hidden * s.hidden) * s.c;
+  }
   block.saved = saved;
 
   // Backward runs the MLP branch first: everything saved, the fp32 gradient of the block's output, and the
-  // gradients into fc2's and fc1's outputs ([tokens, inner] each) beside the fresh fc weight gradient. Selective
-  // recomputes GELU there (its output again).
+  // gradients into fc2's and fc1's outputs ([tokens, inner] each) beside the fresh fc weight gradient (the
+  // recomputing fc2 first rebuilds GELU's output for its weight gradient and frees it: no more than those two).
+  // Selective's activation region, where fc2 does not recompute GELU itself, recomputes it there: a third.
   const int64_t in_flight =
       (s.tokens + s.frame_rows) * s.hidden * kFloat32 + (s.frozen ? 0 : s.hidden * s.inner * kFloat32);
   // Under frozen weights and autocast, fc2's input gradient also holds the fp32-accumulate product's workspace
   // (training's estimate leaves that constant out: its other terms already overcount by more, measured 1.07-1.09).
   const int64_t workspace =
       s.frozen && s.low_precision ? cpu_gemm_workspace(s.tokens, s.hidden, s.inner) : 0;
-  const int64_t mlp_phase = saved + in_flight + (selective ? 3 : 2) * s.tokens * s.inner * s.c + workspace;
+  const int64_t mlp_phase =
+      saved + in_flight + (selective && !s.recomputing_gelu ? 3 : 2) * s.tokens * s.inner * s.c + workspace;
   // Then the attention core, the MLP branch freed (second LayerNorm's input, under selective also its recomputed
   // output, fc1/fc2 tensors and proj's input and output): the fp32 probabilities with their incoming and outgoing
   // fp32 gradients (12 bytes per score; the recomputing core rebuilds them in one chunk, no mask) instead of the 6
   // kept.
   const int64_t mlp_half = (selective ? 2 : 1) * td * kFloat32 +
-                           (s.frozen ? 2 * td + s.tokens * s.inner : 3 * td + 2 * s.tokens * s.inner) * s.c;
+                           (s.frozen ? 2 * td + s.tokens * s.inner : 3 * td + mlp_activations * s.tokens * s.inner) * s.c;
   // The fused core's backward instead: the gradients of q, k and v and the kernel's fp32 accumulator for dq.
   const int64_t core_backward = s.fused_attention ? 3 * td * s.c + td * kFloat32 : 3 * scores * kFloat32;
   const int64_t attention_phase =

@@ -24,12 +24,16 @@ struct LatteActivationShape {
   // made) and the sampler's guidance objective on the output replaces the training loss. `batch` then counts the
   // model's rows: 2 x samples under classifier-free guidance.
   bool frozen = false;
+  // Whether the blocks' graphs live until backward (plainly run or selective's blocks), not only through a
+  // checkpointed block's recompute: their fc2 then recomputes GELU (nn::gelu_linear_recomputes). Set per kind of
+  // block by stacks_with_attention_cores (recipes/activation_estimate.h).
+  bool kept_until_backward = true;
 };
 
 // The counts follow what autograd saves in models/latte.cpp, latte_layers.cpp and nn/ (LibTorch 1.13), for fp32
 // master weights (under autocast each matmul weight gets a compute-dtype copy) and the learned-variance diffusion
 // loss on the model's output. `selective`: blocks as selective checkpointing runs them (the modulated norms keep
-// only their inputs; GELU keeps what a plain block keeps, its output being fc2's input); the attention core as
+// only their inputs; the MLP keeps what a plain block keeps); the attention core as
 // shape.attention_core says.
 StackMemory latte_stack(const models::LatteConfig& config, const LatteActivationShape& shape, bool selective);
 

@@ -7,6 +7,8 @@
 #include <initializer_list>
 #include <vector>
 
+#include "tune/nn/gelu_linear.h"
+
 namespace tune::recipes::latte_t2v {
 namespace {
 
@@ -30,6 +32,7 @@ struct Sizes {
   // differentiates the modulation and the caption's keys and values inside the blocks: the gate multiplies keep
   // their outputs and the cross-attention core keeps what it keeps in training.
   bool frozen;
+  bool recomputing_gelu;  // net.2 keeps GELU's input alone, recomputing its output in backward (nn::run_gelu_linear)
   int64_t td() const { return tokens * hidden; }
   int64_t caption() const { return batch * text * hidden; }  // the projected caption [B, L, D]
   int64_t outputs() const { return tokens * out_per_token; }
@@ -56,6 +59,7 @@ Sizes sizes_of(const models::LatteT2VConfig& config, const T2VActivationShape& s
   s.recomputing_attention = shape.attention_core == nn::AttentionCoreForm::recomputing;
   s.training_loss = shape.training_loss;
   s.frozen = !shape.training_loss;
+  s.recomputing_gelu = nn::gelu_linear_recomputes(shape.kept_until_backward, !s.frozen);
   return s;
 }
 
@@ -136,17 +140,20 @@ Part feed_forward(const Sizes& s, bool selective) {
   Part part;
   // GELU's input (net.0.proj's output) for its own gradient, net.2's output for the gate's and, for the weight
   // gradients (training), net.0.proj's input (its cast, or in fp32 the norm's output itself) and GELU's output
-  // (net.2's input).
+  // (net.2's input), unless net.2 recomputes it.
   part.saved = ti * c + td * c;
-  if (!s.frozen) part.saved += (s.low_precision ? td * c : td * kFloat32) + ti * c;
-  if (s.low_precision) part.saved += 2 * s.hidden * s.inner * c;  // weight copies
+  if (!s.frozen) part.saved += (s.low_precision ? td * c : td * kFloat32) + (s.recomputing_gelu ? 0 : ti * c);
+  if (s.low_precision) part.saved += (s.recomputing_gelu ? 1 : 2) * s.hidden * s.inner * c;  // weight copies
   // Backward: the gate multiply's fp32 products (the gradient into net.2's output, and the gate's), then net.2's
   // gradient in and its input's gradient out ([tokens, 4D], with the fp32-accumulate kernel's workspace under
   // autocast), then GELU's input gradient beside its output's (in training net.2 has freed its input, GELU's
-  // output, by then). Selective recomputes GELU's output first.
+  // output, by then). Selective recomputes GELU's output first. A recomputing net.2 rebuilds GELU's output for its
+  // weight's gradient and frees it before its input's gradient: the same two [tokens, 4D] tensors at most, above a
+  // saved set without GELU's output.
   const int64_t gate = 2 * td * kFloat32 + (s.low_precision ? td * c : 0);
   const int64_t down = ti * c + (s.low_precision ? cpu_gemm_workspace(s.tokens, s.hidden, s.inner) : 0);
-  const int64_t gelu = (selective ? 3 : 2) * ti * c - (s.frozen ? 0 : ti * c) - td * c;
+  const int64_t gelu = s.recomputing_gelu ? 2 * ti * c - td * c
+                                          : (selective ? 3 : 2) * ti * c - (s.frozen ? 0 : ti * c) - td * c;
   part.backward = std::max({gate, down, gelu});
   return part;
 }
@@ -186,9 +193,9 @@ BlockFootprint block_footprint(const Sizes& s, bool spatial, bool selective) {
   // Forward at net.2 (in forward, or in a checkpointed block's recompute, the output's gradient then in flight): the
   // whole saved set, the block's two norm outputs (fp32 locals of the block's forward, counted in the saved set
   // only where fp32 training keeps them for the projections), GELU's output where net.2 does not keep it (frozen
-  // weights) and, under autocast, the fp32-accumulate kernel's workspace for the [tokens, 4D] x [4D, D] product.
+  // weights, or net.2 recomputing it) and, under autocast, the fp32-accumulate kernel's workspace for the [tokens, 4D] x [4D, D] product.
   int64_t ff_forward = s.state * kFloat32 + ((s.frozen || s.low_precision) ? 2 * td * kFloat32 : 0);
-  if (s.frozen) ff_forward += s.tokens * s.inner * s.c;
+  if (s.frozen || s.recomputing_gelu) ff_forward += s.tokens * s.inner * s.c;
   if (s.low_precision) ff_forward += cpu_gemm_workspace(s.tokens, s.inner, s.hidden);
   block.backward_peak = std::max(block.backward_peak, block.saved + ff_forward);
   // The block's start, once norm1 is done: the input state's gradient assembled from its patch rows and its

@@ -26,6 +26,9 @@ struct T2VActivationShape {
   int64_t compute_bytes = 2;  // 2 under bf16/fp16 autocast, 4 otherwise
   bool training_loss = true;  // the learned-variance diffusion loss on the output (training); false: infer --grad
   nn::AttentionCoreForm attention_core = nn::AttentionCoreForm::plain;  // set by t2v_activation_estimate
+  // Whether the blocks' graphs live until backward (plainly run or selective's blocks): a trained net.2 then
+  // recomputes GELU (nn::gelu_linear_recomputes). Set per kind of block by stacks_with_attention_cores.
+  bool kept_until_backward = true;
 };
 
 // The counts follow what autograd saves in models/latte_t2v.cpp, latte_t2v_layers.cpp and nn/ (LibTorch 2.x), for
@@ -35,8 +38,8 @@ struct T2VActivationShape {
 // training_loss: the transformer's weights train and the learned-variance diffusion loss runs on the output.
 // Otherwise infer --grad: the weights are frozen (so no matmul keeps its input for a weight gradient) and the head
 // is what the DDIM guidance step differentiates (video_guidance's objective on the predicted clean latents).
-// `selective`: blocks as selective checkpointing runs them (the modulated norms keep only their inputs; the GELU
-// region keeps what a plain block keeps, its output being the second FF linear's input); the attention cores as
+// `selective`: blocks as selective checkpointing runs them (the modulated norms keep only their inputs; the
+// feed-forward keeps what a plain block keeps); the attention cores as
 // shape.attention_core says.
 StackMemory latte_t2v_stack(const models::LatteT2VConfig& config, const T2VActivationShape& shape, bool selective);
 

@@ -1,0 +1,72 @@
+// layer(gelu(x)) with GELU recomputed in backward.
+#include "tune/nn/gelu_linear.h"
+
+#include <torch/autograd.h>
+
+#include "tune/nn/block_runner.h"
+
+namespace tune::nn {
+namespace {
+
+constexpr const char* kApproximate = "tanh";
+
+struct RecomputingGeluLinear : public torch::autograd::Function<RecomputingGeluLinear> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& hidden,
+                               const torch::Tensor& weight, const torch::Tensor& bias) {
+    // Under autocast ATen's linear casts its operands as in the plain form (the weight's copy from autocast's
+    // cache, shared with any other use in the step); autograd is off here, so nothing of it is kept.
+    torch::Tensor output = torch::linear(torch::gelu(hidden, kApproximate), weight, bias);
+    ctx->save_for_backward({hidden, weight});
+    ctx->saved_data["has_bias"] = bias.defined();
+    ctx->saved_data["bias_dtype"] = static_cast<int64_t>(bias.defined() ? bias.scalar_type() : weight.scalar_type());
+    return output;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& hidden = saved[0];
+    const torch::Tensor& weight = saved[1];
+    // The output's gradient comes in the product's dtype (autograd casts it to the output's): the compute dtype.
+    const torch::Tensor grad = grad_outputs[0].reshape({-1, grad_outputs[0].size(-1)});
+    const auto dtype = grad.scalar_type();
+    const torch::Tensor flat_hidden = hidden.reshape({-1, hidden.size(-1)});
+    torch::Tensor grad_hidden, grad_weight, grad_bias;
+    if (ctx->needs_input_grad(1)) {
+      // As addmm's backward forms it (the layer input's transpose times the gradient, then transposed), so the
+      // fp32-accumulate kernels sum in the plain form's order; GELU's output lives only for this product.
+      const torch::Tensor activation = torch::gelu(flat_hidden, kApproximate).to(dtype);
+      grad_weight = activation.t().mm(grad).t().to(weight.scalar_type());
+    }
+    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {
+      grad_bias = grad.sum(0).to(static_cast<torch::ScalarType>(ctx->saved_data["bias_dtype"].toInt()));
+    }
+    if (ctx->needs_input_grad(0)) {
+      const torch::Tensor grad_activation = grad.mm(weight.to(dtype)).to(hidden.scalar_type());
+      grad_hidden = torch::gelu_backward(grad_activation, flat_hidden, kApproximate).view(hidden.sizes());
+    }
+    return {grad_hidden, grad_weight, grad_bias};
+  }
+};
+
+}  // namespace
+
+torch::Tensor gelu_linear_recomputing(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                      const torch::Tensor& bias) {
+  return RecomputingGeluLinear::apply(hidden, weight, bias);
+}
+
+torch::Tensor run_gelu_linear(BlockRunner* runner, const torch::Tensor& weight, const torch::Tensor& bias,
+                              const torch::Tensor& hidden) {
+  const bool selective = runner != nullptr && runner->recomputes(RegionKind::activation);
+  // Selective's blocks run plainly (only regions recompute), so their activations are kept until backward too.
+  const bool kept_until_backward = torch::GradMode::is_enabled() && (selective || !RecomputeScope::active());
+  if (gelu_linear_recomputes(kept_until_backward, weight.requires_grad())) {
+    return gelu_linear_recomputing(hidden, weight, bias);
+  }
+  auto gelu = [](const std::vector<torch::Tensor>& inputs) { return torch::gelu(inputs[0], kApproximate); };
+  // ATen's linear, as nn::linear (linear.h says why not the C++ frontend's).
+  return torch::linear(run_region(runner, RegionKind::activation, gelu, {hidden}), weight, bias);
+}
+
+}  // namespace tune::nn
