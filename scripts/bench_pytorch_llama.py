@@ -191,6 +191,8 @@ def main():
                         help="an AdamW update in each step (torch.optim.AdamW's default kernel), as tune-bench --optimizer")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the model (inductor; compiled during the warm-up steps)")
+    parser.add_argument("--profile", help="also profile one step after the timed ones: its Chrome trace (torch.profiler, "
+                                          "CPU) is written here, as tune-bench --profile; bench_profile_summary.py sums both")
     args = parser.parse_args()
 
     result = {"tool": "pytorch", "torch": torch.__version__, "policy": args.policy, "k": args.k,
@@ -246,6 +248,11 @@ def main():
         seconds.append(elapsed)
 
     rss_peak = peak_rss_bytes()
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU]) as trace:
+            step()
+        trace.export_chrome_trace(args.profile)
     result.update({
         "step_s": statistics.median(seconds),
         "step_s_min": min(seconds),  # least disturbed by other processes; the driver's ratios use it

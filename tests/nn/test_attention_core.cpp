@@ -220,6 +220,10 @@ TEST_CASE("run_attention_core recomputes the probabilities wherever autograd wou
     CHECK(node(&plain).find("RecomputingAttention") == std::string::npos);
     CHECK(node(&plain) != "none");
     CHECK(node(&recomputing).find("RecomputingAttention") != std::string::npos);
+    // A multi-block segment's recompute (policy sqrt) before its last block: that block's graph outlives its own
+    // backward, so the recomputing form again.
+    const tune::nn::SegmentBlockScope outliving;
+    CHECK(node(&plain).find("RecomputingAttention") != std::string::npos);
   }
   torch::NoGradGuard no_grad;
   CHECK(node(&recomputing) == "none");

@@ -130,6 +130,9 @@ TEST_CASE("run_gelu_linear recomputes GELU wherever autograd would keep it until
     CHECK(node(&plain).find("RecomputingGeluLinear") == std::string::npos);
     CHECK(node(&plain) != "none");
     CHECK(node(&selective).find("RecomputingGeluLinear") != std::string::npos);
+    // A multi-block segment's recompute (policy sqrt) before its last block: its graph outlives its own backward.
+    const tune::nn::SegmentBlockScope outliving;
+    CHECK(node(&plain).find("RecomputingGeluLinear") != std::string::npos);
   }
   // A frozen weight (infer --grad, a LoRA base): its gradient needs no activation, so the plain form.
   layer.linear->weight.requires_grad_(false);

@@ -113,7 +113,10 @@ TEST_CASE("the FLOP model orders policies by their recompute", "[recipes][plan]"
   CHECK(time("off") < time("selective"));
   CHECK(time("selective") < time("every_k", 2));
   CHECK(time("every_k", 2) < time("full"));
-  CHECK(time("sqrt") == Approx(time("full")));
+  // sqrt recomputes every layer as full does; on the CPU the layers before each segment's last keep tune's
+  // recomputing attention core there (their graphs outlive their own backward), which rebuilds the scores once more.
+  CHECK(time("sqrt") >= time("full"));
+  CHECK(time("sqrt") < 1.05 * time("full"));
   // Full recompute is one more forward of the layers: below 4/3 (the head's FLOPs are never recomputed).
   CHECK(time("full") > 1.2);
   CHECK(time("full") < 4.0 / 3.0);

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <optional>
 
 #include "tune/core/error.h"
 #include "tune/precision/mixed_precision.h"
@@ -379,7 +380,13 @@ torch::Tensor CheckpointRunner::run_stack(int64_t count, const nn::StackFunction
     // `block` copied into the closure: the autograd node keeps it until backward.
     auto segment = [block, begin, end](const std::vector<torch::Tensor>& inputs) {
       torch::Tensor h = inputs[0];
-      for (int64_t i = begin; i < end; ++i) h = block(i, h);
+      for (int64_t i = begin; i < end; ++i) {
+        // In the recompute, every block but the segment's last keeps its graph while the later ones are
+        // differentiated: its layers take their forms for graphs kept until backward (nn::SegmentBlockScope).
+        std::optional<nn::SegmentBlockScope> outlives_its_backward;
+        if (i + 1 < end) outlives_its_backward.emplace();
+        h = block(i, h);
+      }
       return h;
     };
     hidden = checkpoint(segment, {hidden}, params);

@@ -309,10 +309,8 @@ torch::Tensor run_attention_core(BlockRunner* runner, const torch::Tensor& query
                                  double softcap) {
   // LibTorch's fused kernels where they are the better core: their backward recomputes the probabilities from q, k
   // and the saved log-sum-exp (what the recomputing form does by hand) in tiles that never hold [T, S] at once.
-  const bool grad = torch::GradMode::is_enabled();
   const bool selective = runner != nullptr && runner->recomputes(RegionKind::attention_core);
-  // Selective's layers run plainly (only regions recompute), so its core is kept until backward too.
-  const bool kept_until_backward = grad && (selective || !RecomputeScope::active());
+  const bool kept_until_backward = graph_kept_until_backward(selective);
   switch (attention_core_form(query.device().type(), query.scalar_type(), kept_until_backward, selective,
                               softcap > 0.0)) {
     case AttentionCoreForm::fused:

@@ -61,16 +61,20 @@ enum class AttentionCoreForm {
 
 // Which form run_attention_core takes, and so what the activation estimates count. Where tune's core runs (not
 // fused), it recomputes its probabilities in backward whenever autograd would otherwise keep them from the block's
-// forward to its backward: `kept_until_backward`, grad mode on outside a checkpointed block's recompute (a plainly
-// run block, or selective checkpointing's, `selective`). The probabilities cost 6 bytes per score under bf16
+// forward to its backward: `kept_until_backward` (nn::graph_kept_until_backward: grad mode on outside a checkpointed
+// block's recompute, i.e. a plainly run block or selective checkpointing's, `selective`, or inside a multi-block
+// segment's recompute before its last block, whose graph outlives its own backward). The probabilities cost 6 bytes per score under bf16
 // (batch 4 x 4 heads x 512 x 512 scores a layer of the Llama benchmark: 24 MiB) against one more q k^T and softmax in backward
 // (measured: the same step time, docs/BENCHMARKS.md). Without gradients, and inside a checkpointed block's recompute
 // (its graph lives only through that block's backward, one block at a time), the plain form: no second product.
+// (Measured on the AVX512-BF16 EPYC, docs/BENCHMARKS.md: the recompute costs ~14% of the Llama benchmark's step
+// under policy off there, against the 24 MiB a layer.)
 AttentionCoreForm attention_core_form(c10::DeviceType device, c10::ScalarType dtype, bool kept_until_backward,
                                       bool selective = false, bool softcapped = false);
 
-// What a block calls: the form attention_core_form gives for grad mode, the current recompute (nn::RecomputeScope)
-// and whether `runner` recomputes the attention core (selective checkpointing).
+// What a block calls: the form attention_core_form gives for nn::graph_kept_until_backward (grad mode, the current
+// recompute and segment, block_runner.h) and whether `runner` recomputes the attention core (selective
+// checkpointing).
 torch::Tensor run_attention_core(BlockRunner* runner, const torch::Tensor& query, const torch::Tensor& key,
                                  const torch::Tensor& value, const torch::Tensor& mask, double scale,
                                  bool causal = false, double softcap = 0.0);

@@ -4,6 +4,7 @@
 // runner may checkpoint on their own (selective checkpointing).
 #pragma once
 
+#include <ATen/core/grad_mode.h>
 #include <torch/types.h>
 
 #include <functional>
@@ -91,6 +92,33 @@ class RecomputeScope {
     return value;
   }
 };
+
+// Set around each block of a multi-block recompute segment but its last (policy sqrt, memory/checkpoint.cpp): that
+// block's recomputed graph lives on while the segment's later blocks are differentiated, not only through its own
+// backward, so what it keeps counts as a plainly run block's does.
+class SegmentBlockScope {
+ public:
+  SegmentBlockScope() { ++depth(); }
+  ~SegmentBlockScope() { --depth(); }
+  SegmentBlockScope(const SegmentBlockScope&) = delete;
+  SegmentBlockScope& operator=(const SegmentBlockScope&) = delete;
+  static bool active() { return depth() > 0; }
+
+ private:
+  static int& depth() {
+    static thread_local int value = 0;
+    return value;
+  }
+};
+
+// Whether what a layer saves for backward now is kept until a later block's backward, not only through the current
+// block's: grad mode on, outside a checkpointed block's recompute (a plainly run block; `selective`: selective
+// checkpointing's blocks, which run plainly while only their regions recompute) or inside a multi-block segment's
+// recompute before its last block. Layers with a cheaper-to-keep autograd form (nn::run_attention_core,
+// nn::run_gelu_linear) take it then.
+inline bool graph_kept_until_backward(bool selective) {
+  return at::GradMode::is_enabled() && (selective || !RecomputeScope::active() || SegmentBlockScope::active());
+}
 
 // Runs each block as a plain call.
 class PlainBlockRunner : public BlockRunner {

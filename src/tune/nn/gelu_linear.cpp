@@ -59,9 +59,7 @@ torch::Tensor gelu_linear_recomputing(const torch::Tensor& hidden, const torch::
 torch::Tensor run_gelu_linear(BlockRunner* runner, const torch::Tensor& weight, const torch::Tensor& bias,
                               const torch::Tensor& hidden) {
   const bool selective = runner != nullptr && runner->recomputes(RegionKind::activation);
-  // Selective's blocks run plainly (only regions recompute), so their activations are kept until backward too.
-  const bool kept_until_backward = torch::GradMode::is_enabled() && (selective || !RecomputeScope::active());
-  if (gelu_linear_recomputes(kept_until_backward, weight.requires_grad())) {
+  if (gelu_linear_recomputes(graph_kept_until_backward(selective), weight.requires_grad())) {
     return gelu_linear_recomputing(hidden, weight, bias);
   }
   auto gelu = [](const std::vector<torch::Tensor>& inputs) { return torch::gelu(inputs[0], kApproximate); };

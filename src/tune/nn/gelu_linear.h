@@ -20,15 +20,15 @@ torch::Tensor gelu_linear_recomputing(const torch::Tensor& hidden, const torch::
                                       const torch::Tensor& bias);
 
 // Whether run_gelu_linear takes the recomputing form: where autograd would keep the activation until backward
-// (`kept_until_backward`: grad mode on outside a checkpointed block's recompute, or in selective checkpointing's
-// plainly run blocks) and the layer's weight trains (a frozen weight's gradient needs no activation: the plain
+// (`kept_until_backward`, nn::graph_kept_until_backward: grad mode on outside a checkpointed block's recompute, in
+// selective checkpointing's plainly run blocks, or in a multi-block segment's recompute before its last block) and the layer's weight trains (a frozen weight's gradient needs no activation: the plain
 // form then keeps GELU's input alone too). The activation estimates ask this for each kind of block.
 inline bool gelu_linear_recomputes(bool kept_until_backward, bool weight_trains) {
   return kept_until_backward && weight_trains;
 }
 
 // What a block calls for linear(gelu(hidden), weight, bias): the form gelu_linear_recomputes gives for grad mode,
-// the current recompute (nn::RecomputeScope), `runner` and whether `weight` requires grad; the plain form runs GELU
+// nn::graph_kept_until_backward, `runner` and whether `weight` requires grad; the plain form runs GELU
 // as the runner's activation region.
 torch::Tensor run_gelu_linear(BlockRunner* runner, const torch::Tensor& weight, const torch::Tensor& bias,
                               const torch::Tensor& hidden);

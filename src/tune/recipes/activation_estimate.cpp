@@ -44,8 +44,12 @@ StackPhases segmented_stack_phases(const StackMemory& stack, int64_t segment_siz
     // The segment's recompute rebuilds every block's saved set; block k's backward then runs beside the blocks of
     // the segment before it (those after it are done).
     int64_t before = j * stack.block_input + stack.block_output;
-    for (int64_t k = j * segment_size; k < std::min(blocks, (j + 1) * segment_size); ++k) {
-      const BlockFootprint& block = recomputed_block(stack, static_cast<size_t>(k));
+    const int64_t end = std::min(blocks, (j + 1) * segment_size);
+    for (int64_t k = j * segment_size; k < end; ++k) {
+      // The segment's last block runs as a checkpointed block's recompute; the others keep their graphs while the
+      // later ones are differentiated, so they take the forms of plainly run blocks (nn::SegmentBlockScope).
+      const BlockFootprint& block =
+          k + 1 < end ? stack.blocks[static_cast<size_t>(k)] : recomputed_block(stack, static_cast<size_t>(k));
       backward_peak = std::max(backward_peak, before + block.backward_peak + (blocks - k) * stack.gradient_per_block);
       before += block.saved;
     }

@@ -88,6 +88,13 @@ StepFlops step_flops(const models::LlamaConfig& config, const models::LlamaLoraO
   if (runner.policy() == memory::Policy::selective) {
     flops.recompute =
         layers * (layer.other_elementwise + core_rebuild(attention.selective) - core_rebuild(attention.kept));
+  } else if (runner.policy() == memory::Policy::sqrt) {
+    // Every layer's forward again; only each segment's last layer takes the recompute's core, the others keeping
+    // their graphs through the later ones' backward take the kept form (nn::SegmentBlockScope).
+    const int64_t segment = std::max<int64_t>(1, runner.segment_size());
+    const double segments = static_cast<double>((config.num_hidden_layers + segment - 1) / segment);
+    flops.recompute =
+        layers * layer_forward + segments * (core_rebuild(attention.recomputed) - core_rebuild(attention.kept));
   } else {
     const double checkpointed = static_cast<double>(runner.checkpointed_blocks());
     flops.recompute =
