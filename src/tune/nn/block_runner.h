@@ -75,15 +75,15 @@ inline torch::Tensor run_region(BlockRunner* runner, RegionKind kind, const Regi
   return runner != nullptr ? runner->run_region(kind, region, inputs, params) : region(inputs);
 }
 
-// Whether the current thread is inside a runner's recompute of a block or region during backward. A runner that
-// wraps blocks (distributed full_shard gathers a block's parameters around each call) tells a recompute from a
-// forward call with it; memory/checkpoint.cpp sets it around every recompute.
-class RecomputeScope {
+// An RAII scope counted per thread: active() says whether one of this kind is open on the calling thread (scopes
+// nest). Each kind (Tag) has its own count.
+template <typename Tag>
+class ThreadScope {
  public:
-  RecomputeScope() { ++depth(); }
-  ~RecomputeScope() { --depth(); }
-  RecomputeScope(const RecomputeScope&) = delete;
-  RecomputeScope& operator=(const RecomputeScope&) = delete;
+  ThreadScope() { ++depth(); }
+  ~ThreadScope() { --depth(); }
+  ThreadScope(const ThreadScope&) = delete;
+  ThreadScope& operator=(const ThreadScope&) = delete;
   static bool active() { return depth() > 0; }
 
  private:
@@ -92,24 +92,16 @@ class RecomputeScope {
     return value;
   }
 };
+
+// Whether the current thread is inside a runner's recompute of a block or region during backward. A runner that
+// wraps blocks (distributed full_shard gathers a block's parameters around each call) tells a recompute from a
+// forward call with it; memory/checkpoint.cpp sets it around every recompute.
+class RecomputeScope : public ThreadScope<RecomputeScope> {};
 
 // Set around each block of a multi-block recompute segment but its last (policy sqrt, memory/checkpoint.cpp): that
 // block's recomputed graph lives on while the segment's later blocks are differentiated, not only through its own
 // backward, so what it keeps counts as a plainly run block's does.
-class SegmentBlockScope {
- public:
-  SegmentBlockScope() { ++depth(); }
-  ~SegmentBlockScope() { --depth(); }
-  SegmentBlockScope(const SegmentBlockScope&) = delete;
-  SegmentBlockScope& operator=(const SegmentBlockScope&) = delete;
-  static bool active() { return depth() > 0; }
-
- private:
-  static int& depth() {
-    static thread_local int value = 0;
-    return value;
-  }
-};
+class SegmentBlockScope : public ThreadScope<SegmentBlockScope> {};
 
 // Whether what a layer saves for backward now is kept until a later block's backward, not only through the current
 // block's: grad mode on, outside a checkpointed block's recompute (a plainly run block; `selective`: selective
