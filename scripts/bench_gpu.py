@@ -4,7 +4,7 @@
 by side in one run, and tune's speed levers each alone and together.
 
     python3 scripts/bench_gpu.py --tune-bench build-cuda/apps/bench/tune-bench [--seq 2048] [--steps 5] [--out F]
-        [--rows full-off-b1,...] [--profile-dir DIR] [--profiles lora-on-b1-plain,...]
+        [--rows full-off-b1,...] [--variants all,all+graph,...] [--profile-dir DIR] [--profiles lora-on-b1-plain,...]
 
 Same shapes, data sizes and optimizer on both sides:
   - model: hidden 2048, 16 layers, 32 query / 8 key-value heads, MLP 8192, vocab 128256, tied embeddings, RoPE base
@@ -22,7 +22,9 @@ Same shapes, data sizes and optimizer on both sides:
   - tune: apps/bench/tune-bench, policy full or off, one fresh process per variant (VARIANTS: the fused AdamW
     kernel --fused-adamw, LibTorch's fused RMSNorm TUNE_FUSED_RMS_NORM, the chunked linear cross-entropy --loss
     fused), the NF4 dequantisation by the jiterator kernel (TUNE_NF4_KERNEL=jit) instead of ATen's operators; QLoRA rows:
-    --quantize-base nf4 (every projection, double quantisation) on a bf16 base.
+    --quantize-base nf4 (every projection, double quantisation) on a bf16 base; "+graph" variants capture the whole
+    step into a CUDA graph once and replay it (--cuda-graph: one launch per step instead of thousands; their peak is
+    the allocator's while the step was captured, whose pool stays reserved between replays: "graph pool" in the log).
 Reported per configuration: median step time over --steps steps after 2 warm-up steps, tokens/s, peak memory
 (torch.cuda.max_memory_allocated for HF, the caching allocator's same counter in tune) during a step, and MFU:
 model FLOPs per step (6 x matmul parameters x tokens + 12 x layers x hidden x seq x tokens; for LoRA 4x instead of
@@ -181,18 +183,21 @@ VARIANTS = {
     "all": ALL_ON,
     "all+chunked_loss": {**ALL_ON, "loss": "fused"},
     "all+nf4_jit": {**ALL_ON, "nf4_kernel": "jit"},
+    # The whole step captured into a CUDA graph once and replayed (tune-bench --cuda-graph, train/cuda_graph_step.h).
+    "all+graph": {**ALL_ON, "cuda_graph": True},
+    "all+chunked_loss+graph": {**ALL_ON, "loss": "fused", "cuda_graph": True},
 }
 ROWS = [
-    ("full-off-b1", "full", False, 1, "fp32", ["none", "adamw", "rmsnorm", "all", "all+chunked_loss"]),
+    ("full-off-b1", "full", False, 1, "fp32", ["none", "adamw", "rmsnorm", "all", "all+chunked_loss", "all+graph"]),
     ("full-off-b4", "full", False, 4, "fp32", ["none", "all", "all+chunked_loss"]),
-    ("full-on-b1", "full", True, 1, "fp32", ["all"]),
+    ("full-on-b1", "full", True, 1, "fp32", ["all", "all+graph"]),
     ("full-on-b4", "full", True, 4, "fp32", ["all", "all+chunked_loss"]),
-    ("lora-off-b1", "lora", False, 1, "bf16", ["all", "all+chunked_loss"]),
-    ("lora-on-b1", "lora", True, 1, "bf16", ["all", "all+chunked_loss"]),
-    ("lora-on-b2", "lora", True, 2, "bf16", ["all", "all+chunked_loss"]),
-    ("lora-on-b4", "lora", True, 4, "bf16", ["all", "all+chunked_loss"]),
+    ("lora-off-b1", "lora", False, 1, "bf16", ["all", "all+chunked_loss", "all+graph", "all+chunked_loss+graph"]),
+    ("lora-on-b1", "lora", True, 1, "bf16", ["all", "all+chunked_loss", "all+graph", "all+chunked_loss+graph"]),
+    ("lora-on-b2", "lora", True, 2, "bf16", ["all", "all+chunked_loss", "all+graph", "all+chunked_loss+graph"]),
+    ("lora-on-b4", "lora", True, 4, "bf16", ["all", "all+chunked_loss", "all+graph", "all+chunked_loss+graph"]),
     ("qlora-off-b1", "qlora", False, 1, "bf16", ["all", "all+chunked_loss", "all+nf4_jit"]),
-    ("qlora-on-b1", "qlora", True, 1, "bf16", ["all", "all+chunked_loss", "all+nf4_jit"]),
+    ("qlora-on-b1", "qlora", True, 1, "bf16", ["all", "all+chunked_loss", "all+nf4_jit", "all+graph"]),
     ("qlora-on-b2", "qlora", True, 2, "bf16", ["all", "all+chunked_loss"]),
     ("qlora-on-b4", "qlora", True, 4, "bf16", ["all", "all+chunked_loss", "all+nf4_jit"]),
 ]
@@ -217,6 +222,8 @@ def tune_command(args, mode, checkpointing, batch, base_dtype, variant):
                "--base-dtype", base_dtype, "--fused-adamw", variant["fused_adamw"], "--loss", variant["loss"]]
     if mode == "qlora":
         command += ["--quantize-base", "nf4"]
+    if variant.get("cuda_graph"):
+        command.append("--cuda-graph")
     env = {**os.environ, "TUNE_FUSED_RMS_NORM": "1" if variant["fused_rms_norm"] else "0",
            "TUNE_NF4_KERNEL": variant["nf4_kernel"]}
     return command, env
@@ -230,6 +237,9 @@ def main():
     parser.add_argument("--out", default="")
     parser.add_argument("--rows", default=",".join(r[0] for r in ROWS if r[1] != "qlora"),
                         help="which rows of ROWS to run (default: all but QLoRA's, which need bitsandbytes)")
+    parser.add_argument("--variants", default="",
+                        help="run only these of each row's tune variants (comma-separated names of VARIANTS; "
+                             "default: all the row lists)")
     parser.add_argument("--profile-dir", default="",
                         help="also write Kineto traces (CPU + GPU kernels) of one step of each of --profiles here")
     parser.add_argument("--profiles", default="lora-on-b1-plain,lora-on-b1-chunked,full-off-b4-all",
@@ -257,8 +267,10 @@ def main():
         peak_bytes = r.get("peak_bytes", r.get("tracked_peak_bytes"))
         row[label] = {"step_s": step, "tokens_per_s": tokens / step, "peak_gib": peak_bytes / 2 ** 30,
                       "mfu": flops / step / (peak * 1e12), "raw": r}
+        pool = r.get("graph_pool_reserved_bytes")  # a captured step's pool, reserved between replays
         print(f"{row['config']} {label}: {step * 1e3:.1f} ms/step, {tokens / step:.0f} tokens/s, "
-              f"peak {peak_bytes / 2 ** 30:.2f} GiB, MFU {row[label]['mfu']:.1%}", flush=True)
+              f"peak {peak_bytes / 2 ** 30:.2f} GiB, MFU {row[label]['mfu']:.1%}"
+              + (f", graph pool {pool / 2 ** 30:.2f} GiB" if pool else ""), flush=True)
 
     # HF: every row in one process (one import), first, so the tune runs that follow have the GPU to themselves.
     hf_configs = [{"name": name, "lora": mode != "full", "quant": "nf4" if mode == "qlora" else "none",
@@ -273,6 +285,8 @@ def main():
                "flops_per_step": flops}
         summarise(row, "hf", hf_results.get(name) or hf_results.get(None) or {"error": "no result"}, tokens, flops)
         for variant in variants:
+            if args.variants and variant not in args.variants.split(","):
+                continue
             command, env = tune_command(args, mode, ckpt, batch, base, VARIANTS[variant])
             summarise(row, "tune:" + variant, run_json_lines(command, env)[-1], tokens, flops)
         results["rows"].append(row)

@@ -56,7 +56,14 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HIDDEN, DEPTH, HEADS, PATCH, FRAMES, LATENT, CHANNELS, BATCH = 384, 12, 6, 2, 8, 32, 4, 2
+# --size: hidden, depth (spatial + temporal blocks), heads, patch, frames, latent side, latent channels, batch.
+SIZES = {"s": (384, 12, 6, 2, 8, 32, 4, 2), "xl": (1152, 28, 16, 2, 16, 32, 4, 1)}
+HIDDEN, DEPTH, HEADS, PATCH, FRAMES, LATENT, CHANNELS, BATCH = SIZES["s"]
+
+
+def set_size(size):
+    global HIDDEN, DEPTH, HEADS, PATCH, FRAMES, LATENT, CHANNELS, BATCH
+    HIDDEN, DEPTH, HEADS, PATCH, FRAMES, LATENT, CHANNELS, BATCH = SIZES[size]
 
 
 def rss_bytes():
@@ -126,6 +133,7 @@ def pytorch_worker(args):
     import torch
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    device = torch.device(args.device)
     compiled = args.reference.endswith("+compile")
     args.reference = args.reference.removesuffix("+compile")
     if args.reference == "diffusers":
@@ -140,7 +148,10 @@ def pytorch_worker(args):
             model.enable_gradient_checkpointing()
     else:
         model = official_latte(args)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.0)
+    model.to(device)
+    # On CUDA the fused kernel, as torch's trainers pick where they can (the official train.py predates it: its
+    # default foreach update is slower, not smaller); tune's AdamW is fused on CUDA too.
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.0, fused=device.type == "cuda")
     ema = None
     if args.reference_ema:
         # As the official train.py: an fp32 deepcopy of the model without gradients, stepped after every update by
@@ -157,6 +168,7 @@ def pytorch_worker(args):
     noise = torch.randn(x.shape, generator=gen)
     t = torch.randint(0, 1000, (BATCH,), generator=gen)
     caption = torch.zeros(BATCH, 1, HIDDEN)
+    x, noise, t, caption = (v.to(device) for v in (x, noise, t, caption))
 
     def forward():
         if args.reference == "diffusers":
@@ -164,7 +176,7 @@ def pytorch_worker(args):
         return model(x.transpose(1, 2), t).transpose(1, 2)  # the official layout is [B, F, C, H, W]
 
     def step():
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast(device.type, dtype=torch.bfloat16):
             out = forward()
         loss = torch.nn.functional.mse_loss(out[:, :CHANNELS].float(), noise)
         loss.backward()
@@ -177,11 +189,16 @@ def pytorch_worker(args):
         return loss
 
     base = rss_bytes()
-    times = timed_steps(step, args.steps)
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    times = timed_steps(step, args.steps, torch.cuda.synchronize if cuda else None)
     result = {"step_s": statistics.median(times), "times": times,
               "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
               "base_rss_bytes": base}
     result["rss_growth_bytes"] = result["peak_rss_bytes"] - base
+    if cuda:  # torch.cuda.max_memory_allocated: model, gradients, AdamW state, EMA, activations
+        result["peak_cuda_bytes"] = torch.cuda.max_memory_allocated()
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
         with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -203,13 +220,18 @@ def run(command, env=None):
     return completed.stdout
 
 
-def timed_steps(step, count):
-    """One untimed warm-up call of step() (AdamW's state is allocated there), then the seconds of `count` calls."""
+def timed_steps(step, count, synchronize=None):
+    """One untimed warm-up call of step() (AdamW's state is allocated there), then the seconds of `count` calls
+    (each to the device's completion, where `synchronize` waits for it)."""
     step()
     times = []
     for _ in range(count):
+        if synchronize:
+            synchronize()
         start = time.perf_counter()
         step()
+        if synchronize:
+            synchronize()
         times.append(time.perf_counter() - start)
     return times
 
@@ -238,7 +260,7 @@ def run_with_rss(command, env=None):
 def write_recipe(path, args, data, out, policy):
     lines = [
         "recipe: latte", f"output_dir: {out}", "seed: 0", f"threads: {args.threads}", "mixed_precision: bf16",
-        "device: cpu", f"gradient_checkpointing: {'false' if policy == 'off' else 'true'}",
+        f"device: {args.device}", f"gradient_checkpointing: {'false' if policy == 'off' else 'true'}",
     ]
     if policy != "off":
         lines += ["checkpointing:", f"  policy: {policy}"]
@@ -293,7 +315,8 @@ def tune_once(args, work, data, policy, gemm):
 def pytorch_once(args, policy, reference):
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     command = [sys.executable, os.path.abspath(__file__), "--worker", "--policy", policy, "--reference", reference,
-               "--steps", str(args.steps), "--threads", str(args.threads)]
+               "--steps", str(args.steps), "--threads", str(args.threads), "--size", args.size,
+               "--device", args.device]
     if args.official:
         command += ["--official", args.official]
     if reference_keeps_ema(args, reference):
@@ -334,11 +357,18 @@ def main():
     parser.add_argument("--no-reference-ema", action="store_true",
                         help="the official-* references without the EMA their train.py keeps (an fp32 deepcopy "
                              "stepped by utils.update_ema after each update; kept by default, as tune's recipe does)")
+    parser.add_argument("--size", choices=sorted(SIZES), default="s",
+                        help="s: Latte-S/2, 8 frames, batch 2 (the CPU comparison); xl: Latte-XL/2 (hidden 1152, "
+                             "depth 28, 16 heads), 16 frames of 32x32x4 latents (256x256 videos), batch 1")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="cuda: both sides on the GPU; memory is then the CUDA allocator's peak (PyTorch: "
+                             "torch.cuda.max_memory_allocated; tune: metrics.jsonl peak_mem_bytes)")
     parser.add_argument("--out", help="write all results as JSON here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--reference-ema", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--policy", default="off", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    set_size(args.size)
     if args.worker:
         pytorch_worker(args)
         return
@@ -382,15 +412,29 @@ def main():
                 for reference in references:
                     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
                     run([sys.executable, os.path.abspath(__file__), "--worker", "--policy", policy, "--steps", "1",
-                         "--reference", reference, "--threads", str(args.threads), "--profile", args.profile]
+                         "--reference", reference, "--threads", str(args.threads), "--profile", args.profile,
+                         "--size", args.size, "--device", args.device]
                         + (["--official", args.official] if args.official else []), env)
 
     def med(key, field):
         return statistics.median(r[field] for r in results[key])
 
-    print(f"\nLatte-S/2 (hidden {HIDDEN}, depth {DEPTH}, heads {HEADS}, patch {PATCH}), {FRAMES} frames of "
-          f"{LATENT}x{LATENT}x{CHANNELS} latents, batch {BATCH}, bf16 autocast, {args.threads} thread(s), "
+    name = "Latte-XL/2" if args.size == "xl" else "Latte-S/2"
+    print(f"\n{name} (hidden {HIDDEN}, depth {DEPTH}, heads {HEADS}, patch {PATCH}), {FRAMES} frames of "
+          f"{LATENT}x{LATENT}x{CHANNELS} latents, batch {BATCH}, bf16 autocast, "
+          f"{'CUDA' if args.device == 'cuda' else str(args.threads) + ' thread(s)'}, "
           f"forward+backward+AdamW; medians of {args.repeat} runs x {args.steps} steps\n")
+    if args.device == "cuda":
+        print("| checkpointing | PyTorch model | PyTorch step | tune step | tune / PyTorch | PyTorch peak | tune peak | "
+              "tune / PyTorch memory |")
+        print("|---|---|---|---|---|---|---|---|")
+        for policy in policies:
+            for reference in references:
+                pt, tu = f"{reference} {policy}", f"tune {policy} {gemms[0]}"
+                print(f"| {policy} | {reference} | {med(pt, 'step_s'):.3f} s | {med(tu, 'step_s'):.3f} s | "
+                      f"{med(tu, 'step_s') / med(pt, 'step_s'):.2f} | {mib(med(pt, 'peak_cuda_bytes'))} | "
+                      f"{mib(med(tu, 'peak_tensor_bytes'))} | "
+                      f"{med(tu, 'peak_tensor_bytes') / med(pt, 'peak_cuda_bytes'):.2f} |")
     print("| checkpointing | PyTorch model | PyTorch step | tune step (GEMM) | tune / PyTorch | "
           "PyTorch RSS peak (growth) | tune RSS peak | tune / PyTorch RSS | tune tensors peak |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -35,6 +35,7 @@
 #include "tune/recipes/model_workloads.h"
 #include "tune/recipes/sft/memory_report.h"
 #include "tune/train/adamw.h"
+#include "tune/train/cuda_graph_step.h"
 #include "tune/train/linear_cross_entropy.h"
 #include "tune/train/loss.h"
 
@@ -67,6 +68,7 @@ struct BenchOptions {
   std::string base_dtype = "fp32";   // LoRA: the frozen base's storage dtype (param_dtype)
   std::string quantize_base = "none";  // LoRA: nf4 stores every projection's base weight in NF4 (QLoRA)
   bool double_quant = true;            // with nf4: lora.double_quant
+  bool cuda_graph = false;  // capture the whole step into a CUDA graph once, replay it (train/cuda_graph_step.h)
 };
 
 // QLoRA's base: each NF4 projection gets random weights (the init scale of the dense layers, std 0.02), drawn in
@@ -130,6 +132,56 @@ int64_t peak_bytes(bool cuda) {
   return cuda ? tune::memory_tracker::peak_bytes(true) : tune::memory_tracker::cpu_peak_bytes();
 }
 
+// Forward under the precision scope and the summed next-token loss.
+torch::Tensor forward_loss(tune::models::LlamaForCausalLM& model, const torch::Tensor& input_ids,
+                           const torch::Tensor& labels, tune::precision::MixedPrecision precision,
+                           const BenchOptions& options) {
+  tune::precision::AutocastScope autocast(precision, input_ids.device());
+  if (options.loss == "fused") {
+    return tune::train::causal_lm_linear_loss_sum(model->forward_hidden(input_ids), model->output_weight(), labels);
+  }
+  return tune::train::causal_lm_loss_sum(model->forward(input_ids), labels);
+}
+
+// --cuda-graph: the whole step (forward, backward, AdamW update) captured once and replayed
+// (train/cuda_graph_step.h). The last warm-up call captures; every measured step is one replay, timed to the
+// device's completion. forward_seconds stays empty (a replay has no host-visible forward). The peak is the
+// allocator's while the step was captured: replays allocate nothing, so its counters would not see them.
+struct GraphSteps {
+  std::vector<double> seconds;
+  double loss = 0.0;
+  int64_t capture_peak_bytes = 0;
+  int64_t pool_reserved_bytes = 0;
+  int64_t live_before_capture = 0;
+};
+GraphSteps run_graph_steps(tune::models::LlamaForCausalLM& model, const torch::Tensor& input_ids,
+                           const torch::Tensor& labels, tune::precision::MixedPrecision precision,
+                           const BenchOptions& options, tune::train::AdamW& optimizer) {
+  tune::train::CudaGraphStep graph(
+      [&] {
+        torch::Tensor loss = forward_loss(model, input_ids, labels, precision, options);
+        loss.backward();
+        optimizer.step(1e-5);
+        return loss;
+      },
+      [&] { optimizer.zero_grad(); }, input_ids.device(), std::max(options.warmup - 1, 1));
+  GraphSteps result;
+  while (!graph.captured()) {
+    torch::cuda::synchronize();
+    result.live_before_capture = live_bytes(true);
+    graph.run();
+  }
+  torch::cuda::synchronize();
+  result.capture_peak_bytes = graph.capture_peak_bytes();
+  result.pool_reserved_bytes = graph.capture_reserved_bytes();
+  for (int i = 0; i < options.steps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    result.loss = graph.run().item<double>();  // synchronises the device
+    result.seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return result;
+}
+
 // One training step: forward under the precision scope, summed next-token loss, backward, and (with
 // --optimizer) an AdamW update. Without the optimizer, gradients from earlier steps are zeroed in place so backward
 // accumulates into existing storage, as in training; with it, they are dropped after the update (set to none, as
@@ -147,15 +199,7 @@ StepResult train_step(tune::models::LlamaForCausalLM& model, const torch::Tensor
   const int64_t before = live_bytes(cuda);
   reset_peak(cuda);
   const auto start = std::chrono::steady_clock::now();
-  torch::Tensor loss;
-  {
-    tune::precision::AutocastScope autocast(precision, input_ids.device());
-    if (options.loss == "fused") {
-      loss = tune::train::causal_lm_linear_loss_sum(model->forward_hidden(input_ids), model->output_weight(), labels);
-    } else {
-      loss = tune::train::causal_lm_loss_sum(model->forward(input_ids), labels);
-    }
-  }
+  const torch::Tensor loss = forward_loss(model, input_ids, labels, precision, options);
   if (cuda) torch::cuda::synchronize();
   const auto forward_end = std::chrono::steady_clock::now();
   loss.backward();
@@ -218,6 +262,13 @@ int run(const BenchOptions& options) {
     }
     if (options.quantize_base != "none" && options.quantize_base != "nf4") {
       throw tune::UsageError("--quantize-base: expected none or nf4, got '" + options.quantize_base + "'");
+    }
+    if (options.cuda_graph && (options.device != "cuda" || !options.optimizer)) {
+      throw tune::UsageError("--cuda-graph captures a whole training step on the GPU: it needs --device cuda and "
+                             "--optimizer");
+    }
+    if (options.cuda_graph && !options.profile.empty()) {
+      throw tune::UsageError("--cuda-graph and --profile: profile the eager step (a replay is one launch)");
     }
     if (options.quantize_base == "nf4" && options.lora_rank <= 0) {
       throw tune::UsageError("--quantize-base nf4 needs --lora-rank > 0 (QLoRA trains adapters on a frozen base)");
@@ -307,11 +358,22 @@ int run(const BenchOptions& options) {
   result["trainable_parameters"] = trainable_parameters;
   const int64_t rss_before = current_rss_bytes();
 
-  for (int i = 0; i < options.warmup; ++i) train_step(model, input_ids, labels, precision, options, optimizer.get());
   std::vector<double> seconds, forward_seconds;
   int64_t activation_bytes = 0, peak_live_bytes = 0;
   double loss = 0.0;
-  for (int i = 0; i < options.steps; ++i) {
+  result["cuda_graph"] = options.cuda_graph;
+  if (options.cuda_graph) {
+    const GraphSteps graph = run_graph_steps(model, input_ids, labels, precision, options, *optimizer);
+    seconds = graph.seconds;
+    loss = graph.loss;
+    peak_live_bytes = graph.capture_peak_bytes;
+    activation_bytes = graph.capture_peak_bytes - graph.live_before_capture;
+    result["graph_pool_reserved_bytes"] = graph.pool_reserved_bytes;
+  }
+  for (int i = 0; i < options.warmup && !options.cuda_graph; ++i) {
+    train_step(model, input_ids, labels, precision, options, optimizer.get());
+  }
+  for (int i = 0; i < options.steps && !options.cuda_graph; ++i) {
     const StepResult step = train_step(model, input_ids, labels, precision, options, optimizer.get());
     seconds.push_back(step.seconds);
     forward_seconds.push_back(step.forward_seconds);
@@ -441,6 +503,8 @@ int main(int argc, char** argv) {
   app.add_option("--double-quant", options.double_quant, "with nf4: double quantisation (true | false)")
       ->capture_default_str();
   app.add_option("--rope-theta", options.rope_theta, "RoPE base")->capture_default_str();
+  app.add_flag("--cuda-graph", options.cuda_graph,
+               "capture the whole step (with --optimizer, on --device cuda) into a CUDA graph and replay it");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(options);

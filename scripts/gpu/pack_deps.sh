@@ -33,3 +33,8 @@ echo "pack_deps: $(ls .whl)"
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 -d .whl/diffusers diffusers==0.42.1
 echo "pack_deps: $(ls .whl/diffusers)"
+# einops (pure Python), which the official Latte code imports: into .whl/einops, for run_all.sh's latte_official
+# phase. The official code itself cannot be downloaded here (GitHub is not a package registry): put a clone of
+# github.com/Vchitect/Latte (its models/ folder is enough) in .whl/latte_official and carry both folders.
+python3 -m pip download -q --no-deps --only-binary=:all: -d .whl/einops einops==0.8.2
+echo "pack_deps: $(ls .whl/einops)"

@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
 # Everything the GPU issues (9, 27) measure, in one go, on the GPU machine (carry .deps from scripts/gpu/pack_deps.sh):
-#   bash scripts/gpu/run_all.sh [build] [test] [cudatest] [llm] [qlora] [latte] [latte1] [sana]
+#   bash scripts/gpu/run_all.sh [build] [test] [cudatest] [llm] [qlora] [latte] [latte_official] [latte1] [sana]
 #   (no argument: build test llm latte)
 # build:    scripts/build_cuda.sh (every target against the machine's CUDA LibTorch, ~200 s on 16 cores;
 #           TUNE_BUILD_TARGETS="tune tune-bench test_train test_nn" builds only those);
 # test:     the whole CTest suite there (CUDA cases included; video cases skip: no FFmpeg on that machine);
-# cudatest: only the CUDA cases ("[cuda]") of test_train and test_nn: the speed levers' checks on the GPU, and the
-#           CLI's CUDA cases (cli_cuda_*: device cuda training, --grad inference, fp16 with the loss scaler);
+# cudatest: only the CUDA cases ("[cuda]") of test_train, test_nn and test_models (the speed levers' checks on the
+#           GPU: the CUDA graph of a whole step against eager steps among them), and the CLI's CUDA cases
+#           (cli_cuda_*: device cuda training, --grad inference, fp16 with the loss scaler); CUDATEST_CLI=0 skips
+#           those;
 # llm:      scripts/bench_gpu.py, tune vs Hugging Face transformers + peft, Llama-3.2-1B shape, seq 2048, the levers
 #           alone and together, and Kineto traces of three steps summarised per GPU kernel (profiles/);
 # qlora:    scripts/bench_gpu.py's QLoRA rows (tune --quantize-base nf4 vs transformers + peft + bitsandbytes, whose
 #           wheel pack_deps.sh puts in .whl: carry it) beside the LoRA rows at batch 1 and 2, and traces of a QLoRA
 #           step with the ATen chain and with the opt-in jiterator NF4 kernel (profiles_qlora.txt);
 # latte:    scripts/bench_latte.py --xl --device cuda, Latte-XL/2 per checkpointing policy and guided sampling.
+# latte_official: scripts/bench_latte_official.py --size xl --device cuda: Latte-XL/2 (16 x 256^2, batch 1), tune
+#           against the official class-conditional code itself (Vchitect/Latte models/latte.py, attention 'math' and
+#           'flash', with the EMA its train.py keeps), checkpointing off and full. The official code does not travel
+#           with tune: LATTE_OFFICIAL names a clone of github.com/Vchitect/Latte (default .whl/latte_official: carry
+#           it); its einops from .whl/einops (pack_deps.sh).
 # latte1:   Latte-1 text-to-video at its real size (scripts/make_real_size_pipeline.py: random weights, the T5 encoder
 #           cut to $LATTE1_TEXT_LAYERS layers, 2 by default: it encodes the prompt once, without gradients, and is
 #           freed before denoising, so its depth does not change the denoising peak), then scripts/bench_latte1.py:
@@ -53,13 +60,14 @@ for phase in "${phases[@]}"; do
       grep -E "tests passed|\(Failed\)|Not Run|Timeout" "$results/ctest.txt" | tail -20 ;;
     cudatest)
       source build-cuda/env.sh
-      for test in train nn; do
+      for test in train nn models; do
         binary=$(find build-cuda/tests -name "test_$test" -type f -perm -u+x | head -n 1)
         [[ -n $binary ]] || { echo "cudatest: test_$test not built" | tee -a "$results/cudatest.txt"; continue; }
         "$binary" "[cuda]" 2>&1 | tail -n 30 | tee -a "$results/cudatest.txt"
       done
-      OMP_WAIT_POLICY=passive ctest --test-dir build-cuda -R 'cli_(setup_data|cuda_|latte_t2v_cuda)' --output-on-failure 2>&1 |
-        tail -n 30 | tee -a "$results/cudatest.txt" ;;
+      [[ ${CUDATEST_CLI:-1} == 0 ]] ||
+        OMP_WAIT_POLICY=passive ctest --test-dir build-cuda -R 'cli_(setup_data|cuda_|latte_t2v_cuda)' --output-on-failure 2>&1 |
+          tail -n 30 | tee -a "$results/cudatest.txt" ;;
     llm)
       source build-cuda/env.sh
       PYTHONUNBUFFERED=1 python3 scripts/bench_gpu.py --tune-bench build-cuda/apps/bench/tune-bench \
@@ -86,6 +94,19 @@ for phase in "${phases[@]}"; do
       PYTHONUNBUFFERED=1 python3 scripts/bench_latte.py --tune build-cuda/apps/tune/tune --xl --device cuda \
         --repeat 1 --steps 3 --sample-steps 4 --policies "off full selective" --out "$results/latte_xl.json" 2>&1 |
         tee "$results/latte_xl.txt" ;;
+    latte_official)
+      source build-cuda/env.sh
+      import_or_install einops .whl/einops/*.whl
+      official=${LATTE_OFFICIAL:-.whl/latte_official}
+      [[ -f $official/models/latte.py ]] || {
+        echo "run_all: latte_official needs the official code: $official/models/latte.py not found (LATTE_OFFICIAL:" \
+          "a clone of github.com/Vchitect/Latte)" >&2
+        exit 2
+      }
+      PYTHONUNBUFFERED=1 python3 scripts/bench_latte_official.py --tune build-cuda/apps/tune/tune --size xl \
+        --device cuda --repeat 1 --steps 3 --policies off,full --reference official-math,official-flash \
+        --official "$official" --out "$results/latte_official_xl.json" ${BENCH_LATTE_OFFICIAL_ARGS:-} 2>&1 |
+        tee "$results/latte_official_xl.txt" ;;
     latte1)
       source build-cuda/env.sh
       import_or_install diffusers .whl/diffusers/*.whl
@@ -108,6 +129,6 @@ for phase in "${phases[@]}"; do
           --work "$work" "${lora[@]}" --out "$results/sana_$mode.json" ${BENCH_SANA_ARGS:-} ${!mode_args:-} 2>&1 |
           tee "$results/sana_$mode.txt"
       done ;;
-    *) echo "run_all: unknown phase '$phase' (build, test, cudatest, llm, qlora, latte, latte1, sana)" >&2; exit 2 ;;
+    *) echo "run_all: unknown phase '$phase' (build, test, cudatest, llm, qlora, latte, latte_official, latte1, sana)" >&2; exit 2 ;;
   esac
 done

@@ -1,5 +1,6 @@
 // RoPE: frequencies (default and Llama 3 scaled) and the rotation, against float64 formulas written out here.
 #include <catch2/catch.hpp>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -113,4 +114,26 @@ TEST_CASE("RoPE tables stay fp32 under autocast and bf16 activations stay bf16",
   CHECK(y.scalar_type() == torch::kBFloat16);
   // Angle 4003 rad must be represented to fp32 accuracy (bf16 would be off by several radians).
   CHECK(cos[0][3][0].item<double>() == Approx(std::cos(4003.0)).margin(1e-3));
+}
+
+TEST_CASE("RoPE on CUDA: the device copy of the frequencies follows changes to them", "[nn][rope][cuda]") {
+  if (!torch::cuda::is_available()) {
+    WARN("no CUDA device: the CUDA case is not exercised");
+    return;
+  }
+  // The frequencies stay on the host; forward keeps one device copy (a copy per call would synchronise, which a
+  // CUDA graph capture forbids), remade when they are replaced or changed in place.
+  RotaryEmbedding rope(RotaryEmbeddingOptions(8));
+  const auto positions = torch::arange(0, 16, torch::kInt64).unsqueeze(0);
+  const auto on_gpu = positions.to(torch::kCUDA);
+  auto same_as_host = [&] {
+    const auto [cos_host, sin_host] = rope(positions);
+    const auto [cos_gpu, sin_gpu] = rope(on_gpu);
+    return torch::equal(cos_gpu.cpu(), cos_host) && torch::equal(sin_gpu.cpu(), sin_host);
+  };
+  CHECK(same_as_host());
+  rope->inverse_frequencies.mul_(0.5);
+  CHECK(same_as_host());
+  rope->inverse_frequencies = rope->inverse_frequencies * 3.0;
+  CHECK(same_as_host());
 }

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <optional>
 
+#include "tune/core/cuda_capture.h"
 #include "tune/core/error.h"
 #include "tune/precision/mixed_precision.h"
 
@@ -120,7 +121,9 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
         break;
       }
     }
-    if (cuda_device) {
+    // Under CUDA graph capture the generator's state cannot be read (LibTorch refuses): the captured step
+    // (train/cuda_graph_step.h) is one without device randomness, so the recompute has no draws to repeat there.
+    if (cuda_device && !cuda_stream_capturing()) {
       ctx->saved_data["cuda_rng"] = get_rng_state(at::globalContext().defaultGenerator(*cuda_device));
       ctx->saved_data["cuda_device"] = static_cast<int64_t>(cuda_device->index());
     }

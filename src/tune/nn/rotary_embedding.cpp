@@ -48,10 +48,22 @@ RotaryEmbeddingImpl::RotaryEmbeddingImpl(const RotaryEmbeddingOptions& options_)
 
 void RotaryEmbeddingImpl::reset() { inverse_frequencies = rope_inverse_frequencies(options); }
 
+torch::Tensor RotaryEmbeddingImpl::on_device(const torch::Device& device) {
+  if (inverse_frequencies.device() == device) return inverse_frequencies;
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  if (!cached_.defined() || cached_.device() != device || !cached_source_.is_same(inverse_frequencies) ||
+      cached_version_ != static_cast<int64_t>(inverse_frequencies._version())) {
+    cached_ = inverse_frequencies.to(device);
+    cached_source_ = inverse_frequencies;
+    cached_version_ = static_cast<int64_t>(inverse_frequencies._version());
+  }
+  return cached_;
+}
+
 std::pair<torch::Tensor, torch::Tensor> RotaryEmbeddingImpl::forward(const torch::Tensor& position_ids) {
   // Element-wise product rather than a matmul: autocast leaves it in fp32 and the result equals HF's
   // fp32 outer product exactly (one multiply per element either way).
-  const torch::Tensor inv_freq = inverse_frequencies.to(position_ids.device());
+  const torch::Tensor inv_freq = on_device(position_ids.device());
   const torch::Tensor freqs = position_ids.to(torch::kFloat32).unsqueeze(-1) * inv_freq;  // [B, T, dim/2]
   const torch::Tensor angles = torch::cat({freqs, freqs}, -1);
   return {angles.cos(), angles.sin()};

@@ -2,6 +2,8 @@
 // with optional Llama 3 frequency scaling for long contexts.
 #pragma once
 
+#include <mutex>
+
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
@@ -50,6 +52,15 @@ class RotaryEmbeddingImpl : public torch::nn::Module {
   // Deliberately not a registered buffer: it is derived from the config, never saved, and HF checkpoints
   // do not carry it. It follows the positions' device at use.
   torch::Tensor inverse_frequencies;
+
+ private:
+  // inverse_frequencies on the positions' device, copied once rather than at every forward: a host-to-device copy
+  // synchronises, which a CUDA graph capture of the step (train/cuda_graph_step.h) does not allow.
+  torch::Tensor on_device(const torch::Device& device);
+  std::mutex cache_mutex_;
+  torch::Tensor cached_;
+  torch::Tensor cached_source_;  // the tensor cached_ was copied from (held, so its identity stays unique)
+  int64_t cached_version_ = -1;  // and its version then (an in-place change to it invalidates the copy)
 };
 TORCH_MODULE(RotaryEmbedding);
 
