@@ -292,7 +292,7 @@ def main():
         results["rows"].append(row)
     if args.profile_dir:
         os.makedirs(args.profile_dir, exist_ok=True)
-        for name in args.profiles.split(","):
+        for name in [n for n in args.profiles.split(",") if n]:  # --profiles= traces none
             mode, ckpt, batch, variant = PROFILES[name]
             base = "fp32" if mode == "full" else "bf16"
             command, env = tune_command(args, mode, ckpt, batch, base, VARIANTS[variant])

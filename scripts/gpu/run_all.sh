@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything the GPU issues (9, 27) measure, in one go, on the GPU machine (carry .deps from scripts/gpu/pack_deps.sh):
-#   bash scripts/gpu/run_all.sh [build] [test] [cudatest] [llm] [qlora] [latte] [latte_official] [latte1] [sana]
+#   bash scripts/gpu/run_all.sh [build] [test] [cudatest] [amxtest] [llm] [qlora] [latte] [latte_official] [latte1]
+#                               [sana]
 #   (no argument: build test llm latte)
 # build:    scripts/build_cuda.sh (every target against the machine's CUDA LibTorch, ~200 s on 16 cores;
 #           TUNE_BUILD_TARGETS="tune tune-bench test_train test_nn" builds only those);
@@ -9,6 +10,10 @@
 #           GPU: the CUDA graph of a whole step against eager steps among them), and the CLI's CUDA cases
 #           (cli_cuda_*: device cuda training, --grad inference, fp16 with the loss scaler); CUDATEST_CLI=0 skips
 #           those;
+# amxtest:  the activation-memory tests of test_recipes ("[memory]": every estimate against the tracked CPU peak)
+#           on this host's CPU with LibTorch's own bf16 kernels (TUNE_CPU_GEMM=native) and with tune's choice
+#           (unset), beside the fp32-accumulate kernels the suite pins: the GPU machines' hosts have AMX, which no
+#           development machine has had since the estimates began following the kernel choice.
 # llm:      scripts/bench_gpu.py, tune vs Hugging Face transformers + peft, Llama-3.2-1B shape, seq 2048, the levers
 #           alone and together, and Kineto traces of three steps summarised per GPU kernel (profiles/);
 # qlora:    scripts/bench_gpu.py's QLoRA rows (tune --quantize-base nf4 vs transformers + peft + bitsandbytes, whose
@@ -63,11 +68,26 @@ for phase in "${phases[@]}"; do
       for test in train nn models; do
         binary=$(find build-cuda/tests -name "test_$test" -type f -perm -u+x | head -n 1)
         [[ -n $binary ]] || { echo "cudatest: test_$test not built" | tee -a "$results/cudatest.txt"; continue; }
-        "$binary" "[cuda]" 2>&1 | tail -n 30 | tee -a "$results/cudatest.txt"
+        # A failing test is recorded, and the phases after this one still run (set -e would stop the call).
+        "$binary" "[cuda]" 2>&1 | tail -n 30 | tee -a "$results/cudatest.txt" ||
+          echo "cudatest: test_$test FAILED" | tee -a "$results/cudatest.txt"
       done
       [[ ${CUDATEST_CLI:-1} == 0 ]] ||
         OMP_WAIT_POLICY=passive ctest --test-dir build-cuda -R 'cli_(setup_data|cuda_|latte_t2v_cuda)' --output-on-failure 2>&1 |
-          tail -n 30 | tee -a "$results/cudatest.txt" ;;
+          tail -n 30 | tee -a "$results/cudatest.txt" || echo "cudatest: CLI cases FAILED" | tee -a "$results/cudatest.txt" ;;
+    amxtest)
+      source build-cuda/env.sh
+      binary=build-cuda/tests/recipes/test_recipes
+      [[ -x $binary ]] || { echo "amxtest: $binary not built (TUNE_BUILD_TARGETS needs test_recipes)"; exit 2; }
+      grep -o -m1 -E 'amx_bf16|avx512_bf16' /proc/cpuinfo | tee "$results/amxtest.txt" || true
+      for gemm in native auto fp32; do
+        echo "TUNE_CPU_GEMM=$gemm" | tee -a "$results/amxtest.txt"
+        if [[ $gemm == auto ]]; then
+          (unset TUNE_CPU_GEMM; OMP_NUM_THREADS=2 "$binary" "[memory]" 2>&1) | tail -n 40 | tee -a "$results/amxtest.txt" || true
+        else
+          TUNE_CPU_GEMM=$gemm OMP_NUM_THREADS=2 "$binary" "[memory]" 2>&1 | tail -n 40 | tee -a "$results/amxtest.txt" || true
+        fi
+      done ;;
     llm)
       source build-cuda/env.sh
       PYTHONUNBUFFERED=1 python3 scripts/bench_gpu.py --tune-bench build-cuda/apps/bench/tune-bench \
@@ -129,6 +149,6 @@ for phase in "${phases[@]}"; do
           --work "$work" "${lora[@]}" --out "$results/sana_$mode.json" ${BENCH_SANA_ARGS:-} ${!mode_args:-} 2>&1 |
           tee "$results/sana_$mode.txt"
       done ;;
-    *) echo "run_all: unknown phase '$phase' (build, test, cudatest, llm, qlora, latte, latte_official, latte1, sana)" >&2; exit 2 ;;
+    *) echo "run_all: unknown phase '$phase' (build, test, cudatest, amxtest, llm, qlora, latte, latte_official, latte1, sana)" >&2; exit 2 ;;
   esac
 done

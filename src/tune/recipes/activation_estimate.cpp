@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "tune/core/cpu_gemm_mode.h"
+
 namespace tune::recipes {
 namespace {
 
@@ -99,6 +101,11 @@ int64_t cpu_gemm_workspace(int64_t rows, int64_t inner, int64_t columns) {
   constexpr int64_t kFloat32 = 4;
   const int64_t chunk = std::min(rows, std::max<int64_t>(64, (int64_t{1} << 16) / columns));
   return (chunk * (inner + columns) + inner * columns) * kFloat32;
+}
+
+bool products_accumulate_in_fp32(c10::DeviceType device, c10::ScalarType dtype) {
+  const bool low_precision = dtype == c10::ScalarType::BFloat16 || dtype == c10::ScalarType::Half;
+  return device == c10::DeviceType::CPU && low_precision && cpu_gemm_mode_for(dtype) == CpuGemmMode::fp32_accumulate;
 }
 
 BlockPart modulated_norm_part(int64_t tokens, int64_t hidden, bool selective) {

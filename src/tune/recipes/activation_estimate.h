@@ -3,6 +3,9 @@
 // supply the per-block figures for their models).
 #pragma once
 
+#include <c10/core/DeviceType.h>
+#include <c10/core/ScalarType.h>
+
 #include <cstdint>
 #include <vector>
 
@@ -32,8 +35,13 @@ BlockFootprint footprint_of_parts(const std::vector<BlockPart>& parts, int64_t i
 // The fp32 workspace of precision/cpu_gemm.h's fp32-accumulate product of a [rows, inner] compute-dtype matrix by an
 // [inner, columns] one (bf16/fp16 matmuls on CPUs without native kernels for them, which tune's CPU runs take): a
 // block of the result's rows and of the left operand's converted to fp32, and the right operand converted whole.
-// A constant of about 1.3 MB at Latte-1's width, it shows only at test sizes (CUDA has none: a small overcount).
+// A constant of about 1.3 MB at Latte-1's width, it shows only at test sizes. Only where
+// products_accumulate_in_fp32: CUDA and LibTorch's own CPU kernels have none.
 int64_t cpu_gemm_workspace(int64_t rows, int64_t inner, int64_t columns);
+
+// Whether `dtype` products on `device` take the fp32-accumulate kernels (a bf16/fp16 product on the CPU in the mode
+// core/cpu_gemm_mode.h gives: TUNE_CPU_GEMM, else the run's measured choice, else the CPU's features).
+bool products_accumulate_in_fp32(c10::DeviceType device, c10::ScalarType dtype);
 
 // A modulated LayerNorm over `tokens` rows of `hidden` (nn::run_modulated_layer_norm): nn::modulated_layer_norm keeps
 // its fp32 input and an fp32 mean and 1/std per token; selective checkpointing keeps the input alone. Backward: the
@@ -99,11 +107,15 @@ struct RunnerStacks {
 // form the runs take on `device` for `compute_dtype` in plainly run blocks, in checkpointed blocks' recomputes and
 // in selective's blocks (nn::attention_core_form), and `stack_of(shape, selective)` builds the family's StackMemory.
 // A Shape with a `kept_until_backward` flag (its blocks take other forms too where their graphs live until backward,
-// as Latte's fc2 recomputing GELU) gets it set likewise.
+// as Latte's fc2 recomputing GELU) gets it set likewise, and one with `fp32_accumulate_products` whether the products
+// take the fp32-accumulate CPU kernels (products_accumulate_in_fp32).
 template <typename Shape, typename StackOf>
 RunnerStacks stacks_with_attention_cores(Shape shape, c10::DeviceType device, c10::ScalarType compute_dtype,
                                          const StackOf& stack_of, bool softcapped = false) {
   constexpr bool has_kept_flag = requires(Shape each) { each.kept_until_backward; };
+  if constexpr (requires(Shape each) { each.fp32_accumulate_products; }) {
+    shape.fp32_accumulate_products = products_accumulate_in_fp32(device, compute_dtype);
+  }
   RunnerStacks stacks;
   shape.attention_core = nn::attention_core_form(device, compute_dtype, /*kept_until_backward=*/true, false, softcapped);
   if constexpr (has_kept_flag) shape.kept_until_backward = true;

@@ -16,6 +16,7 @@ struct Sizes {
   int64_t frame_rows;   // B * F: the conditioning tokens carried in the stack's state
   int64_t hidden, inner, heads, out_per_token, in_elements, c;
   bool low_precision;
+  bool gemm_workspace;  // the fp32-accumulate CPU kernels' workspace (cpu_gemm_workspace) exists
   bool fused_attention;
   bool recomputing_attention;  // tune's core, recomputing its probabilities in backward
   bool recomputing_gelu;  // fc2 keeps GELU's input alone, recomputing its output in backward (nn::run_gelu_linear)
@@ -33,6 +34,7 @@ Sizes sizes_of(const models::LatteConfig& config, const LatteActivationShape& sh
   s.in_elements = s.frame_rows * config.in_channels * config.input_size * config.input_size;
   s.c = shape.compute_bytes;
   s.low_precision = shape.compute_bytes < kFloat32;
+  s.gemm_workspace = s.low_precision && shape.fp32_accumulate_products;
   s.fused_attention = shape.attention_core == nn::AttentionCoreForm::fused;
   s.recomputing_attention = shape.attention_core == nn::AttentionCoreForm::recomputing;
   s.frozen = shape.frozen;
@@ -87,7 +89,7 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t condit
   // Under frozen weights and autocast, fc2's input gradient also holds the fp32-accumulate product's workspace
   // (training's estimate leaves that constant out: its other terms already overcount by more, measured 1.07-1.09).
   const int64_t workspace =
-      s.frozen && s.low_precision ? cpu_gemm_workspace(s.tokens, s.hidden, s.inner) : 0;
+      s.frozen && s.gemm_workspace ? cpu_gemm_workspace(s.tokens, s.hidden, s.inner) : 0;
   const int64_t mlp_phase =
       saved + in_flight + (selective && !s.recomputing_gelu ? 3 : 2) * s.tokens * s.inner * s.c + workspace;
   // Then the attention core, the MLP branch freed (second LayerNorm's input, under selective also its recomputed

@@ -28,6 +28,9 @@ struct LatteActivationShape {
   // checkpointed block's recompute: their fc2 then recomputes GELU (nn::gelu_linear_recomputes). Set per kind of
   // block by stacks_with_attention_cores (recipes/activation_estimate.h).
   bool kept_until_backward = true;
+  // Whether bf16/fp16 products take tune's fp32-accumulate CPU kernels, whose workspace the estimate then counts
+  // (products_accumulate_in_fp32: stacks_with_attention_cores sets it from the device and the run's kernel choice).
+  bool fp32_accumulate_products = true;
 };
 
 // The counts follow what autograd saves in models/latte.cpp, latte_layers.cpp and nn/ (LibTorch 1.13), for fp32

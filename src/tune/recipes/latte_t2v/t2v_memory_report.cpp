@@ -25,6 +25,7 @@ struct Sizes {
   int64_t hidden, inner, heads, text, caption_channels, out_per_token, in_elements;
   int64_t c;
   bool low_precision, fused_attention, training_loss;
+  bool gemm_workspace;  // the fp32-accumulate CPU kernels' workspace (cpu_gemm_workspace) exists
   bool recomputing_attention;  // tune's core, recomputing its probabilities in backward
   // The weights are frozen under infer --grad: a matmul then keeps its weight only (for its input's gradient), and
   // nothing before the state is differentiated but the latents. The payload rows (timestep6 and the projected
@@ -55,6 +56,7 @@ Sizes sizes_of(const models::LatteT2VConfig& config, const T2VActivationShape& s
   s.in_elements = shape.batch * shape.frames * config.in_channels * shape.latent_height * shape.latent_width;
   s.c = shape.compute_bytes;
   s.low_precision = shape.compute_bytes < kFloat32;
+  s.gemm_workspace = s.low_precision && shape.fp32_accumulate_products;
   s.fused_attention = shape.attention_core == nn::AttentionCoreForm::fused;
   s.recomputing_attention = shape.attention_core == nn::AttentionCoreForm::recomputing;
   s.training_loss = shape.training_loss;
@@ -151,7 +153,7 @@ Part feed_forward(const Sizes& s, bool selective) {
   // weight's gradient and frees it before its input's gradient: the same two [tokens, 4D] tensors at most, above a
   // saved set without GELU's output.
   const int64_t gate = 2 * td * kFloat32 + (s.low_precision ? td * c : 0);
-  const int64_t down = ti * c + (s.low_precision ? cpu_gemm_workspace(s.tokens, s.hidden, s.inner) : 0);
+  const int64_t down = ti * c + (s.gemm_workspace ? cpu_gemm_workspace(s.tokens, s.hidden, s.inner) : 0);
   const int64_t gelu = s.recomputing_gelu ? 2 * ti * c - td * c
                                           : (selective ? 3 : 2) * ti * c - (s.frozen ? 0 : ti * c) - td * c;
   part.backward = std::max({gate, down, gelu});
@@ -196,7 +198,7 @@ BlockFootprint block_footprint(const Sizes& s, bool spatial, bool selective) {
   // weights, or net.2 recomputing it) and, under autocast, the fp32-accumulate kernel's workspace for the [tokens, 4D] x [4D, D] product.
   int64_t ff_forward = s.state * kFloat32 + ((s.frozen || s.low_precision) ? 2 * td * kFloat32 : 0);
   if (s.frozen || s.recomputing_gelu) ff_forward += s.tokens * s.inner * s.c;
-  if (s.low_precision) ff_forward += cpu_gemm_workspace(s.tokens, s.inner, s.hidden);
+  if (s.gemm_workspace) ff_forward += cpu_gemm_workspace(s.tokens, s.inner, s.hidden);
   block.backward_peak = std::max(block.backward_peak, block.saved + ff_forward);
   // The block's start, once norm1 is done: the input state's gradient assembled from its patch rows and its
   // payload rows (one state-sized tensor each) beside the output's.

@@ -29,6 +29,10 @@ struct T2VActivationShape {
   // Whether the blocks' graphs live until backward (plainly run or selective's blocks): a trained net.2 then
   // recomputes GELU (nn::gelu_linear_recomputes). Set per kind of block by stacks_with_attention_cores.
   bool kept_until_backward = true;
+  // Whether bf16/fp16 products take tune's fp32-accumulate CPU kernels (precision/cpu_gemm.h), whose fp32 workspace
+  // the estimate then counts: set from the run's device and CPU kernel choice by stacks_with_attention_cores (CUDA
+  // and LibTorch's native CPU kernels have none).
+  bool fp32_accumulate_products = true;
 };
 
 // The counts follow what autograd saves in models/latte_t2v.cpp, latte_t2v_layers.cpp and nn/ (LibTorch 2.x), for
