@@ -1243,6 +1243,51 @@ assert any(t['grad_norm'] > 0 for t in a['tokens']) and all(math.isfinite(t['gra
 assert a['gradient_checkpointing'].startswith('on')" "$OUT" || fail "cuda attribution: $OUT"
 }
 
+case_cuda_graph_refused_where_it_cannot_run() {
+  # training.cuda_graph: a run the captured step cannot serve (here: the CPU; on a CPU-only build, any) is refused by
+  # the key's name, by validate and by train, before the run directory exists.
+  rm -rf "$WORK/runs/graph-refused"
+  write_recipe "$WORK/graph-refused.yaml" "$WORK/runs/graph-refused"
+  expect_exit 2 "$TUNE" validate "$WORK/graph-refused.yaml" training.cuda_graph=true device=cpu
+  contains "$ERR" "training.cuda_graph"
+  expect_exit 2 "$TUNE" train "$WORK/graph-refused.yaml" training.cuda_graph=true device=cpu
+  contains "$ERR" "training.cuda_graph"
+  [ ! -e "$WORK/runs/graph-refused" ] || fail "a refused training.cuda_graph run wrote its run directory"
+}
+
+case_cuda_graph_matches_eager() {
+  need_cuda
+  # training.cuda_graph on the GPU: the step captured at step 2 and replayed trains as the eager step does (the
+  # same losses to bf16 rounding: the graph's batches are padded to max_length, the eager ones to their longest
+  # row), the log says it captured, memory.json's peak counts the captured working set, a fp16 run is refused, and
+  # a resumed graph run goes on from its checkpoint.
+  for mode in eager graph; do
+    rm -rf "$WORK/runs/cuda-$mode"
+    write_recipe "$WORK/cuda-$mode.yaml" "$WORK/runs/cuda-$mode"
+  done
+  expect_exit 0 "$TUNE" train "$WORK/cuda-eager.yaml" device=cuda mixed_precision=bf16 training.max_steps=12 \
+    checkpoint.every=6
+  expect_exit 0 "$TUNE" train "$WORK/cuda-graph.yaml" device=cuda mixed_precision=bf16 training.max_steps=12 \
+    checkpoint.every=6 training.cuda_graph=true
+  contains "$ERR" "cuda graph: step captured"
+  "$PYTHON" - "$WORK/runs/cuda-eager" "$WORK/runs/cuda-graph" <<'PY' || fail "cuda graph run differs from eager"
+import json, sys
+eager, graph = ([json.loads(l) for l in open(f"{run}/metrics.jsonl")] for run in sys.argv[1:3])
+assert len(eager) == len(graph) == 12, (len(eager), len(graph))
+for a, b in zip(eager, graph):
+    assert abs(a["loss"] - b["loss"]) <= 2e-2 * abs(a["loss"]), ([r["loss"] for r in eager], [r["loss"] for r in graph])
+assert sum(r["loss"] for r in graph[-3:]) < 0.9 * sum(r["loss"] for r in graph[:3]), [r["loss"] for r in graph]
+memory = json.load(open(f"{sys.argv[2]}/memory.json"))
+assert memory["peak_bytes"] >= memory["parameters_bytes"] + memory["optimizer_state_bytes"], memory
+print("eager", [round(r["loss"], 4) for r in eager])
+print("graph", [round(r["loss"], 4) for r in graph])
+PY
+  expect_exit 2 "$TUNE" validate "$WORK/cuda-graph.yaml" device=cuda mixed_precision=fp16 training.cuda_graph=true
+  contains "$ERR" "fp16"
+  expect_exit 0 "$TUNE" train "$WORK/runs/cuda-graph/config.yaml" training.max_steps=16 --resume
+  [ "$(wc -l < "$WORK/runs/cuda-graph/metrics.jsonl")" -eq 16 ] || fail "resumed graph run: $(wc -l < "$WORK/runs/cuda-graph/metrics.jsonl") metric rows"
+}
+
 case_cuda_fp16_loss_scaler() {
   need_cuda
   # fp16 autocast on the GPU with the dynamic loss scaler, the same overflow-then-train run as on the CPU.

@@ -281,3 +281,35 @@ TEST_CASE("first_fit_rows matches a plain first-fit", "[data][loader]") {
     CHECK(first_fit_rows(lengths, capacity) == expected);
   }
 }
+
+TEST_CASE("fixed_shape: every batch batch_size rows of max_length tokens, the padding inert", "[data][loader]") {
+  const auto examples = numbered_examples(10);
+  LoaderOptions options;
+  options.batch_size = 4;
+  options.max_length = 32;
+  options.packing = false;
+  options.shuffle = false;
+  LoaderOptions fixed = options;
+  fixed.fixed_shape = true;
+  SftLoader plain(examples, options);
+  SftLoader padded(examples, fixed);
+  for (int b = 0; b < 3; ++b) {  // the third is the short final batch: 2 rows padded to 4
+    INFO("batch " << b);
+    const auto expected = plain.next();
+    const auto batch = padded.next();
+    CHECK(check_batch(batch, examples, fixed.max_length) == check_batch(expected, examples, options.max_length));
+    CHECK(batch.input_ids.sizes() == torch::IntArrayRef{4, 32});
+    CHECK(batch.segment_ids.sizes() == torch::IntArrayRef{4, 32});
+    const int64_t rows = expected.input_ids.size(0), width = expected.input_ids.size(1);
+    // The real rows and columns hold exactly the plain batch; everything beyond is padding: id 0, no loss,
+    // segment -1, position 0.
+    CHECK(torch::equal(batch.input_ids.slice(0, 0, rows).slice(1, 0, width), expected.input_ids));
+    CHECK(torch::equal(batch.labels.slice(0, 0, rows).slice(1, 0, width), expected.labels));
+    CHECK(torch::equal(batch.segment_ids.slice(0, 0, rows).slice(1, 0, width), expected.segment_ids));
+    CHECK(batch.labels.ne(kIgnoreIndex).sum().item<int64_t>() == expected.labels.ne(kIgnoreIndex).sum().item<int64_t>());
+    CHECK(batch.segment_ids.ge(0).sum().item<int64_t>() == expected.segment_ids.ge(0).sum().item<int64_t>());
+    CHECK(batch.loss_tokens == expected.loss_tokens);
+    CHECK(batch.tokens == expected.tokens);
+    CHECK(batch.samples == expected.samples);
+  }
+}

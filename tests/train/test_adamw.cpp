@@ -305,3 +305,60 @@ TEST_CASE("adamw: make_param_groups decays matrices only and leaves frozen param
   CHECK(groups[1].params[0].name == "proj.bias");
   CHECK(groups[1].params[1].name == "norm.weight");
 }
+
+TEST_CASE("adamw: step_on_device (tensor learning rate, skip flag) follows step() on the fused kernel") {
+  // The reference is step() through the same fused kernel with the learning rate as a double; the device form takes
+  // it as a float32 scalar (the kernels' tensor-lr form), so the two agree to that rounding, not bit for bit.
+  torch::manual_seed(3);
+  auto make = [] {
+    std::vector<NamedParameter> named{{"w", torch::randn({4, 3}).requires_grad_(true)},
+                                      {"b", torch::randn({3}).requires_grad_(true)}};
+    return named;
+  };
+  const auto first = make();
+  auto second = make();
+  for (size_t i = 0; i < first.size(); ++i) second[i].tensor.detach().copy_(first[i].tensor.detach());
+  const AdamWOptions options{.kernel = AdamWKernel::fused};
+  AdamW reference(make_param_groups(first, 0.1), options);
+  AdamW on_device(make_param_groups(second, 0.1), options);
+  REQUIRE(on_device.can_step_on_device());
+  const std::vector<double> lrs = {1e-2, 5e-3, 5e-3, 1e-3};
+  const std::vector<bool> skipped = {false, false, true, false};
+  for (size_t step = 0; step < lrs.size(); ++step) {
+    INFO("step " << step);
+    const auto grads = std::vector<torch::Tensor>{torch::randn({4, 3}), torch::randn({3})};
+    const auto before = second[0].tensor.detach().clone();
+    for (size_t i = 0; i < first.size(); ++i) {
+      first[i].tensor.mutable_grad() = grads[i].clone();
+      second[i].tensor.mutable_grad() = grads[i].clone();
+    }
+    if (!skipped[step]) reference.step(lrs[step]);
+    on_device.step_on_device(torch::full({}, lrs[step], torch::kFloat),
+                             torch::full({}, skipped[step] ? 1.0 : 0.0, torch::kFloat));
+    on_device.count_device_step(!skipped[step]);
+    if (skipped[step]) CHECK(torch::equal(second[0].tensor.detach(), before));
+    for (size_t i = 0; i < first.size(); ++i) {
+      INFO(first[i].name);
+      CHECK(max_abs_difference(second[i].tensor.detach(), first[i].tensor.detach()) <= 1e-6);
+    }
+    reference.zero_grad();
+    on_device.zero_grad();
+  }
+  CHECK(on_device.steps_taken() == reference.steps_taken());
+  const auto expected = reference.state_tensors();
+  const auto state = on_device.state_tensors();
+  REQUIRE(state.size() == expected.size());
+  for (size_t i = 0; i < state.size(); ++i) {
+    INFO(state[i].first);
+    CHECK(max_abs_difference(state[i].second.to(torch::kFloat), expected[i].second.to(torch::kFloat)) <= 1e-6);
+  }
+}
+
+TEST_CASE("adamw: step_on_device refuses a parameter without a gradient or off the fused kernel") {
+  std::vector<NamedParameter> named{{"w", torch::randn({2, 2}).requires_grad_(true)}};
+  AdamW sliced(make_param_groups(named, 0.0), AdamWOptions{.kernel = AdamWKernel::sliced});
+  CHECK_FALSE(sliced.can_step_on_device());
+  AdamW fused(make_param_groups(named, 0.0), AdamWOptions{.kernel = AdamWKernel::fused});
+  REQUIRE_THROWS_WITH(fused.step_on_device(torch::full({}, 1e-3, torch::kFloat), torch::zeros({}, torch::kFloat)),
+                      Catch::Contains("'w' has no gradient"));
+}

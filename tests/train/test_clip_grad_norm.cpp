@@ -70,3 +70,35 @@ TEST_CASE("clip_grad_norm with gradients sharded over ranks: the global norm, an
   CHECK(calls == 1);
   CHECK(empty == Approx(5.0));
 }
+
+TEST_CASE("clip_grad_norm_on_device: torch's norm and gradients (the fixture), and clip_grad_norm's exact bits") {
+  for (const auto& c : load_train_fixture("clip.json")) {
+    const double max_norm = c.at("max_norm").get<double>();
+    INFO("max_norm " << max_norm);
+    std::vector<torch::Tensor> on_device, on_host;
+    for (const auto& grad : c.at("grads_before")) {
+      for (auto* list : {&on_device, &on_host}) {
+        auto param = torch::zeros(grad.at("shape").get<std::vector<int64_t>>()).requires_grad_(true);
+        param.mutable_grad() = tensor_from_json(grad);
+        list->push_back(param);
+      }
+    }
+    const torch::Tensor norm = tune::train::clip_grad_norm_on_device(on_device, max_norm);
+    REQUIRE(norm.scalar_type() == torch::kDouble);
+    CHECK(norm.item<double>() == Approx(c.at("norm").get<double>()).epsilon(1e-6));
+    CHECK(norm.item<double>() == tune::train::clip_grad_norm(on_host, max_norm));
+    for (size_t i = 0; i < c.at("grads_after").size(); ++i) {
+      CHECK(max_abs_difference(on_device[i].grad(), tensor_from_json(c.at("grads_after")[i])) <= 1e-6);
+      CHECK(torch::equal(on_device[i].grad(), on_host[i].grad()));
+    }
+  }
+}
+
+TEST_CASE("clip_grad_norm_on_device: a non-finite norm leaves the gradients as they are; no gradients, no norm") {
+  auto p = torch::zeros({2}).requires_grad_(true);
+  p.mutable_grad() = torch::tensor({std::numeric_limits<float>::infinity(), 4.0f});
+  const torch::Tensor norm = tune::train::clip_grad_norm_on_device({p}, 1.0);
+  CHECK(std::isinf(norm.item<double>()));
+  CHECK(p.grad()[1].item<float>() == 4.0f);
+  CHECK_FALSE(tune::train::clip_grad_norm_on_device({torch::zeros({2}).requires_grad_(true)}, 1.0).defined());
+}

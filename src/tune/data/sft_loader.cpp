@@ -75,14 +75,16 @@ int64_t SftLoader::batches_per_epoch() const {
 }
 
 SftBatch SftLoader::make_batch(const std::vector<std::vector<int64_t>>& rows, size_t first_row, size_t end_row) const {
-  // Rows pad to the longest in the batch, not to max_length: no compute is spent on a short batch's padding.
-  int64_t width = 1;
+  // Rows pad to the longest in the batch, not to max_length: no compute is spent on a short batch's padding (unless
+  // fixed_shape asks for one shape throughout).
+  int64_t width = options_.fixed_shape ? options_.max_length : 1;
   for (size_t r = first_row; r < end_row; ++r) {
     int64_t length = 0;
     for (int64_t index : rows[r]) length += static_cast<int64_t>(examples_[static_cast<size_t>(index)].input_ids.size());
     width = std::max(width, length);
   }
-  const auto height = static_cast<int64_t>(end_row - first_row);
+  const auto height =
+      options_.fixed_shape ? options_.batch_size : static_cast<int64_t>(end_row - first_row);
   auto input_ids = torch::zeros({height, width}, torch::kLong);  // padding id 0: masked by labels and segments
   auto labels = torch::full({height, width}, kIgnoreIndex, torch::kLong);
   auto position_ids = torch::zeros({height, width}, torch::kLong);
@@ -93,7 +95,7 @@ SftBatch SftLoader::make_batch(const std::vector<std::vector<int64_t>>& rows, si
   auto segments_out = segment_ids.accessor<int64_t, 2>();
 
   SftBatch batch;
-  for (int64_t b = 0; b < height; ++b) {
+  for (int64_t b = 0; b < static_cast<int64_t>(end_row - first_row); ++b) {  // fixed_shape's extra rows: padding
     int64_t column = 0;
     const auto& row = rows[first_row + static_cast<size_t>(b)];
     for (size_t segment = 0; segment < row.size(); ++segment) {

@@ -28,6 +28,9 @@ struct LoaderOptions {
                                // off: one sample per row
   bool shuffle = true;
   uint64_t seed = 0;
+  // Every batch batch_size rows of max_length tokens (padding rows and columns: segment -1, no loss), so every step
+  // has one shape, which a CUDA graph of the step needs (training.cuda_graph).
+  bool fixed_shape = false;
 };
 
 struct LoaderPosition {

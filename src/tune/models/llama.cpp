@@ -145,8 +145,9 @@ torch::Tensor LlamaForCausalLMImpl::hidden_states(const torch::Tensor& input_emb
   const c10::ScalarType attention_dtype = attention_compute_dtype(device, input_embeddings.scalar_type());
   const bool fused_attention =
       nn::uses_fused_attention(device.type(), attention_dtype, /*recomputing=*/false, config_.attn_logit_softcapping > 0);
-  const bool plain_causal = fused_attention && past == 0 &&
-                            (!inputs.segment_ids.defined() || inputs.segment_ids.eq(0).all().item<bool>());
+  const bool plain_causal =
+      fused_attention && past == 0 &&
+      (!inputs.segment_ids.defined() || (inputs.allow_plain_causal && inputs.segment_ids.eq(0).all().item<bool>()));
   std::map<int64_t, LayerInputs> by_window;
   std::vector<LayerInputs> layer_inputs;
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {

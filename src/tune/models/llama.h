@@ -55,6 +55,10 @@ struct AttentionInputs {
   torch::Tensor segment_ids;   // [B, T] int64 or undefined; tokens attend only within their segment (packing)
                                // and padding has segment -1 (attends to nothing, masked from the loss)
   KVCache* cache = nullptr;    // decoding: keys/values appended, attention over cache + new tokens
+  // Whether rows whose segment_ids are all 0 may drop the mask for the fused kernels' plain causal path: finding
+  // that out reads the segments on the host (a device sync on CUDA). false: the mask path always, without the sync
+  // (a CUDA graph of the step bakes one path for every batch).
+  bool allow_plain_causal = true;
 };
 
 class LlamaForCausalLMImpl : public torch::nn::Module {

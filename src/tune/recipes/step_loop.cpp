@@ -181,7 +181,7 @@ int run_step_loop(const StepLoopSettings& settings, const StepLoopHooks& hooks, 
   while (step < settings.total_steps) {
     memory_tracker::reset_peak(settings.cuda);
     const StepResult result = hooks.step(step);
-    window_peak = std::max(window_peak, memory_tracker::peak_bytes(settings.cuda));
+    window_peak = std::max({window_peak, memory_tracker::peak_bytes(settings.cuda), result.unseen_peak_bytes});
     run_peak = std::max(run_peak, window_peak);
     if (result.resident_bytes >= 0) {
       resident = resident < 0 ? result.resident_bytes : std::min(resident, result.resident_bytes);

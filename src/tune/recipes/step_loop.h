@@ -51,6 +51,9 @@ struct StepResult {
   // finished collective can still be held for a moment by Gloo's worker thread (seen: a whole gradient bucket on
   // one rank in the first step); the peak counts such moments. -1: not measured.
   int64_t resident_bytes = -1;
+  // A peak the allocator's counters did not see (a CUDA graph replay allocates nothing: its working set is what the
+  // capture allocated); the loop takes the larger of it and the measured one. -1: none.
+  int64_t unseen_peak_bytes = -1;
   // A recipe's own figures for metrics.jsonl (and TensorBoard), under their names (DPO: TRL's "rewards/chosen", ...),
   // and a short note for the progress line ("reward acc 0.75").
   std::vector<std::pair<std::string, double>> metrics;

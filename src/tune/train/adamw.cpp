@@ -171,6 +171,54 @@ void AdamW::fused_update(const std::vector<size_t>& indices, double lr, double w
   }
 }
 
+bool AdamW::can_step_on_device() const {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const torch::Tensor& param = params_[i];
+    if (!adamw_uses_fused_kernel(options_, param.scalar_type(), param.device())) return false;
+  }
+  return true;
+}
+
+void AdamW::step_on_device(const torch::Tensor& lr, const torch::Tensor& skip) {
+  if (device_steps_.size() != param_steps_.size()) device_steps_.assign(param_steps_.size(), torch::Tensor());
+  size_t index = 0;
+  for (const auto& group : groups_) {
+    std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+    for (const auto& named : group.params) {
+      const size_t i = index++;
+      const torch::Tensor& param = named.tensor;
+      if (!param.grad().defined() || !adamw_uses_fused_kernel(options_, param.scalar_type(), param.device()) ||
+          param.grad().scalar_type() != param.scalar_type()) {
+        throw Error(fmt::format("AdamW::step_on_device: parameter '{}' {}", named.name,
+                                param.grad().defined() ? "does not take the fused kernel" : "has no gradient"));
+      }
+      torch::Tensor& device_step = device_steps_[i];
+      if (!device_step.defined()) {
+        device_step = torch::full({}, static_cast<double>(param_steps_[i]), param.options().dtype(torch::kFloat));
+      }
+      params.push_back(param);
+      grads.push_back(param.grad());
+      exp_avgs.push_back(exp_avg_[i]);
+      exp_avg_sqs.push_back(exp_avg_sq_[i]);
+      steps.push_back(device_step);
+    }
+    if (params.empty()) continue;
+    // The kernel reads the step it is taking; a skipped step takes it back (torch.optim's fused path with a
+    // GradScaler does the same).
+    at::_foreach_add_(steps, 1.0);
+    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, options_.beta1,
+                      options_.beta2, group.weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false,
+                      /*grad_scale=*/std::nullopt, skip);
+    at::_foreach_add_(steps, skip, -1.0);
+  }
+}
+
+void AdamW::count_device_step(bool applied) {
+  if (!applied) return;
+  for (auto& count : param_steps_) ++count;
+  ++steps_;
+}
+
 void AdamW::zero_grad() {
   for (auto& group : groups_) {
     for (auto& param : group.params) param.tensor.mutable_grad() = torch::Tensor();
@@ -274,6 +322,26 @@ int64_t AdamW::state_bytes() const {
   int64_t bytes = 0;
   for (size_t i = 0; i < exp_avg_.size(); ++i) bytes += exp_avg_[i].nbytes() + exp_avg_sq_[i].nbytes();
   return bytes;
+}
+
+torch::Tensor clip_grad_norm_on_device(const std::vector<torch::Tensor>& params, double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (const auto& param : params) {
+    if (param.grad().defined()) grads.push_back(param.grad());
+  }
+  if (grads.empty()) return {};
+  // As clip_grad_norm: per-tensor fp32 norms in one launch, their squares summed in fp64.
+  const torch::Tensor norm = torch::stack(at::_foreach_norm(grads, 2, torch::kFloat)).to(torch::kDouble).square().sum().sqrt();
+  if (max_norm > 0) {
+    // clip_grad_norm multiplies only where the factor is below 1 and the norm finite; 1 elsewhere changes no bit.
+    torch::Tensor factor = (max_norm / (norm + 1e-6)).clamp_max(1.0);
+    factor = torch::where(torch::isfinite(norm), factor, torch::ones_like(factor));
+    std::map<torch::ScalarType, std::vector<torch::Tensor>> by_dtype;
+    for (const auto& grad : grads) by_dtype[grad.scalar_type()].push_back(grad);
+    for (auto& [dtype, members] : by_dtype) at::_foreach_mul_(members, factor.to(dtype));
+  }
+  return norm;
 }
 
 double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,

@@ -67,6 +67,17 @@ class AdamW {
   void zero_grad();  // sets grads to undefined (set_to_none) to free memory
   int64_t steps_taken() const { return steps_; }
 
+  // The update with nothing decided on the host, so a CUDA graph can capture it (train/cuda_graph_step.h): the
+  // learning rate is a float32 scalar on the parameters' device, and where `skip` (a float32 scalar there) is 1
+  // the parameters, moments and step counts stay as they were (torch.optim's fused `found_inf`). Every trained
+  // parameter must have a gradient and take the fused kernel (can_step_on_device). The host's step counts are not
+  // touched: count_device_step does that once the outcome is known.
+  void step_on_device(const torch::Tensor& lr, const torch::Tensor& skip);
+  // Whether every parameter would take the fused kernel (step_on_device's condition, gradients aside).
+  bool can_step_on_device() const;
+  // Advances the host's step counts (what checkpoints store) after a step_on_device that was `applied`.
+  void count_device_step(bool applied);
+
   // Named state ("<param>.exp_avg", "<param>.exp_avg_sq", "<param>.step") for checkpoints.
   std::vector<std::pair<std::string, torch::Tensor>> state_tensors() const;
   // Restores from state_tensors() output; throws tune::InputError naming the missing or mis-shaped entry.
@@ -90,6 +101,12 @@ class AdamW {
 
   void fused_update(const std::vector<size_t>& indices, double lr, double weight_decay);
 };
+
+// clip_grad_norm's arithmetic with nothing read on the host (a CUDA graph can capture it): returns the norm as a
+// float64 scalar on the gradients' device and scales them by min(1, max_norm / (norm + 1e-6)) where max_norm > 0
+// and the norm is finite (the same factors, so the same gradients, as clip_grad_norm). No gradients: an undefined
+// tensor. One process only (no sum over ranks).
+torch::Tensor clip_grad_norm_on_device(const std::vector<torch::Tensor>& params, double max_norm);
 
 // L2 norm of all gradients (float64 accumulation); when max_norm > 0 and the norm exceeds it, scales gradients
 // by max_norm / (norm + 1e-6) as torch.nn.utils.clip_grad_norm_. Returns the norm before clipping.

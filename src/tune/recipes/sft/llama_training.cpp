@@ -1,5 +1,8 @@
 #include "tune/recipes/sft/llama_training.h"
 
+#include "tune/train/linear_cross_entropy.h"
+#include "tune/train/loss.h"
+
 namespace tune::recipes::sft {
 
 LlamaTraining prepare_llama_training(models::LlamaForCausalLM& model, const config::Config& config,
@@ -30,6 +33,15 @@ LlamaTraining prepare_llama_training(models::LlamaForCausalLM& model, const conf
   training.parallel = std::make_unique<DataParallel>(config, model_tensors, training.param_tensors, &blocks);
   model->set_block_runner(training.parallel->block_runner(training.checkpointing));
   return training;
+}
+
+torch::Tensor llama_loss_sum(models::LlamaForCausalLM& model, const torch::Tensor& input_ids, const torch::Tensor& labels,
+                             const models::AttentionInputs& attention, bool chunked_loss) {
+  if (chunked_loss) {
+    return train::causal_lm_linear_loss_sum(model->forward_hidden(input_ids, attention), model->output_weight(), labels,
+                                            /*chunk_rows=*/0, model->output_softcap());
+  }
+  return train::causal_lm_loss_sum(model->forward(input_ids, attention), labels);
 }
 
 std::unique_ptr<precision::DynamicLossScaler> make_loss_scaler(const RunSettings& run) {

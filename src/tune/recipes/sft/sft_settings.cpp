@@ -126,6 +126,10 @@ config::Schema sft_schema() {
                  "the loss fused with the output projection, in chunks (never the whole [tokens, vocab] logits): "
                  "GiBs less at large vocabularies, a few % slower where memory is not short (docs/BENCHMARKS.md); "
                  "not with distributed.strategy full_shard");
+  schema.boolean("training.cuda_graph", false,
+                 "capture the whole optimizer step into a CUDA graph once and replay it (one launch per step: faster "
+                 "where the host's launches set the pace, e.g. LoRA at small batches); batches are padded to "
+                 "batch_size rows x data.max_length tokens; one CUDA process, bf16 or fp32, no lora.dropout");
   schema.integer("eval.every", 0, "evaluate every N steps; 0 = only at the end");
   schema.integer("generation.max_new_tokens", 64, "tune infer: tokens to generate at most");
   schema.real("generation.temperature", 0.0, "tune infer: 0 = greedy");
@@ -192,6 +196,8 @@ SftSettings read_sft_settings(const config::Config& config) {
                                          "weight stays sharded outside the model's forward); use ddp or "
                                          "shard_grad_op, or training.chunked_loss=false");
   }
+
+  settings.cuda_graph = config.get_bool("training.cuda_graph");
 
   auto& data_settings = settings.data;
   if (config.has("data.train")) {

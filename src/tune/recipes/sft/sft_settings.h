@@ -49,6 +49,7 @@ struct SftSettings {
   DataSettings data;
   GenerationSettings generation;
   bool chunked_loss = false;  // training.chunked_loss: train::causal_lm_linear_loss_sum instead of lm_head + loss
+  bool cuda_graph = false;    // training.cuda_graph: the step captured once and replayed (sft_graph_step.h)
 };
 
 config::Schema sft_schema();

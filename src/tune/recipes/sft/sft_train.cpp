@@ -18,6 +18,7 @@
 #include "tune/recipes/sft/llama_training.h"
 #include "tune/recipes/sft/sft_checkpoint.h"
 #include "tune/recipes/sft/sft_data.h"
+#include "tune/recipes/sft/sft_graph_step.h"
 #include "tune/recipes/sft/sft_model.h"
 #include "tune/recipes/sft/sft_recipe.h"
 #include "tune/recipes/step_loop.h"
@@ -121,6 +122,7 @@ int train(const TrainRequest& request) {
   loader_options.packing = sft.data.packing;
   loader_options.shuffle = sft.data.shuffle;
   loader_options.seed = run.seed;
+  loader_options.fixed_shape = sft.cuda_graph;  // one shape for every step of a CUDA graph
   data::SftLoader loader(prepared.train, loader_options);
   const auto eval_batches = prepared.eval.empty() ? std::vector<data::SftBatch>{}
                                                   : data::SftLoader(prepared.eval, loader_options).all_batches_in_order();
@@ -130,6 +132,12 @@ int train(const TrainRequest& request) {
   train::AdamW optimizer(parallel.optimizer_groups(params, training.weight_decay), training.adamw);
   // fp16 needs loss scaling so small gradients survive; bf16 has fp32's exponent range and does not.
   std::unique_ptr<precision::DynamicLossScaler> scaler = make_loss_scaler(run);
+  std::unique_ptr<SftGraphStep> graph_step;
+  if (sft.cuda_graph) {
+    check_cuda_graph_run(config, model, optimizer, parallel.active());
+    graph_step = std::make_unique<SftGraphStep>(model, optimizer, param_tensors, run, training, sft.chunked_loss,
+                                                sft.data.max_length, device);
+  }
   training.schedule.total_steps = training.total_steps(loader.batches_per_epoch());
 
   TrainerState state;
@@ -195,6 +203,11 @@ int train(const TrainRequest& request) {
             training.schedule.total_steps, loader.batches_per_epoch(), training.gradient_accumulation_steps, training.batch_size,
             sft.data.max_length, parallel.active() ? fmt::format(" on each of {} processes", parallel.size()) : "");
   if (parallel.active()) log::info("data parallel: {}", parallel.describe());
+  if (graph_step) {
+    log::info("cuda graph: the whole step (forward, backward, clipping, AdamW) is captured at step 2 and replayed "
+              "after; every batch padded to {} rows x {} tokens (training.cuda_graph)",
+              training.batch_size, sft.data.max_length);
+  }
 
   // ---- one optimizer step: data, forward under autocast (blocks through the checkpointing runner), loss,
   // backward, then unscale / clip / update in finish_step
@@ -209,6 +222,27 @@ int train(const TrainRequest& request) {
       step_loss_tokens += micro_batches.back().loss_tokens;
     }
     StepResult result;
+    if (graph_step) {
+      for (const auto& batch : micro_batches) result.items += static_cast<double>(batch.tokens);
+      const bool was_captured = graph_step->captured();
+      result.lr = training.schedule.at(step);
+      const SftGraphStep::Outcome outcome = graph_step->run(micro_batches, step_loss_tokens, result.lr);
+      result.loss = outcome.loss;
+      result.grad_norm = outcome.grad_norm;
+      result.applied = outcome.applied;
+      result.resident_bytes = memory_tracker::live_bytes(device.is_cuda());
+      if (graph_step->captured()) {
+        // Replays allocate nothing: the step's working set is what its capture allocated, in the graph's pool.
+        result.unseen_peak_bytes = graph_step->capture_peak_bytes();
+        if (!was_captured) {
+          log::info("cuda graph: step captured; its peak while captured {}, the graph's pool reserves {}",
+                    format_bytes(static_cast<double>(graph_step->capture_peak_bytes())),
+                    format_bytes(static_cast<double>(graph_step->pool_reserved_bytes())));
+        }
+      }
+      state.tokens_seen += static_cast<int64_t>(result.items);
+      return result;
+    }
     // The step's loss stays on the device until every micro-batch is queued: one host sync per step, not one per
     // micro-batch (on CUDA a sync between micro-batches leaves the GPU idle while the CPU queues the next forward).
     torch::Tensor step_loss;
@@ -230,13 +264,8 @@ int train(const TrainRequest& request) {
       {
         precision::AutocastScope autocast(run.mixed_precision, device);
         const models::AttentionInputs attention{batch.position_ids.to(device), batch.segment_ids.to(device)};
-        const torch::Tensor labels = batch.labels.to(device);
-        const torch::Tensor loss_sum =
-            sft.chunked_loss
-                ? train::causal_lm_linear_loss_sum(model->forward_hidden(batch.input_ids.to(device), attention),
-                                                   model->output_weight(), labels, /*chunk_rows=*/0,
-                                                   model->output_softcap())
-                : train::causal_lm_loss_sum(model->forward(batch.input_ids.to(device), attention), labels);
+        const torch::Tensor loss_sum = llama_loss_sum(model, batch.input_ids.to(device), batch.labels.to(device),
+                                                      attention, sft.chunked_loss);
         loss = loss_sum / std::max<int64_t>(1, step_loss_tokens);
         if (dummy) loss = loss * 0.0;
       }
@@ -288,7 +317,7 @@ int train(const TrainRequest& request) {
 
 void validate_sft_config(const config::Config& config) {
   const RunSettings run = read_run_settings(config);
-  (void)read_training_settings(config);
+  const TrainingSettings training = read_training_settings(config);
   (void)read_distributed_settings(config);
   const SftSettings sft = read_sft_settings(config);
   validate_shard_blocks(config, {models::LlamaForCausalLMImpl::block_type()});
@@ -296,6 +325,7 @@ void validate_sft_config(const config::Config& config) {
     config.fail("param_dtype", "is 'bf16', which stores frozen weights in bf16, but full fine-tuning trains every "
                                "weight (kept in fp32); use it with lora.rank > 0");
   }
+  if (sft.cuda_graph) check_cuda_graph_config(config, run, training, sft.model.lora.lora.dropout);
 }
 
 }  // namespace tune::recipes::sft
