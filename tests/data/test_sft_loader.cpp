@@ -306,7 +306,8 @@ TEST_CASE("fixed_shape: every batch batch_size rows of max_length tokens, the pa
     CHECK(torch::equal(batch.input_ids.slice(0, 0, rows).slice(1, 0, width), expected.input_ids));
     CHECK(torch::equal(batch.labels.slice(0, 0, rows).slice(1, 0, width), expected.labels));
     CHECK(torch::equal(batch.segment_ids.slice(0, 0, rows).slice(1, 0, width), expected.segment_ids));
-    CHECK(batch.labels.ne(kIgnoreIndex).sum().item<int64_t>() == expected.labels.ne(kIgnoreIndex).sum().item<int64_t>());
+    CHECK(batch.labels.ne(kIgnoreIndex).sum().item<int64_t>() ==
+          expected.labels.ne(kIgnoreIndex).sum().item<int64_t>());
     CHECK(batch.segment_ids.ge(0).sum().item<int64_t>() == expected.segment_ids.ge(0).sum().item<int64_t>());
     CHECK(batch.loss_tokens == expected.loss_tokens);
     CHECK(batch.tokens == expected.tokens);

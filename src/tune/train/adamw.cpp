@@ -332,7 +332,8 @@ torch::Tensor clip_grad_norm_on_device(const std::vector<torch::Tensor>& params,
   }
   if (grads.empty()) return {};
   // As clip_grad_norm: per-tensor fp32 norms in one launch, their squares summed in fp64.
-  const torch::Tensor norm = torch::stack(at::_foreach_norm(grads, 2, torch::kFloat)).to(torch::kDouble).square().sum().sqrt();
+  const torch::Tensor norms = torch::stack(at::_foreach_norm(grads, 2, torch::kFloat));
+  const torch::Tensor norm = norms.to(torch::kDouble).square().sum().sqrt();
   if (max_norm > 0) {
     // clip_grad_norm multiplies only where the factor is below 1 and the norm finite; 1 elsewhere changes no bit.
     torch::Tensor factor = (max_norm / (norm + 1e-6)).clamp_max(1.0);

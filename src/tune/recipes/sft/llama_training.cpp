@@ -35,8 +35,8 @@ LlamaTraining prepare_llama_training(models::LlamaForCausalLM& model, const conf
   return training;
 }
 
-torch::Tensor llama_loss_sum(models::LlamaForCausalLM& model, const torch::Tensor& input_ids, const torch::Tensor& labels,
-                             const models::AttentionInputs& attention, bool chunked_loss) {
+torch::Tensor llama_loss_sum(models::LlamaForCausalLM& model, const torch::Tensor& input_ids,
+                             const torch::Tensor& labels, const models::AttentionInputs& attention, bool chunked_loss) {
   if (chunked_loss) {
     return train::causal_lm_linear_loss_sum(model->forward_hidden(input_ids, attention), model->output_weight(), labels,
                                             /*chunk_rows=*/0, model->output_softcap());

@@ -31,8 +31,8 @@ LlamaTraining prepare_llama_training(models::LlamaForCausalLM& model, const conf
 
 // The summed next-token loss of a batch (device tensors): lm_head + causal_lm_loss_sum, or with `chunked_loss`
 // (training.chunked_loss) the loss fused with the output projection in chunks.
-torch::Tensor llama_loss_sum(models::LlamaForCausalLM& model, const torch::Tensor& input_ids, const torch::Tensor& labels,
-                             const models::AttentionInputs& attention, bool chunked_loss);
+torch::Tensor llama_loss_sum(models::LlamaForCausalLM& model, const torch::Tensor& input_ids,
+                             const torch::Tensor& labels, const models::AttentionInputs& attention, bool chunked_loss);
 
 // fp16 needs loss scaling so small gradients survive; bf16 has fp32's exponent range and does not: null then.
 std::unique_ptr<precision::DynamicLossScaler> make_loss_scaler(const RunSettings& run);

@@ -50,15 +50,18 @@ void check_cuda_graph_run(const config::Config& config, const models::LlamaForCa
 
 SftGraphStep::SftGraphStep(models::LlamaForCausalLM& model, train::AdamW& optimizer, std::vector<torch::Tensor> trained,
                            const RunSettings& run, const TrainingSettings& training, bool chunked_loss,
-                           int64_t max_length, torch::Device device)
+                           int64_t max_length, torch::Device device, bool capture)
     : model_(model),
       optimizer_(optimizer),
       trained_(std::move(trained)),
       precision_(run.mixed_precision),
       clip_grad_norm_(training.clip_grad_norm),
       chunked_loss_(chunked_loss),
-      device_(device),
-      graph_([this] { return step(); }, [this] { optimizer_.zero_grad(); }, device, /*eager_steps=*/1) {
+      device_(device) {
+  if (capture) {
+    graph_ = std::make_unique<train::CudaGraphStep>([this] { return step(); }, [this] { optimizer_.zero_grad(); },
+                                                    device, /*eager_steps=*/1);
+  }
   const auto ids = torch::TensorOptions().dtype(torch::kLong).device(device);
   for (int64_t i = 0; i < training.gradient_accumulation_steps; ++i) {
     input_ids_.push_back(torch::zeros({training.batch_size, max_length}, ids));
@@ -112,7 +115,13 @@ SftGraphStep::Outcome SftGraphStep::run(const std::vector<data::SftBatch>& micro
   }
   lr_.fill_(lr);
   loss_tokens_.fill_(static_cast<double>(std::max<int64_t>(1, loss_tokens)));
-  const torch::Tensor figures = graph_.run().to(torch::kCPU);
+  torch::Tensor figures;
+  if (graph_) {
+    figures = graph_->run().to(torch::kCPU);
+  } else {
+    figures = step().to(torch::kCPU);
+    optimizer_.zero_grad();
+  }
   Outcome outcome;
   outcome.loss = figures[0].item<double>();
   outcome.grad_norm = figures[1].item<double>();

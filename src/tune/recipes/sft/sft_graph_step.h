@@ -36,9 +36,11 @@ void check_cuda_graph_run(const config::Config& config, const models::LlamaForCa
 
 class SftGraphStep {
  public:
+  // `capture` false runs the same step uncaptured every time (on any device): what the tests compare with the
+  // eager loop's arithmetic where no GPU is at hand.
   SftGraphStep(models::LlamaForCausalLM& model, train::AdamW& optimizer, std::vector<torch::Tensor> trained,
                const RunSettings& run, const TrainingSettings& training, bool chunked_loss, int64_t max_length,
-               torch::Device device);
+               torch::Device device, bool capture = true);
 
   struct Outcome {
     double loss = 0.0;       // the step's mean loss over its loss tokens
@@ -52,9 +54,9 @@ class SftGraphStep {
 
   // The allocator's peak while the step was captured (its working set, held in the graph's pool between replays,
   // where the allocator's counters cannot see it), and that pool's reserved bytes; 0 before capture.
-  int64_t capture_peak_bytes() const { return graph_.capture_peak_bytes(); }
-  int64_t pool_reserved_bytes() const { return graph_.capture_reserved_bytes(); }
-  bool captured() const { return graph_.captured(); }
+  int64_t capture_peak_bytes() const { return graph_ ? graph_->capture_peak_bytes() : 0; }
+  int64_t pool_reserved_bytes() const { return graph_ ? graph_->capture_reserved_bytes() : 0; }
+  bool captured() const { return graph_ && graph_->captured(); }
 
  private:
   torch::Tensor step();  // what is captured
@@ -70,7 +72,7 @@ class SftGraphStep {
   std::vector<torch::Tensor> input_ids_, labels_, position_ids_, segment_ids_;
   torch::Tensor lr_;           // float32 scalar
   torch::Tensor loss_tokens_;  // float32 scalar: max(1, the step's loss tokens)
-  train::CudaGraphStep graph_;
+  std::unique_ptr<train::CudaGraphStep> graph_;  // null: uncaptured (capture false)
 };
 
 }  // namespace tune::recipes::sft
