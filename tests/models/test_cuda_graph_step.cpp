@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/tiny_llama.h"
 #include "tune/core/error.h"
 #include "tune/memory/checkpoint.h"
 #include "tune/models/llama.h"
@@ -19,19 +20,6 @@
 using namespace tune;
 
 namespace {
-
-models::LlamaConfig tiny_config() {
-  models::LlamaConfig config;
-  config.vocab_size = 64;
-  config.hidden_size = 32;
-  config.intermediate_size = 48;
-  config.num_hidden_layers = 2;
-  config.num_attention_heads = 4;
-  config.num_key_value_heads = 2;
-  config.max_position_embeddings = 64;
-  config.tie_word_embeddings = true;
-  return config;
-}
 
 struct Run {
   std::vector<double> losses;
@@ -48,7 +36,7 @@ Run train_steps(bool lora, memory::Policy policy, bool graph, int steps) {
     lora_options.lora.alpha = 8.0;
     lora_options.target_modules = {"q_proj", "v_proj", "gate_proj", "down_proj"};
   }
-  models::LlamaForCausalLM model(tiny_config(), lora_options);
+  models::LlamaForCausalLM model(testing::tiny_llama_config(/*tie_word_embeddings=*/true), lora_options);
   if (lora) model->freeze_base_weights();
   model->to(cuda);
   model->train();

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/tiny_llama.h"
 #include "tune/data/sft_loader.h"
 #include "tune/models/llama.h"
 #include "tune/recipes/sft/llama_training.h"
@@ -43,17 +44,9 @@ struct Trainee {
 };
 
 Trainee make_trainee() {
-  models::LlamaConfig config;
-  config.vocab_size = 64;
-  config.hidden_size = 32;
-  config.intermediate_size = 48;
-  config.num_hidden_layers = 2;
-  config.num_attention_heads = 4;
-  config.num_key_value_heads = 2;
-  config.max_position_embeddings = 64;
   torch::manual_seed(5);
   Trainee trainee;
-  trainee.model = models::LlamaForCausalLM(config);
+  trainee.model = models::LlamaForCausalLM(testing::tiny_llama_config());
   trainee.model->train();
   for (const auto& item : trainee.model->named_parameters()) {
     trainee.named.push_back({item.key(), item.value()});
