@@ -29,6 +29,10 @@ void check_cuda_graph_config(const config::Config& config, const RunSettings& ru
     refuse(config, "mixed_precision fp16's loss scaler decides each step on the host (use bf16)");
   }
   if (lora_dropout > 0) refuse(config, "lora.dropout draws its masks on the host for every row (set lora.dropout: 0)");
+  if (run.gradient_checkpointing && run.checkpointing.policy == memory::Policy::offload) {
+    refuse(config, "checkpointing.policy offload copies block inputs to pinned host buffers allocated as the step "
+                   "runs (use full, every_k, sqrt or selective)");
+  }
   if (!train::adamw_uses_fused_kernel(training.adamw, torch::kFloat, torch::Device(torch::kCUDA))) {
     refuse(config, "the optimizer is not LibTorch's fused kernel (optimizer.state_dtype fp32 and optimizer.fused "
                    "auto or true)");

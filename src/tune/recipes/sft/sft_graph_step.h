@@ -25,8 +25,8 @@ namespace tune::recipes::sft {
 
 // Refuses (config.fail on training.cuda_graph, exit 2) what a captured step cannot do, from the config (tune
 // validate): a LibTorch without CUDA, a device other than CUDA, fp16 (its loss scaler decides on the host), LoRA
-// dropout (drawn on the host per row), an optimizer off the fused kernel (optimizer.state_dtype bf16 or
-// optimizer.fused false).
+// dropout (drawn on the host per row), checkpointing.policy offload (pinned host buffers allocated as the step
+// runs), an optimizer off the fused kernel (optimizer.state_dtype bf16 or optimizer.fused false).
 void check_cuda_graph_config(const config::Config& config, const RunSettings& run, const TrainingSettings& training,
                              double lora_dropout);
 // And from the run: several processes, soft-capped attention (Gemma 2: tune's own core reads its mask on the
