@@ -1,5 +1,6 @@
 #include "tune/train/cuda_graph_step.h"
 
+#include <string>
 #include <utility>
 
 #include "tune/core/error.h"
@@ -101,15 +102,18 @@ torch::Tensor CudaGraphStep::run() {
     graph->capture_begin();
     try {
       s.loss = s.step();
-    } catch (...) {
-      // Ends the (now invalid) capture so the stream is usable again; the step's own error is the one to report.
+      graph->capture_end();
+    } catch (const std::exception& error) {
+      // Ends the (now invalid) capture so the stream is usable again, then says what failed: an operation the
+      // capture does not allow (a host synchronisation, a host-to-device copy from pageable memory, ...).
       try {
         graph->capture_end();
       } catch (...) {
       }
-      throw;
+      const std::string what = error.what();
+      throw Error("the training step could not be captured into a CUDA graph (an operation in it is not allowed "
+                  "under capture; run without the CUDA graph): " + what.substr(0, what.find('\n')));
     }
-    graph->capture_end();
   }
   const auto stats = device_stats(s.device);
   s.capture_peak = stats.allocated_bytes[0].peak;
