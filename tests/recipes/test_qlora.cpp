@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/scratch_dir.h"
+#include "common/tiny_llama.h"
 #include "tune/data/tokenizer.h"
 #include "tune/io/safetensors.h"
 #include "tune/io/weights.h"
@@ -161,14 +162,8 @@ TEST_CASE("an adapter tune writes over a bitsandbytes 4-bit base gives transform
 TEST_CASE("a dense directory is quantised as it loads: each weight equals quantize_nf4 of the file's tensor",
           "[recipes][qlora]") {
   torch::manual_seed(5);
-  models::LlamaConfig config;
+  models::LlamaConfig config = testing::tiny_llama_config();
   config.vocab_size = 40;
-  config.hidden_size = 32;
-  config.intermediate_size = 48;
-  config.num_hidden_layers = 2;
-  config.num_attention_heads = 4;
-  config.num_key_value_heads = 2;
-  config.max_position_embeddings = 64;
   // A dense model written as a HF directory, then loaded with every projection NF4 (double quantisation off).
   models::LlamaForCausalLM dense(config);
   const auto directory = std::filesystem::temp_directory_path() / "tune-test-qlora-dense";
