@@ -106,7 +106,11 @@ TEST_CASE("recomputing attention: same forward bits, gradients equal the float64
 
 TEST_CASE("recomputing attention: chunked backward skips hidden keys exactly (causal, packed, padded)",
           "[nn][attention]") {
-  // Long enough for several query chunks (backward splits T into chunks of at least 512 rows).
+  // Long enough for several query chunks (recompute_chunk_rows: T/4 rows, at least 512 by default; 275 rows with the
+  // 128-row minimum a run may measure faster).
+  const char* minimum = GENERATE("512", "128");
+  const tune::testing::ScopedEnv chunk_rows("TUNE_ATTENTION_CHUNK_ROWS", std::string(minimum));
+  CHECK(tune::nn::recompute_chunk_rows(1100) == (std::string(minimum) == "512" ? 512 : 275));
   torch::manual_seed(13);
   const int64_t length = 1100;
   const auto options = torch::TensorOptions().dtype(torch::kDouble).requires_grad(true);

@@ -139,6 +139,61 @@ TEST_CASE("cpu kernel choice: QLoRA's NF4 products take the path the clock finds
   CHECK_FALSE(tune::nf4_cpu_fused_product());
 }
 
+TEST_CASE("cpu kernel choice: the recomputing core's chunk minimum is the one the clock finds faster, and cached",
+          "[kernel_choice]") {
+  const Unpinned unpinned;
+  const tune::testing::ScopedEnv chunk{"TUNE_ATTENTION_CHUNK_ROWS", std::nullopt};
+  tune::recipes::CpuWorkload step = tiny_llama_step();
+  step.attentions = {{2, 600, 600, 16, /*causal=*/true}};  // long enough for 512, 256 and 128 rows to differ
+  CHECK(tune::attention_chunk_min_rows() == 512);      // nothing measured: the default
+  CHECK(tune::nn::recompute_chunk_rows(600) == 512);   // 2 chunks
+  CHECK(tune::nn::recompute_chunk_rows(4096) == 1024);  // a quarter of long sequences whatever the minimum
+  // Each clock read adds the cost of the chunk minimum in force when it is read: a candidate's run sets its own
+  // minimum, so its timed run costs that minimum's figure; every other question's candidates tie (first kept).
+  const auto chunk_clock = [](double at512, double at256, double at128) -> tune::SecondsClock {
+    auto now = std::make_shared<double>(0.0);
+    return [=] {
+      const int64_t rows = tune::attention_chunk_min_rows();
+      *now += rows == 128 ? at128 : rows == 256 ? at256 : at512;
+      return *now;
+    };
+  };
+  const tune::ChoiceCache cache(fresh_cache("chunk"));
+  tune::recipes::choose_cpu_kernels(step, torch::kCPU, cache, chunk_clock(2.0, 1.5, 1.0));
+  CHECK(tune::cpu_gemm_mode_for(c10::kBFloat16) == CpuGemmMode::native);  // the tie keeps the first candidate
+  CHECK(tune::attention_chunk_min_rows() == 128);
+  CHECK(tune::nn::recompute_chunk_rows(600) == 150);  // a quarter of 600 is above 128
+  CHECK(tune::nn::recompute_chunk_rows(300) == 128);
+  CHECK(tune::nn::recompute_chunk_rows(100) == 100);  // never more than the queries
+  // Within noise of the default: 512 stays.
+  tune::recipes::choose_cpu_kernels(step, torch::kCPU, tune::ChoiceCache(fresh_cache("chunk-noise")),
+                                    chunk_clock(1.0, 1.5, 0.99));
+  CHECK(tune::attention_chunk_min_rows() == 512);
+  // A later run reads the first answer and times nothing.
+  tune::clear_measured_cpu_kernels();
+  int64_t clock_reads = 0;
+  tune::recipes::choose_cpu_kernels(step, torch::kCPU, cache, [&clock_reads] { return double(++clock_reads); });
+  CHECK(clock_reads == 0);
+  CHECK(tune::attention_chunk_min_rows() == 128);
+  // Short sequences leave nothing to choose, forward-only runs have no recomputing core, and the environment decides
+  // over any measurement.
+  tune::clear_measured_cpu_kernels();
+  step.attentions = {{2, 100, 100, 16, true}};
+  tune::recipes::choose_cpu_kernels(step, torch::kCPU, tune::ChoiceCache(fresh_cache("chunk-short")),
+                                    chunk_clock(2.0, 1.5, 1.0));
+  CHECK(tune::attention_chunk_min_rows() == 512);
+  step.attentions = {{2, 600, 600, 16, true}};
+  step.training = false;
+  tune::recipes::choose_cpu_kernels(step, torch::kCPU, tune::ChoiceCache(fresh_cache("chunk-forward")),
+                                    chunk_clock(2.0, 1.5, 1.0));
+  CHECK(tune::attention_chunk_min_rows() == 512);
+  step.training = true;
+  const tune::testing::ScopedEnv forced{"TUNE_ATTENTION_CHUNK_ROWS", "256"};
+  tune::recipes::choose_cpu_kernels(step, torch::kCPU, tune::ChoiceCache(fresh_cache("chunk-forced")),
+                                    chunk_clock(2.0, 1.5, 1.0));
+  CHECK(tune::attention_chunk_min_rows() == 256);
+}
+
 TEST_CASE("cpu kernel choice: large shapes are measured at about a GFLOP per product", "[kernel_choice]") {
   const auto measured = tune::recipes::measured_projections(
       {{8192, 4096, 14336}, {8192, 4096, 4096}, {8192, 4096, 4096}, {512, 256, 672}, {0, 5, 5}});

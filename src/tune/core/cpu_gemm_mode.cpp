@@ -135,10 +135,34 @@ bool nf4_cpu_fused_product() {
 
 void set_measured_nf4_cpu_fused_product(bool fused) { measured_nf4_fused.store(fused ? 1 : 0); }
 
+namespace {
+constexpr int64_t kDefaultChunkMinRows = 512;
+std::atomic<int64_t> measured_chunk_min_rows{kUnset};
+
+int64_t forced_chunk_min_rows() {
+  const char* value = std::getenv("TUNE_ATTENTION_CHUNK_ROWS");
+  if (value == nullptr) return kUnset;
+  char* end = nullptr;
+  const long long rows = std::strtoll(value, &end, 10);
+  return (end != value && *end == '\0' && rows > 0) ? static_cast<int64_t>(rows) : kUnset;
+}
+}  // namespace
+
+int64_t attention_chunk_min_rows() {
+  if (const int64_t forced = forced_chunk_min_rows(); forced != kUnset) return forced;
+  const int64_t measured = measured_chunk_min_rows.load(std::memory_order_relaxed);
+  return measured != kUnset ? measured : kDefaultChunkMinRows;
+}
+
+bool attention_chunk_min_rows_forced() { return forced_chunk_min_rows() != kUnset; }
+
+void set_measured_attention_chunk_min_rows(int64_t rows) { measured_chunk_min_rows.store(rows > 0 ? rows : kUnset); }
+
 void clear_measured_cpu_kernels() {
   for (auto& m : measured_gemm) m.store(kUnset);
   for (auto& m : measured_attention) m.store(kUnset);
   measured_nf4_fused.store(kUnset);
+  measured_chunk_min_rows.store(kUnset);
 }
 
 bool libtorch_cpu_kernels_native(c10::ScalarType dtype) {

@@ -8,6 +8,7 @@
 
 #include <c10/core/ScalarType.h>
 
+#include <cstdint>
 #include <optional>
 
 namespace tune {
@@ -48,6 +49,14 @@ std::optional<bool> measured_cpu_fused_attention(c10::ScalarType dtype);
 bool nf4_cpu_fused_product();
 bool nf4_cpu_product_forced();
 void set_measured_nf4_cpu_fused_product(bool fused);
+// The fewest query rows in a chunk of tune's recomputing attention core under a mask (nn/attention_core.h's
+// recompute_chunk_rows): TUNE_ATTENTION_CHUNK_ROWS=N (a positive integer) for benchmarks and tests that pin it, else
+// what this process measured fastest on its run's causal shapes (recipes/cpu_kernel_choice.h), else 512. Smaller
+// chunks skip more of a causal [T, T] but multiply smaller matrices: which pays depends on the CPU's kernels
+// (512 on the AVX512-BF16 Xeon's fp32-accumulate products; 128 on the AVX512-BF16 EPYC's native ones).
+int64_t attention_chunk_min_rows();
+bool attention_chunk_min_rows_forced();
+void set_measured_attention_chunk_min_rows(int64_t rows);
 // Forgets the measured choices (tests).
 void clear_measured_cpu_kernels();
 

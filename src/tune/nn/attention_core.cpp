@@ -79,14 +79,16 @@ struct KeyRange {
 // Forward and backward work through the queries in chunks, each against only the keys its rows can see: under a
 // causal mask the hidden half of the [T, S] scores is never computed (a hidden logit's probability is an exact 0,
 // contributing nothing to the context or any gradient). A key counts as hidden where the mask is at most -1e30 (our
-// masks use bf16's lowest value, -3.4e38; -inf works too); a general additive bias hides nothing. Chunks of T/4
-// rows, at least 512: smaller ones skip more of a causal [T, T] (4 chunks skip 3/8) but their matmuls, with
-// head_dim as the inner size, run so much slower on CPU that 8 chunks of 128 rows made the step slower than one
-// chunk at T = 1024 (tune-bench, selective, 8 layers: 4 x 512 rows +3% over off at T = 2048, 8 x 128 rows +10%,
-// 1 chunk +21%).
+// masks use bf16's lowest value, -3.4e38; -inf works too); a general additive bias hides nothing. Chunks of
+// recompute_chunk_rows: smaller ones skip more of a causal [T, T] (4 chunks skip 3/8) but their matmuls have
+// head_dim as the inner size, and how fast small ones run depends on the CPU's kernels: on the AVX512-BF16 Xeon's
+// fp32-accumulate products 8 chunks of 128 rows made the step slower than one chunk at T = 1024 (tune-bench,
+// selective, 8 layers: 4 x 512 rows +3% over off at T = 2048, 8 x 128 rows +10%, 1 chunk +21%); on the AVX512-BF16
+// EPYC's native ones 4 x 128 rows at T = 512 made the whole step 11-13% faster than one chunk. Hence a measured
+// minimum (recipes/cpu_kernel_choice.h).
 std::vector<KeyRange> visible_key_ranges(const torch::Tensor& mask, int64_t queries, int64_t keys) {
   // Without a mask every key is visible: one chunk, the whole matmul.
-  const int64_t rows = mask.defined() ? std::max<int64_t>(512, (queries + 3) / 4) : queries;
+  const int64_t rows = mask.defined() ? recompute_chunk_rows(queries) : queries;
   std::vector<KeyRange> ranges;
   for (int64_t begin = 0; begin < queries; begin += rows) {
     ranges.push_back({begin, std::min(queries, begin + rows), 0, keys});
@@ -119,6 +121,14 @@ std::vector<KeyRange> visible_key_ranges(const torch::Tensor& mask, int64_t quer
   return ranges;
 }
 
+}  // namespace
+
+int64_t recompute_chunk_rows(int64_t queries) {
+  return std::min(queries, std::max(attention_chunk_min_rows(), (queries + 3) / 4));
+}
+
+namespace {
+
 // The mask's block for `range` (undefined stays undefined). A mask broadcast over the queries (one row, as a
 // cross-attention's padding mask [B, 1, 1, S]) keeps its row: slicing it by the chunk's rows would empty it.
 torch::Tensor mask_block(const torch::Tensor& mask, const KeyRange& range) {
@@ -129,7 +139,7 @@ torch::Tensor mask_block(const torch::Tensor& mask, const KeyRange& range) {
 
 // The recomputing form's forward: the plain form's ops, chunk by chunk over the same ranges backward will use, so
 // that forward's transient [B, H, T, S] tensors shrink to a chunk's and hidden keys are skipped here too. With one
-// chunk covering every key (T <= 512, or no mask) these are exactly the plain form's ops on the same tensors.
+// chunk covering every key (a short T, or no mask) these are exactly the plain form's ops on the same tensors.
 torch::Tensor chunked_attention(const torch::Tensor& query, const torch::Tensor& key_in, const torch::Tensor& value_in,
                                 const torch::Tensor& mask, double scale, double softcap,
                                 const std::vector<KeyRange>& ranges) {

@@ -21,15 +21,20 @@ torch::Tensor attention_core(const torch::Tensor& query, const torch::Tensor& ke
 
 // Same forward values, but autograd keeps only query, key, value and the mask. Backward recomputes the scores and
 // probabilities from them and never the value product, which backward does not need: FlashAttention's backward,
-// tiled only over queries. Both passes go through the queries in chunks (T/4 rows, at least 512), each against the
-// keys its rows can see, so a causal mask's hidden half is never computed and the [B, H, T, S] temporaries shrink to
-// a chunk's. With a single chunk (T <= 512, or no mask) forward runs exactly attention_core's ops; with several,
+// tiled only over queries. Both passes go through the queries in chunks (recompute_chunk_rows below), each against
+// the keys its rows can see, so a causal mask's hidden half is never computed and the [B, H, T, S] temporaries shrink
+// to a chunk's. With a single chunk (short T, or no mask) forward runs exactly attention_core's ops; with several,
 // the values agree to rounding. It trades one [B, H, T, S] matmul and softmax in backward for not keeping the fp32
 // probabilities and their low-precision copy (6 bytes per score under bf16) from forward to backward. No double
 // backward. softcap as attention_core's; backward differentiates through it.
 torch::Tensor attention_core_recomputing_probabilities(const torch::Tensor& query, const torch::Tensor& key,
                                                        const torch::Tensor& value, const torch::Tensor& mask,
                                                        double scale, double softcap = 0.0);
+
+// Query rows per chunk of the recomputing core for `queries` rows under a mask: a quarter of them, at least
+// core/cpu_gemm_mode.h's attention_chunk_min_rows() (512 unless this process measured or was told another), at most
+// all. The activation estimates size the core's backward by it.
+int64_t recompute_chunk_rows(int64_t queries);
 
 // LibTorch's fused scaled_dot_product_attention (on CUDA: FlashAttention-2 for bf16/fp16 without an explicit
 // mask, the memory-efficient kernel with one), the same values to rounding. Autograd keeps q, k, v, the output and

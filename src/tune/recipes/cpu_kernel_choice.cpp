@@ -28,6 +28,8 @@ constexpr const char* kFp32Accumulate = "fp32-accumulate";
 constexpr const char* kFused = "fused";
 constexpr const char* kPlain = "plain";
 constexpr const char* kRecomputing = "recomputing";
+// The recomputing core's chunk minimums timed, the default first (core/cpu_gemm_mode.h).
+constexpr int64_t kChunkMinimums[] = {512, 256, 128};
 
 const char* dtype_name(c10::ScalarType dtype) { return dtype == c10::kHalf ? "fp16" : "bf16"; }
 
@@ -231,6 +233,54 @@ void choose_attention(const CpuWorkload& workload, const ChoiceCache& cache, con
              attention_text(shapes));
 }
 
+// The recomputing core's chunk minimum (nn::recompute_chunk_rows) on the run's causal shapes, forward and backward:
+// 512 rows (the default, kept within noise) against smaller chunks, which skip more of the hidden half of [T, T]
+// but multiply smaller matrices. Only candidates that change some shape's chunking are timed.
+void choose_chunk_rows(const CpuWorkload& workload, const ChoiceCache& cache, const SecondsClock& clock) {
+  std::vector<AttentionInputs> inputs;
+  std::vector<AttentionShape> shapes;
+  int64_t longest = 0;
+  const auto options = torch::TensorOptions().dtype(workload.dtype);
+  for (const AttentionShape& requested : workload.attentions) {
+    if (!requested.causal) continue;
+    const AttentionShape s = measured_attention(requested);
+    shapes.push_back(s);
+    longest = std::max(longest, s.queries);
+    inputs.push_back({s, torch::randn({1, s.batch_heads, s.queries, s.head_dim}, options),
+                      torch::randn({1, s.batch_heads, s.keys, s.head_dim}, options),
+                      torch::randn({1, s.batch_heads, s.keys, s.head_dim}, options),
+                      nn::make_causal_mask(s.queries, 0, {}, torch::kCPU)});
+  }
+  std::vector<int64_t> minimums;
+  for (const int64_t rows : kChunkMinimums) {
+    if (minimums.empty() || rows < longest) minimums.push_back(rows);
+  }
+  if (minimums.size() < 2) return;
+  std::vector<TimedCandidate> candidates;
+  for (const int64_t rows : minimums) {
+    const TimedCandidate core = attention_candidate(kRecomputing, inputs, /*training=*/true, /*fused=*/false);
+    candidates.push_back({fmt::format("{}", rows), [rows, run = core.run] {
+                            set_measured_attention_chunk_min_rows(rows);
+                            run();
+                          }});
+  }
+  const bool native_products = cpu_gemm_mode_for(workload.dtype) == CpuGemmMode::native;
+  const std::string key =
+      fmt::format("{} | attention chunk rows {} forward+backward | {} | matmul {}", cpu_kernel_context(),
+                  dtype_name(workload.dtype), attention_text(shapes), native_products ? kNative : kFp32Accumulate);
+  const MeasuredChoice choice = choose_fastest(key, candidates, cache, clock);
+  set_measured_attention_chunk_min_rows(std::stoll(choice.chosen));
+  std::string others;
+  for (const CandidateTiming& t : choice.timings) {
+    if (t.name == choice.chosen) continue;
+    others += fmt::format("{}{} rows' {:.2f} ms", others.empty() ? "" : ", ", t.name, t.seconds * 1e3);
+  }
+  const log::Level level = workload.announce ? log::Level::info : log::Level::debug;
+  log::write(level, fmt::format("CPU kernels: tune's recomputing attention core in chunks of at least {} query rows, "
+                                "{} against {} ({})",
+                                choice.chosen, seconds_of(choice, choice.chosen, 0.0), others, origin(choice, cache)));
+}
+
 }  // namespace
 
 std::vector<ProjectionShape> measured_projections(const std::vector<ProjectionShape>& shapes) {
@@ -289,6 +339,8 @@ void choose_cpu_kernels(const CpuWorkload& workload, c10::Device device, const C
     return;
   }
   choose_attention(workload, cache, clock);
+  // Training runs tune's recomputing core wherever the fused kernel lost, and in selective's blocks always.
+  if (workload.training && !attention_chunk_min_rows_forced()) choose_chunk_rows(workload, cache, clock);
 }
 
 void choose_cpu_kernels(const CpuWorkload& workload, c10::Device device) {

@@ -6,10 +6,12 @@
 //     (nn/attention_core.h: recomputing its probabilities in backward when training, plain for a forward alone),
 //     forward and (training) backward, timed after the product choice is in force (tune's core's products take
 //     it). Neither keeps [T, S] probabilities until backward, so speed alone decides;
+//   - training with causal attention: the fewest query rows in a chunk of tune's recomputing core
+//     (nn::recompute_chunk_rows), 512 against 256 and 128, timed forward and backward on the causal shapes;
 //   - QLoRA's NF4 products: the weight dequantised whole then multiplied, or dequantised in fp32 slices for sgemm.
 // The choices are recorded for the process (core/cpu_gemm_mode.h), so the activation estimates made afterwards
 // follow them, and logged with the figures that decided them. Nothing is measured on CUDA, for fp32/fp64 compute,
-// or for a kind that TUNE_CPU_GEMM / TUNE_CPU_ATTENTION forces.
+// or for a kind that TUNE_CPU_GEMM, TUNE_CPU_ATTENTION (the chunk rows with it) or TUNE_ATTENTION_CHUNK_ROWS forces.
 #pragma once
 
 #include <c10/core/Device.h>

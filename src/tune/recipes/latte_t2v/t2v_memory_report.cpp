@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <vector>
 
+#include "tune/nn/attention_core.h"
 #include "tune/nn/gelu_linear.h"
 
 namespace tune::recipes::latte_t2v {
@@ -14,9 +15,6 @@ namespace {
 
 constexpr int64_t kFloat32 = 4;
 constexpr int64_t kModulationRows = 6;  // adaln_single's timestep6: shift, scale, gate for attention and FF
-// nn::attention_core_recomputing_probabilities walks the queries in chunks of this many rows (T/4 when more) when a
-// mask is given: the cross-attention's, whose probabilities its backward rebuilds a chunk at a time.
-constexpr int64_t kRecomputeChunkRows = 512;
 
 struct Sizes {
   int64_t batch, frames, patches, tokens;  // tokens: B * F * N, every block sees all of them
@@ -177,10 +175,10 @@ BlockFootprint block_footprint(const Sizes& s, bool spatial, bool selective) {
   const int64_t length = spatial ? s.patches : s.frames;
   parts.push_back(attention(s, td, s.tokens * s.heads * length, 1.0, /*self=*/true, /*gated=*/true));
   if (spatial) {
-    // All F*N queries of a sample attend to its L caption tokens under the text mask, in chunks of 512 query rows
-    // (or a quarter of them) in the recomputing core's backward.
+    // All F*N queries of a sample attend to its L caption tokens under the text mask, in chunks of
+    // nn::recompute_chunk_rows query rows in the recomputing core's backward.
     const int64_t queries = s.frames * s.patches;
-    const int64_t chunk_rows = std::min(queries, std::max(kRecomputeChunkRows, (queries + 3) / 4));
+    const int64_t chunk_rows = nn::recompute_chunk_rows(queries);
     const double chunk = static_cast<double>(chunk_rows) / static_cast<double>(queries);
     parts.push_back(attention(s, s.caption(), s.tokens * s.heads * s.text, chunk, /*self=*/false, /*gated=*/false));
   }

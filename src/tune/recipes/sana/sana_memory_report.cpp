@@ -12,9 +12,6 @@ namespace {
 
 constexpr int64_t kFloat32 = 4;
 constexpr int64_t kModulationRows = 6;  // time_embed's timestep6: shift, scale, gate for attention and FF
-// nn::attention_core_recomputing_probabilities walks the queries in chunks of this many rows (T/4 when more) when a
-// mask is given (the cross-attention's).
-constexpr int64_t kRecomputeChunkRows = 512;
 
 struct Sizes {
   int64_t batch, patches, tokens;  // tokens: B * N image tokens
@@ -123,7 +120,7 @@ Part cross_attention(const Sizes& s) {
     core_backward = incoming + tq * c + 2 * kv * c + tq * kFloat32;
   } else if (s.recomputing_attention) {
     const int64_t queries = s.patches;
-    const int64_t chunk_rows = std::min(queries, std::max(kRecomputeChunkRows, (queries + 3) / 4));
+    const int64_t chunk_rows = nn::recompute_chunk_rows(queries);
     const double chunk = static_cast<double>(chunk_rows) / static_cast<double>(queries);
     core_backward = incoming + 2 * tq * c + 2 * kv * kFloat32 + static_cast<int64_t>(chunk * static_cast<double>(12 * scores));
   } else {

@@ -221,9 +221,9 @@ int64_t attention_core_saved(const Sizes& s) {
 // fp32 probabilities, their incoming fp32 gradient and the outgoing one are alive at once (12 bytes per score), with
 // the value gradient, computed first; a soft cap adds the gradient through tanh (1 - tanh^2 times the incoming one),
 // one more compute-dtype score tensor while tanh's saved output is still alive. Recomputing core: one chunk of query
-// rows (its chunking: max(512, T/4) rows) against at most every key, 12 bytes per score as above (a soft cap adds
-// the chunk's tanh), plus the scaled queries and their gradient, the fp32 key and value gradient accumulators and,
-// under grouped-query attention, the repeated keys and values.
+// rows (nn::recompute_chunk_rows: T/4, at least the measured minimum) against at most every key, 12 bytes per score
+// as above (a soft cap adds the chunk's tanh), plus the scaled queries and their gradient, the fp32 key and value
+// gradient accumulators and, under grouped-query attention, the repeated keys and values.
 int64_t attention_phase(const Sizes& s, int64_t layer_saved_without_mlp) {
   if (s.fused_attention) return fused_attention_phase(s, layer_saved_without_mlp);
   if (!s.recomputing_attention) {
@@ -231,7 +231,7 @@ int64_t attention_phase(const Sizes& s, int64_t layer_saved_without_mlp) {
     return layer_saved_without_mlp - probabilities_copy + 2 * score_elements(s) * kFloat32 + softcap_saved(s) +
            gradients_in_flight(s) + s.tokens * s.repeated_kv_width * s.c;
   }
-  const int64_t rows = std::min(s.sequence, std::max<int64_t>(512, (s.sequence + 3) / 4));
+  const int64_t rows = nn::recompute_chunk_rows(s.sequence);
   const int64_t chunk_scores = s.batch * s.heads * rows * s.sequence;
   int64_t bytes = layer_saved_without_mlp + 3 * chunk_scores * kFloat32 + (s.softcapped_scores ? chunk_scores * s.c : 0) +
                   gradients_in_flight(s) + s.tokens * s.q_width * (s.c + s.c) +  // scaled queries, their gradient
