@@ -83,7 +83,7 @@ def main():
     import torch  # the PyTorch peer's version, for the header
     cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="tune-kernel-cache-")
     env = dict(os.environ, TUNE_CACHE_DIR=cache_dir)
-    for forced in ("TUNE_CPU_GEMM", "TUNE_CPU_ATTENTION"):
+    for forced in ("TUNE_CPU_GEMM", "TUNE_CPU_ATTENTION", "TUNE_ATTENTION_CHUNK_ROWS"):
         env.pop(forced, None)  # tune's defaults, measured
     thread_counts = [int(t) if int(t) > 0 else cores for t in args.threads.split(",")]
     header = {"cpu": model, "flags": flags, "cores": cores, "torch": torch.__version__, "threads": thread_counts,

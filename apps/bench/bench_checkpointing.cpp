@@ -22,6 +22,7 @@
 
 #include "tune/core/error.h"
 #include "tune/core/cpu_block_cache.h"
+#include "tune/core/cpu_gemm_mode.h"
 #include "tune/core/memory_tracker.h"
 #include "tune/core/threads.h"
 #include "tune/memory/checkpoint.h"
@@ -315,6 +316,7 @@ int run(const BenchOptions& options) {
       tune::recipes::llama_workload(config, options.batch, options.sequence, step_dtype, /*training=*/true), device);
   result["cpu_gemm"] = tune::precision::describe_cpu_gemm();
   result["cpu_fused_attention"] = tune::nn::uses_fused_attention(device.type(), step_dtype);
+  result["attention_chunk_min_rows"] = tune::attention_chunk_min_rows();
   std::unique_ptr<tune::train::AdamW> optimizer;
   if (options.optimizer) {
     std::vector<tune::train::NamedParameter> trainable;
