@@ -118,6 +118,20 @@ def schedule_fixture():
             cases.append({"kind": kind, "peak_lr": peak, "warmup_steps": warmup, "total_steps": total,
                           "min_lr_ratio": min_ratio,
                           "lrs": [[s, peak * schedule_factor(kind, s, warmup, total, min_ratio)] for s in points]})
+    # wsd: transformers' own get_wsd_schedule (defaults: linear warmup, cosine decay), read through a scheduler.
+    from transformers.optimization import get_wsd_schedule
+    for warmup, total, decay, min_ratio in ((0, 10, 4, 0.0), (3, 20, 5, 0.1), (5, 12, 7, 0.0), (2, 30, 28, 0.2)):
+        peak = 3e-4
+        optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=peak)
+        scheduler = get_wsd_schedule(optimizer, num_warmup_steps=warmup, num_decay_steps=decay,
+                                     num_training_steps=total, min_lr_ratio=min_ratio)
+        lrs = []
+        for step in range(total + 3):
+            lrs.append([step, scheduler.get_last_lr()[0]])
+            optimizer.step()
+            scheduler.step()
+        cases.append({"kind": "wsd", "peak_lr": peak, "warmup_steps": warmup, "total_steps": total,
+                      "min_lr_ratio": min_ratio, "decay_steps": decay, "lrs": lrs})
     return cases
 
 

@@ -167,6 +167,9 @@ case_config_errors_name_location() {
   expect_exit 2 "$TUNE" train "$WORK/ok.yaml" checkpointing.policy=offload device=cpu; contains "$ERR" "needs device cuda"
   expect_exit 2 "$TUNE" train "$WORK/ok.yaml" training.batch_size=0; contains "$ERR" "training.batch_size"
   expect_exit 2 "$TUNE" train "$WORK/ok.yaml" lora.rank=4; contains "$ERR" "model.path"
+  # wsd needs its decay's length, and no other schedule takes one (a key read but ignored is an error).
+  expect_exit 2 "$TUNE" train "$WORK/ok.yaml" scheduler.kind=wsd; contains "$ERR" "scheduler.decay_steps"
+  expect_exit 2 "$TUNE" train "$WORK/ok.yaml" scheduler.decay_steps=5; contains "$ERR" "wsd only"
   [ ! -d "$WORK/runs/ok/checkpoints" ] || fail "a rejected config must not start a run"
 }
 

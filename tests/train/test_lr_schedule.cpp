@@ -1,4 +1,5 @@
-// LrSchedule against the transformers schedule formulas (warmup from 0; cosine, linear, constant; min ratio).
+// LrSchedule against the transformers schedule formulas (warmup from 0; cosine, linear, constant; min ratio) and,
+// for wsd, values read from transformers' get_wsd_schedule itself.
 #include "tune/train/lr_schedule.h"
 
 #include "fixture.h"
@@ -16,6 +17,7 @@ TEST_CASE("lr schedule: values at warmup, decay and past the end match the formu
     schedule.warmup_steps = c.at("warmup_steps").get<int64_t>();
     schedule.total_steps = c.at("total_steps").get<int64_t>();
     schedule.min_lr_ratio = c.at("min_lr_ratio").get<double>();
+    schedule.decay_steps = c.value("decay_steps", int64_t{0});
     for (const auto& point : c.at("lrs")) {
       const auto step = point[0].get<int64_t>();
       INFO(schedule.kind << " warmup " << schedule.warmup_steps << " total " << schedule.total_steps << " min "

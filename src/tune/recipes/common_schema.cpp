@@ -54,9 +54,11 @@ config::Schema common_schema(const std::string& recipe_name) {
                 "for fp32 moments, the op-by-op update elsewhere; true = the fused kernel on the CPU too; false = "
                 "always op by op");
 
-  schema.choice("scheduler.kind", {"cosine", "linear", "constant"}, "cosine", "learning-rate decay after warmup");
+  schema.choice("scheduler.kind", {"cosine", "linear", "constant", "wsd"}, "cosine",
+                "learning-rate decay after warmup (wsd: warmup, constant, then a cosine decay over decay_steps)");
   schema.integer("scheduler.warmup_steps", 0, "linear warmup from 0 over this many steps");
-  schema.real("scheduler.min_lr_ratio", 0.0, "final learning rate as a fraction of the peak (cosine, linear)");
+  schema.real("scheduler.min_lr_ratio", 0.0, "final learning rate as a fraction of the peak (cosine, linear, wsd)");
+  schema.integer("scheduler.decay_steps", 0, "wsd: the final decay's length in steps (required for wsd)");
 
   schema.integer("logging.every", 10, "log (and write metrics.jsonl) every N optimizer steps");
   schema.boolean("logging.tensorboard", true, "also write metrics.jsonl's scalars as TensorBoard event files in "
@@ -179,6 +181,15 @@ TrainingSettings read_training_settings(const config::Config& config) {
   settings.schedule.kind = config.get_string("scheduler.kind");
   settings.schedule.warmup_steps = non_negative("scheduler.warmup_steps");
   settings.schedule.min_lr_ratio = config.get_real("scheduler.min_lr_ratio");
+  settings.schedule.decay_steps = non_negative("scheduler.decay_steps");
+  if (settings.schedule.kind == "wsd" && settings.schedule.decay_steps == 0) {
+    config.fail("scheduler.decay_steps",
+                "is required for scheduler.kind: wsd (the length of its final decay, a positive number of steps)");
+  }
+  if (settings.schedule.kind != "wsd" && settings.schedule.decay_steps != 0) {
+    config.fail("scheduler.decay_steps",
+                fmt::format("applies to scheduler.kind: wsd only (kind is {})", settings.schedule.kind));
+  }
   if (settings.schedule.min_lr_ratio < 0 || settings.schedule.min_lr_ratio > 1) {
     config.fail("scheduler.min_lr_ratio", "must be in [0, 1]");
   }

@@ -11,10 +11,27 @@
 
 namespace tune::train {
 
-double LrSchedule::at(int64_t step) const {
-  if (kind != "cosine" && kind != "linear" && kind != "constant") {
-    throw UsageError(fmt::format("unknown learning-rate schedule '{}': expected cosine, linear or constant", kind));
+// transformers' _get_wsd_scheduler_lambda (linear warmup, cosine decay, num_cycles 0.5): unlike the other kinds its
+// warmup starts at min_lr_ratio, not 0. A decay longer than what follows the warmup starts right after it.
+double LrSchedule::wsd_factor(int64_t step) const {
+  const auto scaled = [this](double factor) { return std::max(0.0, factor * (1.0 - min_lr_ratio) + min_lr_ratio); };
+  if (step < warmup_steps) {
+    return scaled(static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, warmup_steps)));
   }
+  const int64_t decay_begin = std::max(warmup_steps, total_steps - decay_steps);
+  if (step < decay_begin) return 1.0;
+  if (step >= decay_begin + decay_steps) return min_lr_ratio;
+  const double progress =
+      static_cast<double>(step - decay_begin) / static_cast<double>(std::max<int64_t>(1, decay_steps));
+  return scaled(0.5 * (1.0 + std::cos(M_PI * progress)));
+}
+
+double LrSchedule::at(int64_t step) const {
+  if (kind != "cosine" && kind != "linear" && kind != "constant" && kind != "wsd") {
+    throw UsageError(
+        fmt::format("unknown learning-rate schedule '{}': expected cosine, linear, constant or wsd", kind));
+  }
+  if (kind == "wsd") return peak_lr * wsd_factor(step);
   // HF's warmup starts at 0: the first update (step 0) uses lr 0 when there is any warmup.
   if (step < warmup_steps) {
     return peak_lr * static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, warmup_steps));
