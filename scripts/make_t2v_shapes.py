@@ -18,7 +18,8 @@ Writes
                   all the conditioning needs: the transformer learns what the vectors mean)
     vae/          a tiny AutoencoderKL (factor 2: 16x16x3 -> 8x8x4) trained here on the frames for reconstruction,
                   its scaling_factor set to 1 / std of the latents (as Stable Diffusion's was chosen)
-    transformer/  LatteTransformer3DModel, 2 spatial + 2 temporal blocks, hidden 64 (diffusers' initialisation)
+    transformer/  LatteTransformer3DModel, 3 spatial + 3 temporal blocks, hidden 64, 406k parameters (diffusers'
+                  initialisation; with 2 + 2 blocks the direction in the caption was learned too late on some CPUs)
     scheduler/    DDIM with the squared-cosine schedule (the class default found the linear one learned too slowly
                   at this size), learned-range variance as Latte-1's config
 Needs torch, diffusers, transformers and sentencepiece in .venv (scripts/setup.sh installs them).
@@ -110,7 +111,7 @@ def train_vae(frames, steps, generator):
     return vae
 
 
-def build_pipeline(out, rows, vae_steps):
+def build_pipeline(out, rows, vae_steps, num_layers):
     import torch
     import sentencepiece as spm
     from diffusers import DDIMScheduler, LattePipeline, LatteTransformer3DModel
@@ -147,7 +148,7 @@ def build_pipeline(out, rows, vae_steps):
     print("training the VAE on the frames")
     vae = train_vae(frames_tensor(out, rows), vae_steps, generator)
     transformer = LatteTransformer3DModel(
-        num_attention_heads=4, attention_head_dim=16, in_channels=4, out_channels=8, num_layers=2, dropout=0.0,
+        num_attention_heads=4, attention_head_dim=16, in_channels=4, out_channels=8, num_layers=num_layers, dropout=0.0,
         cross_attention_dim=64, attention_bias=True, sample_size=SIZE // 2, patch_size=2,
         activation_fn="gelu-approximate", num_embeds_ada_norm=1000, norm_type="ada_norm_single",
         norm_elementwise_affine=False, norm_eps=1e-6, caption_channels=32, video_length=FRAMES)
@@ -175,13 +176,14 @@ def main():
     parser.add_argument("--videos-per-pair", type=int, default=48, help="training videos per colour x direction")
     parser.add_argument("--vae-steps", type=int, default=600)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--num-layers", type=int, default=3, help="spatial blocks (as many temporal ones)")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     rows = write_videos(args.out, args.videos_per_pair, args.seed)
     print(f"{len(rows)} captioned videos in {args.out} ({len(HELD_OUT)} colour x direction pairs held out)")
     import torch
     torch.set_num_threads(max(1, os.cpu_count() or 1))
-    build_pipeline(args.out, rows, args.vae_steps)
+    build_pipeline(args.out, rows, args.vae_steps, args.num_layers)
     print(f"pipeline: {os.path.join(args.out, 'pipeline')}")
 
 
