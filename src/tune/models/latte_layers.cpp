@@ -5,10 +5,12 @@
 #include <fmt/ranges.h>
 
 #include <cmath>
+#include <utility>
 
 #include "tune/core/error.h"
 #include "tune/nn/adaln.h"
 #include "tune/nn/attention_core.h"
+#include "tune/nn/block_runner.h"
 #include "tune/nn/gelu_linear.h"
 #include "tune/nn/linear.h"
 
@@ -34,13 +36,16 @@ LatteAttentionImpl::LatteAttentionImpl(int64_t hidden_size, int64_t num_heads_)
   proj = register_module("proj", torch::nn::Linear(torch::nn::LinearOptions(hidden_size, hidden_size).bias(true)));
 }
 
-torch::Tensor LatteAttentionImpl::forward(const torch::Tensor& x, nn::BlockRunner* runner) {
+torch::Tensor LatteAttentionImpl::forward(torch::Tensor x, nn::BlockRunner* runner) {
   const int64_t batch = x.size(0);
   const int64_t length = x.size(1);
+  torch::Tensor projected = nn::linear(qkv, x);
+  x.reset();  // the norm's fp32 output: what backward needs of it, the product keeps (header comment)
   // [N, T, 3, H, hd] -> [3, N, H, T, hd]
   // unbind rather than three selects: its backward stacks the three gradients into one tensor, where each select's
   // would fill a zero tensor of the whole qkv output.
-  const auto q_k_v = nn::linear(qkv, x).reshape({batch, length, 3, num_heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
+  const auto q_k_v = projected.reshape({batch, length, 3, num_heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
+  projected.reset();
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   const torch::Tensor context = nn::run_attention_core(runner, q_k_v[0], q_k_v[1], q_k_v[2], torch::Tensor(), scale);
   return nn::linear(proj, context.transpose(1, 2).reshape({batch, length, num_heads * head_dim}));
@@ -51,9 +56,11 @@ LatteMlpImpl::LatteMlpImpl(int64_t hidden_size, int64_t inner_size) {
   fc2 = register_module("fc2", torch::nn::Linear(torch::nn::LinearOptions(inner_size, hidden_size).bias(true)));
 }
 
-torch::Tensor LatteMlpImpl::forward(const torch::Tensor& x, nn::BlockRunner* runner) {
+torch::Tensor LatteMlpImpl::forward(torch::Tensor x, nn::BlockRunner* runner) {
+  torch::Tensor hidden = nn::linear(fc1, x);
+  x.reset();  // as in LatteAttentionImpl::forward
   // GELU recomputed in fc2's backward wherever the block's graph lives until backward (nn::run_gelu_linear).
-  return nn::run_gelu_linear(runner, fc2, nn::linear(fc1, x));
+  return nn::run_gelu_linear(runner, fc2, hidden);
 }
 
 LatteBlockImpl::LatteBlockImpl(const LatteConfig& config) {
@@ -69,10 +76,18 @@ torch::Tensor LatteBlockImpl::forward(const torch::Tensor& x, const torch::Tenso
   const auto chunks = modulation.chunk(6, 1);
   const auto &shift_msa = chunks[0], &scale_msa = chunks[1], &gate_msa = chunks[2];
   const auto &shift_mlp = chunks[3], &scale_mlp = chunks[4], &gate_mlp = chunks[5];
-  const torch::Tensor attended =
-      x + gate_msa.unsqueeze(1) * attn->forward(run_modulated_norm(x, shift_msa, scale_msa, runner), runner);
-  return attended +
-         gate_mlp.unsqueeze(1) * mlp->forward(run_modulated_norm(attended, shift_mlp, scale_mlp, runner), runner);
+  const torch::Tensor attention = attn->forward(run_modulated_norm(x, shift_msa, scale_msa, runner), runner);
+  if (runner != nullptr && runner->recomputes(nn::RegionKind::norm)) {
+    // Selective checkpointing recomputes each norm region from its inputs: the residual sum is one of them.
+    const torch::Tensor attended = x + gate_msa.unsqueeze(1) * attention;
+    return attended +
+           gate_mlp.unsqueeze(1) * mlp->forward(run_modulated_norm(attended, shift_mlp, scale_mlp, runner), runner);
+  }
+  // The gated residual and the second norm as one node, which recomputes the residual sum in backward from x and
+  // the attention output (both kept anyway) instead of keeping it: 6 MiB a block at Latte-S/2's 4096 tokens.
+  nn::GatedResidualNorm attended =
+      nn::gated_residual_modulated_layer_norm(x, gate_msa, attention, shift_mlp, scale_mlp, kNormEps);
+  return attended.sum + gate_mlp.unsqueeze(1) * mlp->forward(std::move(attended.normed), runner);
 }
 
 LatteFinalLayerImpl::LatteFinalLayerImpl(const LatteConfig& config) {

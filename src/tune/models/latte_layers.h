@@ -20,7 +20,9 @@ namespace tune::models {
 class LatteAttentionImpl : public torch::nn::Module {
  public:
   LatteAttentionImpl(int64_t hidden_size, int64_t num_heads);
-  torch::Tensor forward(const torch::Tensor& x, nn::BlockRunner* runner = nullptr);  // [N, T, D] -> [N, T, D]
+  // x by value: the block hands over its normalised input, freed once the first product has read (under autocast,
+  // cast) it rather than held through the branch. [N, T, D] -> [N, T, D]
+  torch::Tensor forward(torch::Tensor x, nn::BlockRunner* runner = nullptr);
 
   int64_t num_heads, head_dim;
   torch::nn::Linear qkv{nullptr}, proj{nullptr};
@@ -31,7 +33,7 @@ TORCH_MODULE(LatteAttention);
 class LatteMlpImpl : public torch::nn::Module {
  public:
   LatteMlpImpl(int64_t hidden_size, int64_t inner_size);
-  torch::Tensor forward(const torch::Tensor& x, nn::BlockRunner* runner = nullptr);
+  torch::Tensor forward(torch::Tensor x, nn::BlockRunner* runner = nullptr);  // x by value, as LatteAttention's
 
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
 };

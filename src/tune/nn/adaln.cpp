@@ -64,7 +64,79 @@ struct ModulatedLayerNorm : public torch::autograd::Function<ModulatedLayerNorm>
   }
 };
 
+// y = x + gate * branch and modulated_layer_norm(y): saves x, gate, branch, the row statistics, scale; recomputes y
+// and the normalised y in backward (header comment). The sum's dtypes are the two-op form's: the product in the
+// dtype of gate and branch (bf16 under autocast), the sum promoted to x's (fp32).
+struct GatedResidualModulatedLayerNorm : public torch::autograd::Function<GatedResidualModulatedLayerNorm> {
+  static torch::Tensor residual_sum(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& branch) {
+    return x + gate.unsqueeze(1) * branch;
+  }
+
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                const torch::Tensor& gate, const torch::Tensor& branch,
+                                                const torch::Tensor& shift, const torch::Tensor& scale, double eps) {
+    ctx->set_materialize_grads(false);  // an output without a gradient skips its part of backward (handled there)
+    torch::Tensor sum = residual_sum(x, gate, branch);
+    const auto compute_dtype = torch::promote_types(sum.scalar_type(), torch::kFloat32);
+    auto [normalised, mean, rstd] = at::native_layer_norm(sum.to(compute_dtype), {sum.size(-1)}, {}, {}, eps);
+    torch::Tensor normed = modulate(normalised, shift, scale);
+    ctx->save_for_backward({x, gate, branch, mean, rstd, scale});
+    ctx->saved_data["shift_dtype"] = static_cast<int64_t>(shift.scalar_type());
+    return {sum, normed};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &gate = saved[1], &branch = saved[2];
+    const torch::Tensor &mean = saved[3], &rstd = saved[4], &scale = saved[5];
+    const torch::Tensor &grad_sum_outside = grad_outputs[0], &grad_normed = grad_outputs[1];
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // dtypes are explicit here
+    torch::NoGradGuard no_grad;
+    // Temporaries are scoped so that no more is alive at once than the two-op form's backward holds beside the sum
+    // it kept: the recomputed sum, then one [N, T, D] gradient at a time.
+    torch::Tensor grad_shift, grad_scale, grad_sum;
+    if (grad_normed.defined()) {
+      const torch::Tensor sum = residual_sum(x, gate, branch);
+      const auto compute_dtype = torch::promote_types(sum.scalar_type(), torch::kFloat32);
+      const torch::Tensor sum_compute = sum.to(compute_dtype);
+      if (ctx->needs_input_grad(3)) {
+        const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["shift_dtype"].toInt());
+        grad_shift = grad_normed.sum(1).to(dtype);
+      }
+      if (ctx->needs_input_grad(4)) {
+        grad_scale = (grad_normed * ((sum_compute - mean) * rstd)).sum(1).to(scale.scalar_type());
+      }
+      grad_sum = std::get<0>(at::native_layer_norm_backward((grad_normed * (1 + scale.unsqueeze(1))).to(compute_dtype),
+                                                            sum_compute, {sum.size(-1)}, mean, rstd, {}, {},
+                                                            {true, false, false}))
+                     .to(sum.scalar_type());
+    }
+    if (grad_sum_outside.defined()) {
+      // In place: grad_sum is this backward's own fresh tensor (the residual path's gradient is not).
+      if (grad_sum.defined()) grad_sum.add_(grad_sum_outside);
+      else grad_sum = grad_sum_outside;
+    }
+    torch::Tensor grad_x, grad_gate, grad_branch;
+    if (grad_sum.defined()) {
+      if (ctx->needs_input_grad(0)) grad_x = grad_sum.to(x.scalar_type());
+      // The product's gradient arrives in the product's dtype, as autograd casts it for the two-op form's add.
+      const torch::Tensor grad_product = grad_sum.to(torch::promote_types(gate.scalar_type(), branch.scalar_type()));
+      if (ctx->needs_input_grad(1)) grad_gate = (grad_product * branch).sum(1).to(gate.scalar_type());
+      if (ctx->needs_input_grad(2)) grad_branch = (grad_product * gate.unsqueeze(1)).to(branch.scalar_type());
+    }
+    return {grad_x, grad_gate, grad_branch, grad_shift, grad_scale, torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+GatedResidualNorm gated_residual_modulated_layer_norm(const torch::Tensor& x, const torch::Tensor& gate,
+                                                      const torch::Tensor& branch, const torch::Tensor& shift,
+                                                      const torch::Tensor& scale, double eps) {
+  const auto outputs = GatedResidualModulatedLayerNorm::apply(x, gate, branch, shift, scale, eps);
+  return {outputs[0], outputs[1]};
+}
 
 torch::Tensor modulated_layer_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
                                    double eps) {

@@ -26,6 +26,21 @@ torch::Tensor modulate(const torch::Tensor& x, const torch::Tensor& shift, const
 torch::Tensor modulated_layer_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
                                    double eps = 1e-6);
 
+// A DiT block's gated residual and the modulated norm that follows it, as one autograd node:
+//   sum = x + gate * branch   (gate [N, D] broadcast over T, as DiT's `x + gate.unsqueeze(1) * attn(...)`)
+//   normed = modulated_layer_norm(sum, shift, scale, eps)
+// Returns {sum, normed} with the two-op form's values bit for bit. Backward recomputes `sum` from x and branch
+// instead of keeping it for the norm: x is kept anyway by the block's first norm and branch by the gate's gradient,
+// so the fp32 [N, T, D] sum (6 MiB a Latte-S/2 block at 4096 tokens) is what this saves. Gradients flow to x, gate,
+// branch, shift and scale (each only where it requires one); `sum`'s own gradient (the residual path) is added to
+// the norm's.
+struct GatedResidualNorm {
+  torch::Tensor sum, normed;
+};
+GatedResidualNorm gated_residual_modulated_layer_norm(const torch::Tensor& x, const torch::Tensor& gate,
+                                                      const torch::Tensor& branch, const torch::Tensor& shift,
+                                                      const torch::Tensor& scale, double eps = 1e-6);
+
 // modulated_layer_norm as a norm region of `runner` (selective checkpointing recomputes it whole); null runner: a
 // plain call. What a DiT-style block calls for its modulated norms.
 torch::Tensor run_modulated_layer_norm(BlockRunner* runner, const torch::Tensor& x, const torch::Tensor& shift,

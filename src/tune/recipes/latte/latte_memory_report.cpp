@@ -51,10 +51,12 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t condit
   const int64_t scores = sequences * s.heads * length * length;
   BlockFootprint block;
   // fp32: the block input kept by the first modulated LayerNorm (a spatial block normalises a view of the stack's
-  // state, so the state with its conditioning rows stays; a temporal block its rearranged copy) and the residual
-  // after attention (the second one's input). nn::modulated_layer_norm keeps no normalised copy (per-row statistics
-  // only, negligible).
-  int64_t saved = (keeps_state ? (s.tokens + s.frame_rows) * s.hidden : td) * kFloat32 + td * kFloat32;
+  // state, so the state with its conditioning rows stays; a temporal block its rearranged copy) and, under
+  // selective only, the residual after attention (the second norm region's input): otherwise the gated residual
+  // and the second norm are one node that recomputes that sum in backward (nn::gated_residual_modulated_layer_norm).
+  // The modulated norms keep no normalised copy (per-row statistics only, negligible).
+  const int64_t residual_kept = selective ? td * kFloat32 : 0;
+  int64_t saved = (keeps_state ? (s.tokens + s.frame_rows) * s.hidden : td) * kFloat32 + residual_kept;
   // Compute dtype: the qkv input copy, q (scaled), k and v as the attention matmuls keep them, the context for
   // proj, proj's output (kept by the gate multiply), fc1's input copy, fc1's output (GELU's input), GELU's output
   // (fc2's input, unless fc2 recomputes it) and fc2's output (kept by the gate multiply). Frozen weights keep no
@@ -92,11 +94,11 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t condit
       s.frozen && s.gemm_workspace ? cpu_gemm_workspace(s.tokens, s.hidden, s.inner) : 0;
   const int64_t mlp_phase =
       saved + in_flight + (selective && !s.recomputing_gelu ? 3 : 2) * s.tokens * s.inner * s.c + workspace;
-  // Then the attention core, the MLP branch freed (second LayerNorm's input, under selective also its recomputed
-  // output, fc1/fc2 tensors and proj's input and output): the fp32 probabilities with their incoming and outgoing
+  // Then the attention core, the MLP branch freed (under selective the second LayerNorm's input and its recomputed
+  // output; fc1/fc2 tensors and proj's input and output): the fp32 probabilities with their incoming and outgoing
   // fp32 gradients (12 bytes per score; the recomputing core rebuilds them in one chunk, no mask) instead of the 6
   // kept.
-  const int64_t mlp_half = (selective ? 2 : 1) * td * kFloat32 +
+  const int64_t mlp_half = residual_kept + (selective ? td * kFloat32 : 0) +
                            (s.frozen ? 2 * td + s.tokens * s.inner : 3 * td + mlp_activations * s.tokens * s.inner) * s.c;
   // The fused core's backward instead: the gradients of q, k and v and the kernel's fp32 accumulator for dq.
   const int64_t core_backward = s.fused_attention ? 3 * td * s.c + td * kFloat32 : 3 * scores * kFloat32;
