@@ -1008,6 +1008,32 @@ case_latte_bad_videos() {
   expect_exit 0 "$TUNE" train "$WORK/bad.yaml" training.max_steps=8 data.on_bad_video=skip; contains "$ERR" "broken.mp4"
 }
 
+case_t2v_caption_measurement() {
+  # scripts/eval_t2v_captions.py's measure (direction and colour) on the text-to-video default's own generated videos,
+  # whose caption is known, must give every caption's direction and colour: what the default's figures rest on.
+  rm -rf "$WORK/t2v-metric"
+  "$PYTHON" - "$WORK/t2v-metric" "$TUNE_SOURCE/scripts" <<'PY' || fail "caption measurement"
+import json, os, sys
+import numpy as np
+import torch
+from PIL import Image
+sys.path.insert(0, sys.argv[2])
+import make_t2v_shapes
+from eval_t2v_captions import COLOURS, DIRECTIONS, measure
+out = sys.argv[1]
+rows = make_t2v_shapes.write_videos(out, 2, 0)
+assert len(rows) == 2 * 12, len(rows)
+for row in rows:
+    folder = os.path.join(out, row["video"])
+    frames = [np.asarray(Image.open(os.path.join(folder, f)).convert("RGB"), dtype=np.float32)
+              for f in sorted(os.listdir(folder))]
+    video = torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2) / 127.5 - 1
+    words = row["caption"].split()  # "a {colour} square moving {direction}"
+    assert measure(video) == (DIRECTIONS.index(words[4]), COLOURS.index(words[1])), (row, measure(video))
+print("direction and colour measured right on every captioned video")
+PY
+}
+
 case_latte_motion_measurement() {
   # The motion metric of scripts/eval_latte_motion.py on generated clips, whose direction is known, must be exact.
   rm -rf "$WORK/shapes-metric"
