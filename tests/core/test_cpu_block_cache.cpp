@@ -4,15 +4,46 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 using tune::memory_tracker::CpuBlockCache;
 
 namespace {
 constexpr size_t kMiB = size_t{1} << 20;
+
+// The "THPeligible" field of the /proc/self/smaps entry holding `address`: 1 where the mapping may take transparent
+// huge pages (-1: no entry found).
+int thp_eligible(const void* address) {
+  const auto target = reinterpret_cast<uintptr_t>(address);
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    uintptr_t begin = 0, end = 0;
+    char dash = 0;
+    std::istringstream range(line);
+    if (range >> std::hex >> begin >> dash >> end && dash == '-') {
+      inside = begin <= target && target < end;
+    } else if (inside && line.rfind("THPeligible:", 0) == 0) {
+      return std::stoi(line.substr(12));
+    }
+  }
+  return -1;
 }
+
+bool thp_available() {
+  std::ifstream setting("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string text((std::istreambuf_iterator<char>(setting)), std::istreambuf_iterator<char>());
+  return text.find("[always]") != std::string::npos || text.find("[madvise]") != std::string::npos;
+}
+}  // namespace
 
 TEST_CASE("cpu block cache: a freed block serves the next request of its size without a new mapping") {
   CpuBlockCache cache(128 << 10, 64 * kMiB);
@@ -99,4 +130,29 @@ TEST_CASE("cpu block cache: under random traffic mapped bytes never pass the liv
   CHECK(stats.hits > 0);
   CHECK(stats.evictions > 0);
   for (const auto& block : live) cache.free(block);
+}
+
+TEST_CASE("cpu block cache: blocks of 2 MiB and more start on a 2 MiB boundary and may take huge pages") {
+  if (const char* off = std::getenv("TUNE_CPU_HUGE_PAGES"); off != nullptr && std::string(off) == "0") {
+    WARN("TUNE_CPU_HUGE_PAGES=0: huge pages are off in this process");
+    return;
+  }
+  CpuBlockCache cache(128 << 10, 64 * kMiB);
+  std::vector<CpuBlockCache::Block> blocks;
+  for (const size_t bytes : {2 * kMiB, 5 * kMiB + 4096, 9 * kMiB + 17}) {
+    const CpuBlockCache::Block block = cache.allocate(bytes);
+    INFO(bytes << " bytes");
+    CHECK(reinterpret_cast<uintptr_t>(block.data) % (2 * kMiB) == 0);
+    CHECK(block.size == CpuBlockCache::mapping_bytes(bytes));  // the over-allocation for alignment went back
+    std::memset(block.data, 1, bytes);
+    if (thp_available()) CHECK(thp_eligible(block.data) == 1);
+    blocks.push_back(block);
+  }
+  // Smaller blocks stay plain page-aligned mappings.
+  const CpuBlockCache::Block small = cache.allocate(kMiB);
+  CHECK(reinterpret_cast<uintptr_t>(small.data) % 4096 == 0);
+  CHECK(cache.stats().mapped_bytes == static_cast<int64_t>(2 * kMiB + CpuBlockCache::mapping_bytes(5 * kMiB + 4096) +
+                                                           CpuBlockCache::mapping_bytes(9 * kMiB + 17) + kMiB));
+  cache.free(small);
+  for (const auto& block : blocks) cache.free(block);
 }

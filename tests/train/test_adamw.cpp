@@ -101,7 +101,7 @@ TEST_CASE("adamw: the fused kernel (LibTorch's, on the CPU) matches torch.optim.
 
 TEST_CASE("adamw: which kernel each option takes") {
   AdamWOptions options;
-  CHECK_FALSE(adamw_uses_fused_kernel(options, torch::kFloat, torch::kCPU));  // auto: CUDA only
+  CHECK(adamw_uses_fused_kernel(options, torch::kFloat, torch::kCPU));  // auto: CUDA and the CPU
   CHECK(adamw_uses_fused_kernel(options, torch::kFloat, torch::Device(torch::kCUDA, 0)));
   CHECK_FALSE(adamw_uses_fused_kernel(options, torch::kBFloat16, torch::Device(torch::kCUDA, 0)));
   options.state_dtype = torch::kBFloat16;  // tune's bf16 moments: only the sliced path computes them

@@ -56,6 +56,7 @@ TEST_CASE("adamw: the update in chunks gives the whole-tensor update") {
   AdamWOptions whole, chunked;
   whole.chunk_elements = 0;
   chunked.chunk_elements = 1000;
+  whole.kernel = chunked.kernel = AdamWKernel::sliced;  // the path that chunks
   const auto a = trajectory(initial, grads, whole, 1e-2).after;
   const auto b = trajectory(initial, grads, chunked, 1e-2).after;
   for (size_t step = 0; step < a.size(); ++step) {
@@ -71,6 +72,7 @@ TEST_CASE("adamw: chunked updates keep the step's temporaries to a chunk, as the
   for (const bool bf16_state : {false, true}) {
     AdamWOptions options;
     options.chunk_elements = int64_t{1} << 18;  // 1 MiB of fp32
+    options.kernel = AdamWKernel::sliced;          // the chunked path (fp32 moments would take the fused kernel)
     options.state_dtype = bf16_state ? torch::kBFloat16 : torch::kFloat;
     AdamW optimizer({{{{"w", param}}, 0.0}}, options);
     param.mutable_grad() = torch::randn({numel});
@@ -93,6 +95,7 @@ TEST_CASE("adamw: bf16 moments halve the state and follow a float64 reference of
   const auto initial = torch::randn({numel});
   const auto grads = gradients(numel, 40, 11);
   AdamWOptions fp32_state, bf16_state;
+  fp32_state.kernel = AdamWKernel::sliced;  // the same ops as the bf16-moment path, which is always sliced
   bf16_state.state_dtype = torch::kBFloat16;
   const Run bf16 = trajectory(initial, grads, bf16_state, lr);
   const auto& bf16_run = bf16.after;

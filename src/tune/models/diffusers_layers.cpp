@@ -14,6 +14,7 @@
 #include "tune/nn/attention_core.h"
 #include "tune/nn/linear.h"
 #include "tune/nn/linear_attention.h"
+#include "tune/nn/gelu_tanh.h"
 
 namespace tune::models {
 
@@ -141,7 +142,7 @@ CaptionProjectionImpl::CaptionProjectionImpl(int64_t caption_channels, int64_t d
 }
 
 torch::Tensor CaptionProjectionImpl::forward(const torch::Tensor& caption) {
-  return nn::linear(linear_2, torch::gelu(nn::linear(linear_1, caption), "tanh"));
+  return nn::linear(linear_2, nn::gelu_tanh_differentiable(nn::linear(linear_1, caption)));
 }
 
 }  // namespace tune::models

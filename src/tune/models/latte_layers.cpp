@@ -43,8 +43,11 @@ torch::Tensor LatteAttentionImpl::forward(torch::Tensor x, nn::BlockRunner* runn
   x.reset();  // the norm's fp32 output: what backward needs of it, the product keeps (header comment)
   // [N, T, 3, H, hd] -> [3, N, H, T, hd]
   // unbind rather than three selects: its backward stacks the three gradients into one tensor, where each select's
-  // would fill a zero tensor of the whole qkv output.
-  const auto q_k_v = projected.reshape({batch, length, 3, num_heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
+  // would fill a zero tensor of the whole qkv output. Laid out contiguously once (what autograd keeps instead of the
+  // product, the same bytes): every attention product, forward and backward, takes q, k and v as [N * H, T, hd]
+  // batches, which the permuted view cannot give without a copy inside each product.
+  const auto q_k_v =
+      projected.reshape({batch, length, 3, num_heads, head_dim}).permute({2, 0, 3, 1, 4}).contiguous().unbind(0);
   projected.reset();
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   const torch::Tensor context = nn::run_attention_core(runner, q_k_v[0], q_k_v[1], q_k_v[2], torch::Tensor(), scale);

@@ -6,6 +6,7 @@
 
 #include "tune/nn/adaln.h"
 #include "tune/nn/gelu_linear.h"
+#include "tune/nn/gelu_tanh.h"
 
 namespace tune::models {
 
@@ -30,7 +31,7 @@ torch::Tensor LatteT2VFeedForwardImpl::forward(const torch::Tensor& x, nn::Block
   // A plain net.2 (no adapter, no NF4 base) recomputes GELU in its backward wherever the block's graph lives until
   // backward and its weight trains (nn::run_gelu_linear); an adapter's lora_A needs GELU's output kept anyway.
   if (!down->has_lora() && !down->nf4_base()) return nn::run_gelu_linear(runner, down->weight, down->bias, hidden);
-  auto gelu = [](const std::vector<torch::Tensor>& inputs) { return torch::gelu(inputs[0], "tanh"); };
+  auto gelu = [](const std::vector<torch::Tensor>& inputs) { return nn::gelu_tanh_differentiable(inputs[0]); };
   return down->forward(nn::run_region(runner, nn::RegionKind::activation, gelu, {hidden}));
 }
 

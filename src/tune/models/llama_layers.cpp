@@ -10,6 +10,7 @@
 
 #include "tune/models/llama.h"
 #include "tune/nn/attention_core.h"
+#include "tune/nn/gelu_tanh.h"
 
 namespace tune::models {
 
@@ -141,7 +142,7 @@ torch::Tensor apply_hidden_activation(HiddenActivation activation, const torch::
   switch (activation) {
     case HiddenActivation::silu: return torch::silu(x);
     case HiddenActivation::gelu: return torch::gelu(x);
-    case HiddenActivation::gelu_tanh: return torch::gelu(x, "tanh");
+    case HiddenActivation::gelu_tanh: return nn::gelu_tanh_differentiable(x);
   }
   throw std::logic_error("apply_hidden_activation: unknown activation");
 }

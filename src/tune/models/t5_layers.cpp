@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tune/nn/attention_core.h"
+#include "tune/nn/gelu_tanh.h"
 
 namespace tune::models {
 
@@ -100,7 +101,7 @@ torch::Tensor T5DenseImpl::activation(const torch::Tensor& x) const {
   if (activation_ == "gelu") return torch::gelu(x);
   if (activation_ == "silu") return torch::silu(x);
   // gelu_new is transformers' Python spelling of the tanh formula that gelu_pytorch_tanh fuses (last-bit rounding).
-  return torch::gelu(x, "tanh");
+  return nn::gelu_tanh_differentiable(x);
 }
 
 torch::Tensor T5DenseImpl::forward(const torch::Tensor& hidden) {

@@ -202,16 +202,31 @@ struct RecomputingAttention : public torch::autograd::Function<RecomputingAttent
     const int64_t groups = query_groups(saved[0], saved[1]);
     const torch::Tensor key = repeat_kv(saved[1].to(dtype), groups);
     const torch::Tensor value = repeat_kv(saved[2].to(dtype), groups);
-    const torch::Tensor grad_context = grad_outputs[0].to(dtype);
+    // Contiguous once: both products below take it, and a transposed gradient (the usual [B, T, H, D] -> [B, H, T, D]
+    // view of the output projection's) would be copied inside each.
+    const torch::Tensor grad_context = grad_outputs[0].to(dtype).contiguous();
     const bool want_query = ctx->needs_input_grad(0), want_key = ctx->needs_input_grad(1);
     const bool want_value = ctx->needs_input_grad(2);
 
-    // fp32 accumulators for the key and value gradients, which every query chunk adds to.
+    const auto flat = ctx->saved_data["ranges"].toIntVector();
+    // One chunk over every key (no mask, or a short T) without grouped key/value heads: each gradient is one
+    // product, taken as it comes. Otherwise fp32 accumulators for the key and value gradients, which every query
+    // chunk adds to (and sum_repeated sums a group's heads in).
+    const bool whole = groups == 1 && flat.size() == 4 && flat[0] == 0 && flat[1] == scaled_query.size(2) &&
+                       flat[2] == 0 && flat[3] == key.size(2);
     const auto accumulate = scaled_query.options().dtype(softmax_dtype(dtype));
     torch::Tensor grad_query = want_query ? torch::empty_like(scaled_query) : torch::Tensor();
-    torch::Tensor grad_key = want_key ? torch::zeros(key.sizes(), accumulate) : torch::Tensor();
-    torch::Tensor grad_value = want_value ? torch::zeros(value.sizes(), accumulate) : torch::Tensor();
-    const auto flat = ctx->saved_data["ranges"].toIntVector();
+    torch::Tensor grad_key = want_key && !whole ? torch::zeros(key.sizes(), accumulate) : torch::Tensor();
+    torch::Tensor grad_value = want_value && !whole ? torch::zeros(value.sizes(), accumulate) : torch::Tensor();
+    // The accumulators' `add_` and `copy_` below, or the product itself for a whole chunk (bit for bit the same: a
+    // low-precision product added to fp32 zeros and cast back is itself).
+    auto add_part = [whole](torch::Tensor& total, int64_t begin, int64_t end, torch::Tensor part) {
+      if (whole) {
+        total = std::move(part);
+      } else {
+        total.slice(2, begin, end).add_(part);
+      }
+    };
     for (size_t i = 0; i + 3 < flat.size(); i += 4) {
       const KeyRange chunk{flat[i], flat[i + 1], flat[i + 2], flat[i + 3]};
       const torch::Tensor query_c = scaled_query.slice(2, chunk.query_begin, chunk.query_end);
@@ -224,8 +239,8 @@ struct RecomputingAttention : public torch::autograd::Function<RecomputingAttent
       torch::Tensor capped_tanh;
       torch::Tensor probabilities = probabilities_of(query_c, key_c, mask_c, softcap, &capped_tanh);
       if (want_value) {
-        grad_value.slice(2, chunk.key_begin, chunk.key_end)
-            .add_(torch::matmul(probabilities.to(dtype).transpose(2, 3), grad_context_c));
+        add_part(grad_value, chunk.key_begin, chunk.key_end,
+                 torch::matmul(probabilities.to(dtype).transpose(2, 3), grad_context_c));
       }
       if (!want_query && !want_key) continue;
       torch::Tensor grad_probabilities =
@@ -241,9 +256,7 @@ struct RecomputingAttention : public torch::autograd::Function<RecomputingAttent
       if (want_query) {
         grad_query.slice(2, chunk.query_begin, chunk.query_end).copy_(torch::matmul(grad_scores, key_c) * scale);
       }
-      if (want_key) {
-        grad_key.slice(2, chunk.key_begin, chunk.key_end).add_(torch::matmul(grad_scores.transpose(2, 3), query_c));
-      }
+      if (want_key) add_part(grad_key, chunk.key_begin, chunk.key_end, torch::matmul(grad_scores.transpose(2, 3), query_c));
     }
     if (want_key) grad_key = sum_repeated(grad_key, groups);
     if (want_value) grad_value = sum_repeated(grad_value, groups);

@@ -4,18 +4,17 @@
 #include <torch/autograd.h>
 
 #include "tune/nn/block_runner.h"
+#include "tune/nn/gelu_tanh.h"
 
 namespace tune::nn {
 namespace {
-
-constexpr const char* kApproximate = "tanh";
 
 struct RecomputingGeluLinear : public torch::autograd::Function<RecomputingGeluLinear> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& hidden,
                                const torch::Tensor& weight, const torch::Tensor& bias) {
     // Under autocast ATen's linear casts its operands as in the plain form (the weight's copy from autocast's
     // cache, shared with any other use in the step); autograd is off here, so nothing of it is kept.
-    torch::Tensor output = torch::linear(torch::gelu(hidden, kApproximate), weight, bias);
+    torch::Tensor output = torch::linear(gelu_tanh(hidden), weight, bias);
     ctx->save_for_backward({hidden, weight});
     ctx->saved_data["has_bias"] = bias.defined();
     ctx->saved_data["bias_dtype"] = static_cast<int64_t>(bias.defined() ? bias.scalar_type() : weight.scalar_type());
@@ -35,15 +34,17 @@ struct RecomputingGeluLinear : public torch::autograd::Function<RecomputingGeluL
     if (ctx->needs_input_grad(1)) {
       // As addmm's backward forms it (the layer input's transpose times the gradient, then transposed), so the
       // fp32-accumulate kernels sum in the plain form's order; GELU's output lives only for this product.
-      const torch::Tensor activation = torch::gelu(flat_hidden, kApproximate).to(dtype);
-      grad_weight = activation.t().mm(grad).t().to(weight.scalar_type());
+      const torch::Tensor activation = gelu_tanh(flat_hidden).to(dtype);
+      // Cast and laid out as the weight in one pass: a transposed gradient would be copied again by AccumulateGrad.
+      grad_weight = activation.t().mm(grad).t().to(weight.options(), /*non_blocking=*/false, /*copy=*/false,
+                                                   torch::MemoryFormat::Contiguous);
     }
     if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {
       grad_bias = grad.sum(0).to(static_cast<torch::ScalarType>(ctx->saved_data["bias_dtype"].toInt()));
     }
     if (ctx->needs_input_grad(0)) {
       const torch::Tensor grad_activation = grad.mm(weight.to(dtype)).to(hidden.scalar_type());
-      grad_hidden = torch::gelu_backward(grad_activation, flat_hidden, kApproximate).view(hidden.sizes());
+      grad_hidden = gelu_tanh_backward(grad_activation, flat_hidden).view(hidden.sizes());
     }
     return {grad_hidden, grad_weight, grad_bias};
   }
@@ -62,7 +63,7 @@ torch::Tensor run_gelu_linear(BlockRunner* runner, const torch::Tensor& weight, 
   if (gelu_linear_recomputes(graph_kept_until_backward(selective), weight.requires_grad())) {
     return gelu_linear_recomputing(hidden, weight, bias);
   }
-  auto gelu = [](const std::vector<torch::Tensor>& inputs) { return torch::gelu(inputs[0], kApproximate); };
+  auto gelu = [](const std::vector<torch::Tensor>& inputs) { return gelu_tanh_differentiable(inputs[0]); };
   // ATen's linear, as nn::linear (linear.h says why not the C++ frontend's).
   return torch::linear(run_region(runner, RegionKind::activation, gelu, {hidden}), weight, bias);
 }

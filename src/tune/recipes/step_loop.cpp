@@ -1,10 +1,15 @@
 // The recipe-agnostic training step loop.
 #include "tune/recipes/step_loop.h"
 
+#include <torch/csrc/autograd/profiler_legacy.h>
+
 #include <chrono>
 #include <cmath>
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
 #include <fstream>
 #include <optional>
 #include <vector>
@@ -178,9 +183,22 @@ int run_step_loop(const StepLoopSettings& settings, const StepLoopHooks& hooks, 
   int64_t resident = -1;
   double elapsed_s = start.elapsed_s;
 
+  // TUNE_PROFILE=FILE: one step (TUNE_PROFILE_STEP, 1-based; by default the run's second, after the warm-up step)
+  // traced by LibTorch's autograd profiler into the Chrome trace FILE, for scripts/bench_profile_summary.py: where a
+  // step's time goes op by op, in the run exactly as configured. Only the main rank writes.
+  const char* profile_path = std::getenv("TUNE_PROFILE");
+  const char* profile_step_env = std::getenv("TUNE_PROFILE_STEP");
+  const int64_t profile_step = profile_step_env != nullptr ? std::atoll(profile_step_env) - 1 : start.step + 1;
+
   while (step < settings.total_steps) {
     memory_tracker::reset_peak(settings.cuda);
+    std::unique_ptr<torch::autograd::profiler::RecordProfile> profile;
+    if (profile_path != nullptr && main_rank && step == profile_step) {
+      log::info("profiling step {} into {}", step + 1, profile_path);
+      profile = std::make_unique<torch::autograd::profiler::RecordProfile>(std::string(profile_path));
+    }
     const StepResult result = hooks.step(step);
+    profile.reset();  // writes the trace
     window_peak = std::max({window_peak, memory_tracker::peak_bytes(settings.cuda), result.unseen_peak_bytes});
     run_peak = std::max(run_peak, window_peak);
     if (result.resident_bytes >= 0) {
