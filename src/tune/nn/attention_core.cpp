@@ -256,7 +256,9 @@ struct RecomputingAttention : public torch::autograd::Function<RecomputingAttent
       if (want_query) {
         grad_query.slice(2, chunk.query_begin, chunk.query_end).copy_(torch::matmul(grad_scores, key_c) * scale);
       }
-      if (want_key) add_part(grad_key, chunk.key_begin, chunk.key_end, torch::matmul(grad_scores.transpose(2, 3), query_c));
+      if (want_key) {
+        add_part(grad_key, chunk.key_begin, chunk.key_end, torch::matmul(grad_scores.transpose(2, 3), query_c));
+      }
     }
     if (want_key) grad_key = sum_repeated(grad_key, groups);
     if (want_value) grad_value = sum_repeated(grad_value, groups);

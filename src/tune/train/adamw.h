@@ -8,11 +8,11 @@
 // The update kernel (`kernel`): LibTorch's fused multi-tensor AdamW (`at::_fused_adamw_`, the kernel of
 // torch.optim.AdamW(fused=True), and of HF Trainer's default `adamw_torch_fused`) updates every parameter of a group
 // in a few launches, one pass over each tensor and no temporaries; the sliced op-by-op path above costs about nine
-// passes and a launch per op and tensor. `automatic` (as `fused`) takes the fused kernel for fp32 parameters with fp32
-// moments on CUDA and on the CPU (LibTorch's CPU kernel: HF Trainer's default `adamw_torch_fused` there too), and
-// the sliced path for the rest (bf16 moments or parameters); `sliced` never uses it. Both compute torch.optim.AdamW's update (to fp32 rounding: the fused kernel takes
-// the bias corrections in fp32, the sliced path in double) and keep the same named state, so a checkpoint resumes
-// under either.
+// passes and a launch per op and tensor. `automatic` (as `fused`) takes the fused kernel for fp32 parameters with
+// fp32 moments on CUDA and on the CPU (LibTorch's CPU kernel: HF Trainer's default `adamw_torch_fused` there too),
+// and the sliced path for the rest (bf16 moments or parameters); `sliced` never uses it. Both compute
+// torch.optim.AdamW's update (to fp32 rounding: the fused kernel takes the bias corrections in fp32, the sliced path
+// in double) and keep the same named state, so a checkpoint resumes under either.
 #pragma once
 
 #include <torch/types.h>
