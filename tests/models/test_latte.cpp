@@ -312,9 +312,11 @@ TEST_CASE("Latte runs its blocks through the runner, alternating spatial and tem
     const auto& call = runner->calls[i];
     INFO("block " << i);
     CHECK(call.index == static_cast<int64_t>(i));
-    CHECK(call.param_count == 10);  // qkv, proj, fc1, fc2, adaLN linear: weight + bias each
-    // The stack state: (b f) t d plus one conditioning token.
-    CHECK(call.input_sizes == std::vector<int64_t>{batch * config.num_frames, config.num_patches() + 1, config.hidden_size});
+    // qkv, proj, fc1, fc2, adaLN linear: weight + bias each (the conditioning, needing no gradient here, is not
+    // listed)
+    CHECK(call.param_count == 10);
+    // The stack state: the tokens, (b f) t d.
+    CHECK(call.input_sizes == std::vector<int64_t>{batch * config.num_frames, config.num_patches(), config.hidden_size});
     if (i % 2 == 0) {
       CHECK(models::LatteImpl::block_kind(call.index) == models::LatteBlockKind::spatial);
       CHECK(call.mixes_patches);
@@ -339,21 +341,21 @@ TEST_CASE("Latte block functions can be replayed after forward, with the conditi
   for (size_t i = 0; i < runner->saved.size(); ++i) {
     INFO("block " << i);
     auto& saved = runner->saved[i];
-    // Every block is seen with its own trainable parameters.
+    // Every block is seen with its own trainable parameters, then the conditioning c (shared by all blocks).
     const auto block_params = fixture.model->blocks()[i]->parameters();
-    REQUIRE(saved.params.size() == block_params.size());
+    REQUIRE(saved.params.size() == block_params.size() + 1);
     for (size_t k = 0; k < block_params.size(); ++k) CHECK(saved.params[k].is_same(block_params[k]));
+    CHECK(saved.params.back().sizes() == torch::IntArrayRef({2, fixture.config.hidden_size}));
+    if (i > 0) CHECK(saved.params.back().is_same(runner->saved[0].params.back()));
     // The recompute (the model's forward frame is gone by now) reproduces the output ...
     const auto input = saved.input.clone().requires_grad_(true);
     const auto recomputed = saved.block(input);
     CHECK(max_abs_diff(recomputed, saved.output) == 0.0);
-    // ... and the hidden-state output has gradients for the conditioning token and every parameter.
+    // ... and the output has gradients for the input, every parameter and the conditioning.
     std::vector<torch::Tensor> wrt = {input};
     wrt.insert(wrt.end(), saved.params.begin(), saved.params.end());
-    const int64_t length = input.size(1) - 1;
-    const auto grads = torch::autograd::grad({recomputed.narrow(1, 0, length).sum()}, wrt);
-    CHECK(grads[0].select(1, length).abs().sum().item<double>() > 0);
-    for (size_t k = 1; k < grads.size(); ++k) CHECK(grads[k].abs().sum().item<double>() > 0);
+    const auto grads = torch::autograd::grad({recomputed.sum()}, wrt);
+    for (size_t k = 0; k < grads.size(); ++k) CHECK(grads[k].abs().sum().item<double>() > 0);
   }
   // The block functions hold the model's modules and the model holds this runner: a cycle that only a runner which
   // keeps them past forward makes (LeakSanitizer's find). Break it.

@@ -377,8 +377,13 @@ torch::Tensor CheckpointRunner::run_stack(int64_t count, const nn::StackFunction
     const int64_t end = std::min(count, begin + segment_size_);
     std::vector<torch::Tensor> params;
     for (int64_t i = begin; i < end; ++i) {
-      auto block_params = params_of(i);
-      params.insert(params.end(), block_params.begin(), block_params.end());
+      // A tensor several blocks take (a model's conditioning, listed with each block's parameters) is one edge
+      // of the segment: listed twice, its gradient would be returned, and summed, twice.
+      for (auto& param : params_of(i)) {
+        const bool listed = std::any_of(params.begin(), params.end(),
+                                        [&param](const torch::Tensor& other) { return other.is_same(param); });
+        if (!listed) params.push_back(std::move(param));
+      }
     }
     // `block` copied into the closure: the autograd node keeps it until backward.
     auto segment = [block, begin, end](const std::vector<torch::Tensor>& inputs) {

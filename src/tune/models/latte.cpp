@@ -125,40 +125,38 @@ torch::Tensor LatteImpl::forward(const torch::Tensor& x, const torch::Tensor& t,
   const int64_t patches = config_.num_patches();
   const int64_t hidden = config_.hidden_size;
 
-  // (b f) frames -> tokens [B*F, T, D]
+  // (b f) frames -> tokens [B*F, T, D]: the stack's state, in the spatial layout.
   const torch::Tensor tokens = x_embedder(x.flatten(0, 1)) + pos_embed;
   const torch::Tensor c = condition(t.reshape({-1}).to(x.device()), y, force_drop_ids).to(tokens.scalar_type());
-  // The stack's state: tokens in the spatial layout (b f) t d plus the frame's conditioning as a trailing token.
-  const torch::Tensor c_frames = c.repeat_interleave(frames, 0).unsqueeze(1);  // rows in (b f) order
-  const torch::Tensor packed = torch::cat({tokens, c_frames}, 1);
 
   std::vector<std::shared_ptr<LatteBlockImpl>> layers;
   for (int64_t i = 0; i < config_.depth; ++i) layers.push_back(blocks_->ptr<LatteBlockImpl>(i));
   // Captured by value: a checkpointing runner calls the blocks again in backward, after this frame is gone.
-  auto block = [layers, runner = runner_, temp_embed = temp_embed, batch, frames, patches, hidden](
-                   int64_t i, const torch::Tensor& state) {
-    const torch::Tensor states = state.narrow(1, 0, patches);
-    const torch::Tensor c_token = state.narrow(1, patches, 1);
+  auto block = [layers, runner = runner_, temp_embed = temp_embed, c, batch, frames, patches, hidden](
+                   int64_t i, const torch::Tensor& states) {
     const auto& layer = layers[static_cast<size_t>(i)];
-    torch::Tensor out;
     if (block_kind(i) == LatteBlockKind::spatial) {
-      out = layer->forward(states, c_token.squeeze(1), runner.get());
-    } else {
-      // (b f) t d -> (b t) f d; c once per sample, conditioning its rows of every patch ((b t) order).
-      torch::Tensor temporal = states.reshape({batch, frames, patches, hidden}).transpose(1, 2).reshape({batch * patches, frames, hidden});
-      if (i == 1) temporal = temporal + temp_embed;  // the official adds temp_embed before the first temporal block
-      const torch::Tensor c_sample = c_token.reshape({batch, frames, hidden}).select(1, 0);
-      out = layer->forward(temporal, c_sample, runner.get(), patches);
-      // (b t) f d -> (b f) t d
-      out = out.reshape({batch, patches, frames, hidden}).transpose(1, 2).reshape({batch * frames, patches, hidden});
+      // (b f) rows: each sample's modulation repeated over its frames.
+      return layer->forward(states, c, runner.get(), frames);
     }
-    return torch::cat({out, c_token.to(out.scalar_type())}, 1);
+    // (b f) t d -> (b t) f d; c once per sample, conditioning its rows of every patch ((b t) order).
+    torch::Tensor temporal = states.reshape({batch, frames, patches, hidden}).transpose(1, 2).reshape({batch * patches, frames, hidden});
+    if (i == 1) temporal = temporal + temp_embed;  // the official adds temp_embed before the first temporal block
+    const torch::Tensor out = layer->forward(temporal, c, runner.get(), patches);
+    // (b t) f d -> (b f) t d
+    return out.reshape({batch, patches, frames, hidden}).transpose(1, 2).reshape({batch * frames, patches, hidden});
   };
-  auto params_of = [&layers](int64_t i) { return trainable_parameters(*layers[static_cast<size_t>(i)]); };
-  const torch::Tensor state = runner_->run_stack(config_.depth, block, packed, params_of);
+  // c is listed with every block's parameters: a recomputing runner then returns its gradient, so the timestep
+  // and label embedders train under checkpointing (a runner takes a tensor shared by the blocks of one segment
+  // once).
+  auto params_of = [&layers, &c](int64_t i) {
+    std::vector<torch::Tensor> params = trainable_parameters(*layers[static_cast<size_t>(i)]);
+    if (c.requires_grad()) params.push_back(c);
+    return params;
+  };
+  const torch::Tensor hidden_states = runner_->run_stack(config_.depth, block, tokens, params_of);
 
-  const torch::Tensor hidden_states = state.narrow(1, 0, patches);
-  torch::Tensor output = unpatchify(final_layer(hidden_states, state.select(1, patches)));
+  torch::Tensor output = unpatchify(final_layer(hidden_states, c.repeat_interleave(frames, 0)));
   output = output.reshape({batch, frames, config_.out_channels(), size, size});
   return output.to(torch::promote_types(output.scalar_type(), torch::kFloat32));
 }

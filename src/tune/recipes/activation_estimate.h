@@ -132,12 +132,19 @@ RunnerStacks stacks_with_attention_cores(Shape shape, c10::DeviceType device, c1
   return stacks;
 }
 
+// phases_for_runner on stacks_with_attention_cores (the training planners add gradients to the backward phase).
+template <typename Shape, typename StackOf>
+StackPhases phases_with_attention_cores(Shape shape, c10::DeviceType device, c10::ScalarType compute_dtype,
+                                        const memory::CheckpointRunner& runner, const StackOf& stack_of) {
+  const RunnerStacks stacks = stacks_with_attention_cores(shape, device, compute_dtype, stack_of);
+  return phases_for_runner(stacks.plain, stacks.selective, runner);
+}
+
 // estimate_for_runner on stacks_with_attention_cores.
 template <typename Shape, typename StackOf>
 int64_t estimate_with_attention_cores(Shape shape, c10::DeviceType device, c10::ScalarType compute_dtype,
                                       const memory::CheckpointRunner& runner, const StackOf& stack_of) {
-  const RunnerStacks stacks = stacks_with_attention_cores(shape, device, compute_dtype, stack_of);
-  return estimate_for_runner(stacks.plain, stacks.selective, runner);
+  return phases_with_attention_cores(shape, device, compute_dtype, runner, stack_of).peak();
 }
 
 }  // namespace tune::recipes

@@ -111,11 +111,14 @@ BudgetPlan plan_denoiser_training(const config::Config& config, const PlanReques
       row.breakdown.parameters = parameters;
       row.breakdown.optimizer_state = optimizer_and_ema;
       row.breakdown.gradients = gradients;
-      row.breakdown.activations = inputs.activations(batch, runner);
+      const StackPhases activations = inputs.activations(batch, runner);
+      row.breakdown.activations = activations.peak();
       row.breakdown.other = gathered;
-      // As the loop's own plan: every gradient counted at the backward peak (an upper bound: part of them is not
-      // allocated yet when the activations peak).
-      row.breakdown.step = row.breakdown.activations + gradients + gathered;
+      // The step's peak is the end of forward or the worst block backward. Every gradient is counted in backward
+      // (an upper bound: the later blocks' are not allocated yet then); at the end of forward none exists unless an
+      // earlier micro-batch of the step left them (the loop frees them after each update: train::AdamW::zero_grad).
+      const int64_t forward_end = activations.forward_end + (setting.accumulation > 1 ? gradients : 0);
+      row.breakdown.step = std::max(forward_end, activations.backward + gradients) + gathered;
       row.peak_bytes = row.breakdown.peak();
       row.relative_time = relative_step_time(runner, inputs.blocks);
       result.rows.push_back(row);

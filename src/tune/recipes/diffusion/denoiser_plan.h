@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tune/memory/checkpoint.h"
+#include "tune/recipes/activation_estimate.h"
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/plan/budget_plan.h"
 
@@ -37,8 +38,9 @@ DenoiserParameterCounts count_denoiser_parameters(const torch::nn::Module& insta
 struct DenoiserPlanInputs {
   DenoiserParameterCounts parameters;
   int64_t blocks = 0;  // the blocks the checkpointing runner sees, in execution order
-  // The activation estimate (bytes) of a micro-batch of `batch` rows under the runner's policy.
-  std::function<int64_t(int64_t batch, const memory::CheckpointRunner& runner)> activations;
+  // The activation estimate of a micro-batch of `batch` rows under the runner's policy, in its two phases (the
+  // parameter gradients are added to the backward phase alone).
+  std::function<StackPhases(int64_t batch, const memory::CheckpointRunner& runner)> activations;
 };
 
 // Every candidate for the recipe's training settings and strategy (the rows, ranked and the choice made for

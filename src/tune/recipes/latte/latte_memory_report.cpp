@@ -13,7 +13,7 @@ constexpr int64_t kFloat32 = 4;
 
 struct Sizes {
   int64_t tokens;       // B * F * P: every block sees all of them, arranged per frame or per patch position
-  int64_t frame_rows;   // B * F: the conditioning tokens carried in the stack's state
+  int64_t frame_rows;   // B * F
   int64_t hidden, inner, heads, out_per_token, in_elements, c;
   bool low_precision;
   bool gemm_workspace;  // the fp32-accumulate CPU kernels' workspace (cpu_gemm_workspace) exists
@@ -43,25 +43,26 @@ Sizes sizes_of(const models::LatteConfig& config, const LatteActivationShape& sh
 }
 
 // One block attending over sequences of `length` tokens (patches of a frame, or frames of a patch position),
-// `sequences` of them, modulated from `conditions` rows of conditioning (a frame's for a spatial block, a sample's
-// for a temporal one: models::LatteBlockImpl repeats the modulation, not the conditioning).
-BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t conditions, int64_t length, bool keeps_state,
-                               bool selective) {
+// `sequences` of them, modulated from `conditions` rows of conditioning (a sample's: models::LatteBlockImpl repeats
+// the modulation over a sample's frames or patch positions, not the conditioning).
+BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t conditions, int64_t length, bool selective) {
   const int64_t td = s.tokens * s.hidden;
   const int64_t scores = sequences * s.heads * length * length;
   BlockFootprint block;
-  // fp32: the block input kept by the first modulated LayerNorm (a spatial block normalises a view of the stack's
-  // state, so the state with its conditioning rows stays; a temporal block its rearranged copy) and, under
+  // fp32: the block input kept by the first modulated LayerNorm (a spatial block normalises the stack's state, a
+  // temporal block its rearranged copy) and, under
   // selective only, the residual after attention (the second norm region's input): otherwise the gated residual
   // and the second norm are one node that recomputes that sum in backward (nn::gated_residual_modulated_layer_norm).
   // The modulated norms keep no normalised copy (per-row statistics only, negligible).
   const int64_t residual_kept = selective ? td * kFloat32 : 0;
-  int64_t saved = (keeps_state ? (s.tokens + s.frame_rows) * s.hidden : td) * kFloat32 + residual_kept;
+  int64_t saved = td * kFloat32 + residual_kept;
   // Compute dtype: the qkv input copy, q (scaled), k and v as the attention matmuls keep them, the context for
   // proj, proj's output (kept by the gate multiply), fc1's input copy, fc1's output (GELU's input), GELU's output
   // (fc2's input, unless fc2 recomputes it) and fc2's output (kept by the gate multiply). Frozen weights keep no
-  // matmul input (qkv's, proj's, fc1's, fc2's); the gates still keep what they multiply, the conditioning rows being
-  // rows of the differentiated state (models::LatteImpl::forward), so the modulation needs a gradient too.
+  // matmul input (qkv's, proj's, fc1's, fc2's): q, k, v, GELU's input and proj's output (the gated residual's node
+  // keeps it to recompute the sum) remain. fc2's output is counted too, although the gate multiply does not keep it
+  // when the conditioning needs no gradient (infer --grad): without it the estimate read 0.87 of the measured
+  // `infer --grad` peak (tests/cli/latte_t2v_tests.sh), so it stands for temporaries not itemised here.
   const int64_t mlp_activations = s.recomputing_gelu ? 1 : 2;  // [tokens, inner] tensors kept
   saved += s.frozen ? (5 * td + s.tokens * s.inner) * s.c : (8 * td + mlp_activations * s.tokens * s.inner) * s.c;
   // Attention probabilities (fp32, and the compute-dtype copy for the value matmul) unless recomputed (the
@@ -86,8 +87,7 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t condit
   // gradients into fc2's and fc1's outputs ([tokens, inner] each) beside the fresh fc weight gradient (the
   // recomputing fc2 first rebuilds GELU's output for its weight gradient and frees it: no more than those two).
   // Selective's activation region, where fc2 does not recompute GELU itself, recomputes it there: a third.
-  const int64_t in_flight =
-      (s.tokens + s.frame_rows) * s.hidden * kFloat32 + (s.frozen ? 0 : s.hidden * s.inner * kFloat32);
+  const int64_t in_flight = td * kFloat32 + (s.frozen ? 0 : s.hidden * s.inner * kFloat32);
   // Under frozen weights and autocast, fc2's input gradient also holds the fp32-accumulate product's workspace
   // (training's estimate leaves that constant out: its other terms already overcount by more, measured 1.07-1.09).
   const int64_t workspace =
@@ -121,7 +121,7 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t condit
 int64_t head_peak(const Sizes& s) {
   const int64_t td = s.tokens * s.hidden;
   const int64_t outputs = s.tokens * s.out_per_token;
-  int64_t bytes = (s.tokens + s.frame_rows) * s.hidden * kFloat32 + (s.frozen ? 0 : td * s.c);
+  int64_t bytes = td * kFloat32 + (s.frozen ? 0 : td * s.c);
   bytes += 2 * outputs * s.c + outputs * kFloat32;
   bytes += s.frozen ? 2 * outputs * kFloat32 : 35 * s.in_elements * kFloat32;
   bytes += td * kFloat32;  // tokens = x_embedder(x) + pos_embed, alive until forward returns
@@ -146,25 +146,31 @@ StackMemory latte_stack(const models::LatteConfig& config, const LatteActivation
   StackMemory stack;
   for (int64_t i = 0; i < config.depth; ++i) {
     const bool spatial = i % 2 == 0;  // models::LatteImpl::block_kind
-    stack.blocks.push_back(spatial ? block_footprint(s, s.frame_rows, s.frame_rows, patches, true, selective)
-                                   : block_footprint(s, shape.batch * patches, shape.batch, config.num_frames, false,
+    stack.blocks.push_back(spatial ? block_footprint(s, s.frame_rows, shape.batch, patches, selective)
+                                   : block_footprint(s, shape.batch * patches, shape.batch, config.num_frames,
                                                      selective));
   }
-  // A checkpointed block keeps its input, the stack's fp32 state with the conditioning rows.
-  stack.block_input = (s.tokens + s.frame_rows) * s.hidden * kFloat32;
+  // A checkpointed block keeps its input, the stack's fp32 state.
+  stack.block_input = s.tokens * s.hidden * kFloat32;
   stack.block_output = stack.block_input;
   stack.head_peak = head_peak(s);
   stack.alive_throughout = alive_throughout(s);
   return stack;
 }
 
-int64_t latte_activation_estimate(const models::LatteConfig& config, LatteActivationShape shape,
-                                  c10::DeviceType device, c10::ScalarType compute_dtype,
-                                  const memory::CheckpointRunner& runner) {
+StackPhases latte_activation_phases(const models::LatteConfig& config, LatteActivationShape shape,
+                                    c10::DeviceType device, c10::ScalarType compute_dtype,
+                                    const memory::CheckpointRunner& runner) {
   auto stack_of = [&](const LatteActivationShape& each, bool selective) {
     return latte_stack(config, each, selective);
   };
-  return estimate_with_attention_cores(shape, device, compute_dtype, runner, stack_of);
+  return phases_with_attention_cores(shape, device, compute_dtype, runner, stack_of);
+}
+
+int64_t latte_activation_estimate(const models::LatteConfig& config, LatteActivationShape shape,
+                                  c10::DeviceType device, c10::ScalarType compute_dtype,
+                                  const memory::CheckpointRunner& runner) {
+  return latte_activation_phases(config, shape, device, compute_dtype, runner).peak();
 }
 
 }  // namespace tune::recipes::latte

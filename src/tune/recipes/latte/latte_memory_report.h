@@ -46,5 +46,10 @@ StackMemory latte_stack(const models::LatteConfig& config, const LatteActivation
 int64_t latte_activation_estimate(const models::LatteConfig& config, LatteActivationShape shape,
                                   c10::DeviceType device, c10::ScalarType compute_dtype,
                                   const memory::CheckpointRunner& runner);
+// Its two phases (the end of forward, the worst block backward): `tune plan` adds the parameter gradients to the
+// backward phase alone.
+StackPhases latte_activation_phases(const models::LatteConfig& config, LatteActivationShape shape,
+                                    c10::DeviceType device, c10::ScalarType compute_dtype,
+                                    const memory::CheckpointRunner& runner);
 
 }  // namespace tune::recipes::latte

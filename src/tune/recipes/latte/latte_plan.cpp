@@ -58,7 +58,7 @@ BudgetPlan plan(const PlanRequest& request) {
   const c10::ScalarType compute_dtype = precision::compute_dtype(run.mixed_precision);
   inputs.activations = [&](int64_t batch, const memory::CheckpointRunner& runner) {
     const LatteActivationShape shape{batch, run.mixed_precision == precision::MixedPrecision::no ? 4 : 2};
-    return latte_activation_estimate(model_config, shape, device.type(), compute_dtype, runner);
+    return latte_activation_phases(model_config, shape, device.type(), compute_dtype, runner);
   };
   BudgetPlan result = diffusion_common::plan_denoiser_training(config, request, inputs);
   result.recipe = "latte";

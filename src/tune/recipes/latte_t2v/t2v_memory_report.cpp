@@ -272,13 +272,19 @@ StackMemory latte_t2v_stack(const models::LatteT2VConfig& config, const T2VActiv
   return stack;
 }
 
-int64_t t2v_activation_estimate(const models::LatteT2VConfig& config, T2VActivationShape shape,
-                                c10::DeviceType device, c10::ScalarType compute_dtype,
-                                const memory::CheckpointRunner& runner) {
+StackPhases t2v_activation_phases(const models::LatteT2VConfig& config, T2VActivationShape shape,
+                                  c10::DeviceType device, c10::ScalarType compute_dtype,
+                                  const memory::CheckpointRunner& runner) {
   auto stack_of = [&](const T2VActivationShape& each, bool selective) {
     return latte_t2v_stack(config, each, selective);
   };
-  return estimate_with_attention_cores(shape, device, compute_dtype, runner, stack_of);
+  return phases_with_attention_cores(shape, device, compute_dtype, runner, stack_of);
+}
+
+int64_t t2v_activation_estimate(const models::LatteT2VConfig& config, T2VActivationShape shape,
+                                c10::DeviceType device, c10::ScalarType compute_dtype,
+                                const memory::CheckpointRunner& runner) {
+  return t2v_activation_phases(config, shape, device, compute_dtype, runner).peak();
 }
 
 }  // namespace tune::recipes::latte_t2v

@@ -53,5 +53,10 @@ StackMemory latte_t2v_stack(const models::LatteT2VConfig& config, const T2VActiv
 int64_t t2v_activation_estimate(const models::LatteT2VConfig& config, T2VActivationShape shape,
                                 c10::DeviceType device, c10::ScalarType compute_dtype,
                                 const memory::CheckpointRunner& runner);
+// Its two phases (the end of forward, the worst block backward): `tune plan` adds the parameter gradients to the
+// backward phase alone.
+StackPhases t2v_activation_phases(const models::LatteT2VConfig& config, T2VActivationShape shape,
+                                  c10::DeviceType device, c10::ScalarType compute_dtype,
+                                  const memory::CheckpointRunner& runner);
 
 }  // namespace tune::recipes::latte_t2v

@@ -81,7 +81,7 @@ BudgetPlan plan(const PlanRequest& request) {
     const T2VActivationShape shape{batch, frames, latent, latent, settings.sampling.max_text_tokens,
                                    run.mixed_precision == precision::MixedPrecision::no ? 4 : 2,
                                    /*training_loss=*/true};
-    return t2v_activation_estimate(transformer, shape, device.type(), compute_dtype, runner);
+    return t2v_activation_phases(transformer, shape, device.type(), compute_dtype, runner);
   };
   BudgetPlan result = diffusion_common::plan_denoiser_training(config, request, inputs);
   result.recipe = "latte_t2v";

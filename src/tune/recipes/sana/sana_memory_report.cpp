@@ -224,10 +224,15 @@ StackMemory sana_stack(const models::SanaConfig& config, const SanaActivationSha
   return stack;
 }
 
+StackPhases sana_activation_phases(const models::SanaConfig& config, SanaActivationShape shape, c10::DeviceType device,
+                                   c10::ScalarType compute_dtype, const memory::CheckpointRunner& runner) {
+  auto stack_of = [&](const SanaActivationShape& each, bool selective) { return sana_stack(config, each, selective); };
+  return phases_with_attention_cores(shape, device, compute_dtype, runner, stack_of);
+}
+
 int64_t sana_activation_estimate(const models::SanaConfig& config, SanaActivationShape shape, c10::DeviceType device,
                                  c10::ScalarType compute_dtype, const memory::CheckpointRunner& runner) {
-  auto stack_of = [&](const SanaActivationShape& each, bool selective) { return sana_stack(config, each, selective); };
-  return estimate_with_attention_cores(shape, device, compute_dtype, runner, stack_of);
+  return sana_activation_phases(config, shape, device, compute_dtype, runner).peak();
 }
 
 }  // namespace tune::recipes::sana

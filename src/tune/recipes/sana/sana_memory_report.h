@@ -37,5 +37,9 @@ StackMemory sana_stack(const models::SanaConfig& config, const SanaActivationSha
 // `device` in `compute_dtype` (shape.attention_core is set here).
 int64_t sana_activation_estimate(const models::SanaConfig& config, SanaActivationShape shape, c10::DeviceType device,
                                  c10::ScalarType compute_dtype, const memory::CheckpointRunner& runner);
+// Its two phases (the end of forward, the worst block backward): `tune plan` adds the parameter gradients to the
+// backward phase alone.
+StackPhases sana_activation_phases(const models::SanaConfig& config, SanaActivationShape shape, c10::DeviceType device,
+                                   c10::ScalarType compute_dtype, const memory::CheckpointRunner& runner);
 
 }  // namespace tune::recipes::sana

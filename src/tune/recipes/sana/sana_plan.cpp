@@ -47,7 +47,7 @@ BudgetPlan plan(const PlanRequest& request) {
   inputs.activations = [&](int64_t batch, const memory::CheckpointRunner& runner) {
     SanaActivationShape rows = shape;
     rows.batch = batch;
-    return sana_activation_estimate(transformer, rows, device.type(), compute_dtype, runner);
+    return sana_activation_phases(transformer, rows, device.type(), compute_dtype, runner);
   };
   BudgetPlan result = diffusion_common::plan_denoiser_training(config, request, inputs);
   const auto& counts = inputs.parameters;
