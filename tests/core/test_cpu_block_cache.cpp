@@ -106,7 +106,7 @@ TEST_CASE("cpu block cache: under random traffic mapped bytes never pass the liv
   std::mt19937 random(0);
   std::uniform_int_distribution<size_t> size_of(128 << 10, 6 * kMiB);
   std::vector<CpuBlockCache::Block> live;
-  int64_t live_bytes = 0, peak_live = 0;
+  int64_t live_bytes = 0, peak_live = 0, peak_mapped = 0;
   for (int i = 0; i < 2000; ++i) {
     if (!live.empty() && (live.size() > 12 || random() % 2 == 0)) {
       const size_t index = random() % live.size();
@@ -125,6 +125,8 @@ TEST_CASE("cpu block cache: under random traffic mapped bytes never pass the liv
     REQUIRE(stats.mapped_bytes == live_bytes + stats.cached_bytes);
     REQUIRE(stats.peak_live_bytes == peak_live);
     REQUIRE(stats.mapped_bytes <= peak_live + std::max(min_slack, peak_live / 8));
+    peak_mapped = std::max(peak_mapped, stats.mapped_bytes);
+    REQUIRE(stats.peak_mapped_bytes == peak_mapped);  // the most the cache has added to RSS at any moment
   }
   const auto stats = cache.stats();
   CHECK(stats.hits > 0);

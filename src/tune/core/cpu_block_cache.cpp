@@ -109,6 +109,7 @@ CpuBlockCache::Block CpuBlockCache::allocate(size_t bytes) {
     throw std::bad_alloc();
   }
   stats_.mapped_bytes += static_cast<int64_t>(size);
+  stats_.peak_mapped_bytes = std::max(stats_.peak_mapped_bytes, stats_.mapped_bytes);
   ++stats_.misses;
   return {data, size};
 }

@@ -28,6 +28,7 @@ class CpuBlockCache {
  public:
   struct Stats {
     int64_t mapped_bytes = 0;       // live and cached blocks together: what this cache adds to RSS at most
+    int64_t peak_mapped_bytes = 0;  // the most mapped at once so far
     int64_t cached_bytes = 0;       // freed blocks kept for reuse
     int64_t peak_live_bytes = 0;    // the largest total of live blocks so far (what bounds mapped_bytes)
     int64_t hits = 0, misses = 0, evictions = 0;

@@ -45,12 +45,13 @@ class LatteImpl : public torch::nn::Module {
   torch::Tensor condition(const torch::Tensor& t, const torch::Tensor& y, const torch::Tensor& force_drop_ids = {});
 
   // Blocks for the memory machinery and distributed wrapping; the runner decides how each block executes.
-  // The blocks run as one run_stack() over a uniform state [B*F, num_patches + 1, D]: the hidden states in the
-  // spatial layout (b f) t d, plus each frame's conditioning c as a trailing token that every block passes
-  // through unchanged. Carrying c in the state makes it an input of every block, so a recomputing runner returns
-  // its gradient (the timestep and label embedders train under checkpointing), and a sqrt-policy runner can cut
-  // segments anywhere. A temporal block (odd index) rearranges to (b t) f d inside its function (adding
-  // temp_embed first when it is block 1) and back; norms, attention cores and GELUs are runner regions.
+  // The blocks run as one run_stack() over a uniform state [B*F, num_patches, D], the hidden states in the spatial
+  // layout (b f) t d, so a sqrt-policy runner can cut segments anywhere. The conditioning c [B, D] is captured by
+  // the block function and listed with every block's parameters (when it needs a gradient), so a recomputing runner
+  // returns its gradient (the timestep and label embedders train under checkpointing); each block repeats its
+  // modulation over a sample's frames or patch positions. A temporal block (odd index) rearranges to (b t) f d
+  // inside its function (adding temp_embed first when it is block 1) and back; norms, attention cores and GELUs are
+  // runner regions.
   int64_t num_blocks() const { return config_.depth; }
   std::vector<std::shared_ptr<torch::nn::Module>> blocks() const;
   static LatteBlockKind block_kind(int64_t block_index) {

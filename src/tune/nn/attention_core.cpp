@@ -14,6 +14,7 @@
 
 #include "tune/core/cpu_gemm_mode.h"
 #include "tune/nn/block_runner.h"
+#include "tune/nn/softmax_bf16.h"
 
 namespace tune::nn {
 
@@ -56,8 +57,10 @@ torch::ScalarType softmax_dtype(torch::ScalarType scores) { return torch::promot
 // softcap > 0 (Gemma 2): the scores become softcap * tanh(scores / softcap) before the mask, in their own dtype as
 // transformers' eager attention does; `capped_tanh`, when given, receives tanh(scores / softcap) (the recompute's
 // backward needs it for the cap's derivative, 1 - tanh^2).
+// The softmax is nn::softmax_of_bf16_scores (one pass from bf16 scores), with autograd where grad mode is on.
 torch::Tensor probabilities_of(const torch::Tensor& scaled_query, const torch::Tensor& key, const torch::Tensor& mask,
-                               double softcap = 0.0, torch::Tensor* capped_tanh = nullptr) {
+                               double softcap = 0.0, torch::Tensor* capped_tanh = nullptr,
+                               std::optional<torch::ScalarType> out_dtype = std::nullopt) {
   torch::Tensor scores = torch::matmul(scaled_query, key.transpose(2, 3));
   if (softcap > 0.0) {
     torch::Tensor squashed = torch::tanh(scores / softcap);
@@ -67,7 +70,12 @@ torch::Tensor probabilities_of(const torch::Tensor& scaled_query, const torch::T
   }
   // In place: the matmul output is saved by nothing, so autograd allows it; one [B, H, T, S] tensor less.
   if (mask.defined()) scores.add_(mask);
-  return torch::softmax(scores, -1, softmax_dtype(scores.scalar_type()));
+  if (torch::GradMode::is_enabled()) {
+    torch::Tensor probabilities = softmax_of_bf16_scores_differentiable(scores);
+    return out_dtype ? probabilities.to(*out_dtype) : probabilities;
+  }
+  // The value only: in `out_dtype` straight from the kernel where asked (the value product's dtype).
+  return softmax_of_bf16_scores(scores, out_dtype.value_or(softmax_dtype(scores.scalar_type())));
 }
 
 // Rows [query_begin, query_end) of the scores and the keys [key_begin, key_end) outside which every one of
@@ -151,8 +159,8 @@ torch::Tensor chunked_attention(const torch::Tensor& query, const torch::Tensor&
   for (const KeyRange& range : ranges) {
     const torch::Tensor probabilities =
         probabilities_of(scaled_query.slice(2, range.query_begin, range.query_end),
-                         key.slice(2, range.key_begin, range.key_end), mask_block(mask, range), softcap)
-            .to(query.scalar_type());
+                         key.slice(2, range.key_begin, range.key_end), mask_block(mask, range), softcap, nullptr,
+                         query.scalar_type());
     parts.push_back(
         torch::matmul(probabilities, value.slice(2, range.key_begin, range.key_end).to(query.scalar_type())));
   }
@@ -278,7 +286,7 @@ torch::Tensor attention_core(const torch::Tensor& query, const torch::Tensor& ke
   const int64_t groups = query_groups(query, key_in);
   const torch::Tensor key = repeat_kv(key_in, groups);
   const torch::Tensor value = repeat_kv(value_in, groups);
-  const torch::Tensor probabilities = probabilities_of(query * scale, key, mask, softcap).to(query.scalar_type());
+  const torch::Tensor probabilities = probabilities_of(query * scale, key, mask, softcap, nullptr, query.scalar_type());
   return torch::matmul(probabilities, value.to(query.scalar_type()));
 }
 

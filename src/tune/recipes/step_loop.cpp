@@ -14,6 +14,7 @@
 #include <optional>
 #include <vector>
 
+#include "tune/core/cpu_block_cache.h"
 #include "tune/core/error.h"
 #include "tune/core/log.h"
 #include "tune/core/loss_plot.h"
@@ -29,6 +30,21 @@
 
 namespace tune::recipes {
 namespace {
+
+// -v: the CPU block cache's state at each logged step (core/cpu_block_cache.h): what it maps beyond the
+// tensors is the part of the process's RSS that tensor accounting does not show; misses since the last log are
+// fresh mappings (page faults).
+void log_block_cache(int64_t step) {
+  static memory_tracker::CpuBlockCache::Stats last;
+  const memory_tracker::CpuBlockCache::Stats now = memory_tracker::cpu_block_cache_stats();
+  if (now.mapped_bytes == 0) return;
+  log::debug("step {}: CPU block cache maps {} ({} cached; at most {} so far), live peak {}; {} hits, {} misses, {} "
+             "evictions since the last log", step, format_bytes(static_cast<double>(now.mapped_bytes)),
+             format_bytes(static_cast<double>(now.cached_bytes)), format_bytes(static_cast<double>(now.peak_mapped_bytes)),
+             format_bytes(static_cast<double>(now.peak_live_bytes)), now.hits - last.hits,
+             now.misses - last.misses, now.evictions - last.evictions);
+  last = now;
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -240,6 +256,7 @@ int run_step_loop(const StepLoopSettings& settings, const StepLoopHooks& hooks, 
                                {"elapsed_s", elapsed_s}};
       if (result.loss_scale) record["loss_scale"] = *result.loss_scale;
       for (const auto& [name, value] : result.metrics) record[name] = value;
+      log_block_cache(step);
       curves.train.push_back({step, result.loss});
       if (record.contains(settings.plot_metric)) {
         curves.secondary.push_back({step, record[settings.plot_metric].get<double>()});
