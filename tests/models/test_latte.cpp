@@ -316,7 +316,8 @@ TEST_CASE("Latte runs its blocks through the runner, alternating spatial and tem
     // listed)
     CHECK(call.param_count == 10);
     // The stack state: the tokens, (b f) t d.
-    CHECK(call.input_sizes == std::vector<int64_t>{batch * config.num_frames, config.num_patches(), config.hidden_size});
+    CHECK(call.input_sizes ==
+          std::vector<int64_t>{batch * config.num_frames, config.num_patches(), config.hidden_size});
     if (i % 2 == 0) {
       CHECK(models::LatteImpl::block_kind(call.index) == models::LatteBlockKind::spatial);
       CHECK(call.mixes_patches);

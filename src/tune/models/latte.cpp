@@ -140,7 +140,8 @@ torch::Tensor LatteImpl::forward(const torch::Tensor& x, const torch::Tensor& t,
       return layer->forward(states, c, runner.get(), frames);
     }
     // (b f) t d -> (b t) f d; c once per sample, conditioning its rows of every patch ((b t) order).
-    torch::Tensor temporal = states.reshape({batch, frames, patches, hidden}).transpose(1, 2).reshape({batch * patches, frames, hidden});
+    torch::Tensor temporal =
+        states.reshape({batch, frames, patches, hidden}).transpose(1, 2).reshape({batch * patches, frames, hidden});
     if (i == 1) temporal = temporal + temp_embed;  // the official adds temp_embed before the first temporal block
     const torch::Tensor out = layer->forward(temporal, c, runner.get(), patches);
     // (b t) f d -> (b f) t d
