@@ -1,7 +1,6 @@
 // The tanh GELU: tune's vectorised bf16 CPU kernel and LibTorch's gelu elsewhere.
 #include "tune/nn/gelu_tanh.h"
 
-#include <ATen/Parallel.h>
 #include <torch/autograd.h>
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "tune/core/parallel.h"
 #include "tune/nn/cpu_vector_math.h"
 
 namespace tune::nn {
@@ -93,7 +93,7 @@ torch::Tensor gelu_tanh(const torch::Tensor& x) {
   torch::Tensor out = torch::empty_like(x, torch::MemoryFormat::Contiguous);
   const uint16_t* in = bits_of(x);
   uint16_t* result = bits_of(out);
-  at::parallel_for(0, x.numel(), kGrain, [&](int64_t begin, int64_t end) {
+  tune::parallel_for(0, x.numel(), kGrain, [&](int64_t begin, int64_t end) {
     gelu_forward_bf16(in + begin, result + begin, end - begin);
   });
   return out;
@@ -109,7 +109,7 @@ torch::Tensor gelu_tanh_backward(const torch::Tensor& grad, const torch::Tensor&
   const uint16_t* g = bits_of(grad);
   const uint16_t* in = bits_of(x);
   uint16_t* result = bits_of(out);
-  at::parallel_for(0, x.numel(), kGrain, [&](int64_t begin, int64_t end) {
+  tune::parallel_for(0, x.numel(), kGrain, [&](int64_t begin, int64_t end) {
     gelu_backward_bf16(g + begin, in + begin, result + begin, end - begin);
   });
   return out;

@@ -1,7 +1,6 @@
 // Softmax of bf16 scores in fp32: tune's vectorised CPU kernel, LibTorch's softmax elsewhere.
 #include "tune/nn/softmax_bf16.h"
 
-#include <ATen/Parallel.h>
 #include <torch/autograd.h>
 
 #include <algorithm>
@@ -11,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tune/core/parallel.h"
 #include "tune/nn/cpu_vector_math.h"
 
 namespace tune::nn {
@@ -159,7 +159,7 @@ torch::Tensor softmax_of_bf16_scores(const torch::Tensor& scores, torch::ScalarT
   auto* out_bf16 = out_dtype == torch::kFloat32 ? nullptr : reinterpret_cast<uint16_t*>(out.mutable_data_ptr());
   // Rows per task: about 32k scores, enough that a task's time dwarfs the scheduling.
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / length);
-  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+  tune::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
     softmax_rows(in, out_fp32, out_bf16, begin, end, length);
   });
   return out;

@@ -7,7 +7,6 @@
 //   the nearest value: it maps the scaled value to one of 65536 evenly spaced bins and looks the code up in a table.
 #include "tune/precision/nf4.h"
 
-#include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/torch.h>
@@ -21,6 +20,7 @@
 #include <numeric>
 
 #include "tune/core/error.h"
+#include "tune/core/parallel.h"
 #include "tune/precision/nf4_cuda_kernel.h"
 
 namespace tune::precision {
@@ -137,7 +137,7 @@ template <typename Out>
 void dequantize_blocks(const uint8_t* packed, const float* absmax, int64_t n, int64_t blocksize, Out* out) {
   const auto& code = nf4_code();
   const int64_t blocks = (n + blocksize - 1) / blocksize;
-  at::parallel_for(0, blocks, kBlocksPerTask, [&](int64_t begin, int64_t end) {
+  tune::parallel_for(0, blocks, kBlocksPerTask, [&](int64_t begin, int64_t end) {
     for (int64_t block = begin; block < end; ++block) {
       const int64_t start = block * blocksize;
       const int64_t length = std::min(blocksize, n - start);
@@ -264,7 +264,7 @@ Nf4Tensor quantize_nf4(const torch::Tensor& weight, int64_t blocksize, bool doub
   std::atomic<int64_t> bad_block{std::numeric_limits<int64_t>::max()};
   AT_DISPATCH_FLOATING_TYPES_AND2(torch::kBFloat16, torch::kHalf, input.scalar_type(), "quantize_nf4", [&] {
     const auto* values = input.data_ptr<scalar_t>();
-    at::parallel_for(0, result.blocks(), kBlocksPerTask, [&](int64_t begin, int64_t end) {
+    tune::parallel_for(0, result.blocks(), kBlocksPerTask, [&](int64_t begin, int64_t end) {
       const int64_t bad = quantize_blocks(values, n, blocksize, begin, end, absmax.data_ptr<float>(),
                                           result.packed.data_ptr<uint8_t>());
       if (bad >= 0) {

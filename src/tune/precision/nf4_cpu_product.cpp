@@ -1,6 +1,5 @@
 #include "tune/precision/nf4_cpu_product.h"
 
-#include <ATen/Parallel.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
@@ -10,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "tune/core/error.h"
+#include "tune/core/parallel.h"
 
 namespace tune::precision {
 namespace {
@@ -22,7 +22,7 @@ void dequantize_rows_as(const Nf4Tensor& weight, const float* absmax, int64_t fi
   const int64_t columns = weight.shape.at(1), blocksize = weight.blocksize;
   const auto& code = nf4_code();
   const uint8_t* packed = weight.packed.data_ptr<uint8_t>();
-  at::parallel_for(0, rows, 8, [&](int64_t begin, int64_t end) {
+  tune::parallel_for(0, rows, 8, [&](int64_t begin, int64_t end) {
     auto store = [](float value) { return static_cast<float>(static_cast<Stored>(value)); };
     for (int64_t row = begin; row < end; ++row) {
       const int64_t start = (first_row + row) * columns, stop = start + columns;
