@@ -155,3 +155,39 @@ TEST_CASE("softmax of bf16 scores with autograd: LibTorch's gradient of softmax(
   CHECK(torch::equal(same_start, direct.to(torch::kBFloat16)));
 }
 
+
+TEST_CASE("softmax and its backward in one pass: the float64 formula, and LibTorch's path", "[nn][softmax]") {
+  torch::manual_seed(26);
+  for (const int64_t length : {8, 17, 256}) {
+    INFO("row length " << length);
+    const auto scores = random_scores(96, length);
+    const auto grad = (torch::randn({96, length}) * 0.1).to(torch::kBFloat16);
+    REQUIRE(tune::nn::softmax_backward_uses_tune_kernel(scores, grad));
+    const auto [probabilities, grad_scores] = tune::nn::softmax_and_backward_of_bf16_scores(scores, grad);
+    REQUIRE(probabilities.scalar_type() == torch::kBFloat16);
+    REQUIRE(grad_scores.scalar_type() == torch::kBFloat16);
+    // The probabilities: the forward kernel's, bit for bit.
+    CHECK(torch::equal(probabilities, softmax_of_bf16_scores(scores, torch::kBFloat16)));
+    // The gradient against float64: p (dp - sum p dp), within a bf16 rounding of each row's largest entry.
+    const auto p = float64_softmax(scores);
+    const auto dp = grad.to(torch::kDouble);
+    const auto reference = p * (dp - (p * dp).sum(-1, true));
+    const auto row_scale = reference.abs().amax(-1, true).clamp_min(1e-30);
+    CHECK(((grad_scores.to(torch::kDouble) - reference).abs() / row_scale).max().item<double>() <= std::ldexp(1.0, -7));
+    // LibTorch's path (fp32 softmax, the gradient cast to fp32, its softmax backward, the cast back): nearly all equal.
+    const auto fp32 = torch::softmax(scores, -1, torch::kFloat);
+    const auto libtorch =
+        at::_softmax_backward_data(grad.to(torch::kFloat), fp32, -1, torch::kFloat).to(torch::kBFloat16);
+    CHECK(grad_scores.eq(libtorch).to(torch::kDouble).mean().item<double>() >= 0.98);
+  }
+  // A NaN row is NaN in both outputs; other shapes, dtypes and layouts are not this kernel's.
+  auto scores = random_scores(2, 8);
+  scores[1][3] = std::numeric_limits<float>::quiet_NaN();
+  const auto [probabilities, grad_scores] =
+      tune::nn::softmax_and_backward_of_bf16_scores(scores, torch::ones({2, 8}).to(torch::kBFloat16));
+  CHECK(probabilities[1].isnan().all().item<bool>());
+  CHECK(grad_scores[1].isnan().all().item<bool>());
+  CHECK_FALSE(probabilities[0].isnan().any().item<bool>());
+  CHECK_FALSE(tune::nn::softmax_backward_uses_tune_kernel(scores, torch::ones({2, 8})));
+  CHECK_FALSE(tune::nn::softmax_backward_uses_tune_kernel(scores, torch::ones({8, 2}).to(torch::kBFloat16).t()));
+}

@@ -57,10 +57,10 @@ torch::ScalarType softmax_dtype(torch::ScalarType scores) { return torch::promot
 // softcap > 0 (Gemma 2): the scores become softcap * tanh(scores / softcap) before the mask, in their own dtype as
 // transformers' eager attention does; `capped_tanh`, when given, receives tanh(scores / softcap) (the recompute's
 // backward needs it for the cap's derivative, 1 - tanh^2).
-// The softmax is nn::softmax_of_bf16_scores (one pass from bf16 scores), with autograd where grad mode is on.
-torch::Tensor probabilities_of(const torch::Tensor& scaled_query, const torch::Tensor& key, const torch::Tensor& mask,
-                               double softcap = 0.0, torch::Tensor* capped_tanh = nullptr,
-                               std::optional<torch::ScalarType> out_dtype = std::nullopt) {
+// scores_of is the first part (the logits), probabilities_of the whole; the softmax is nn::softmax_of_bf16_scores
+// (one pass from bf16 scores), with autograd where grad mode is on.
+torch::Tensor scores_of(const torch::Tensor& scaled_query, const torch::Tensor& key, const torch::Tensor& mask,
+                        double softcap, torch::Tensor* capped_tanh) {
   torch::Tensor scores = torch::matmul(scaled_query, key.transpose(2, 3));
   if (softcap > 0.0) {
     torch::Tensor squashed = torch::tanh(scores / softcap);
@@ -70,6 +70,13 @@ torch::Tensor probabilities_of(const torch::Tensor& scaled_query, const torch::T
   }
   // In place: the matmul output is saved by nothing, so autograd allows it; one [B, H, T, S] tensor less.
   if (mask.defined()) scores.add_(mask);
+  return scores;
+}
+
+torch::Tensor probabilities_of(const torch::Tensor& scaled_query, const torch::Tensor& key, const torch::Tensor& mask,
+                               double softcap = 0.0, torch::Tensor* capped_tanh = nullptr,
+                               std::optional<torch::ScalarType> out_dtype = std::nullopt) {
+  const torch::Tensor scores = scores_of(scaled_query, key, mask, softcap, capped_tanh);
   if (torch::GradMode::is_enabled()) {
     torch::Tensor probabilities = softmax_of_bf16_scores_differentiable(scores);
     return out_dtype ? probabilities.to(*out_dtype) : probabilities;
@@ -245,14 +252,40 @@ struct RecomputingAttention : public torch::autograd::Function<RecomputingAttent
       // context = P_c v, P_c = P in the compute dtype, P = softmax(logits), logits = (q * scale) k^T + mask (with a
       // soft cap: softcap * tanh((q * scale) k^T / softcap) + mask).
       torch::Tensor capped_tanh;
-      torch::Tensor probabilities = probabilities_of(query_c, key_c, mask_c, softcap, &capped_tanh);
+      torch::Tensor logits = scores_of(query_c, key_c, mask_c, softcap, &capped_tanh);
+      torch::Tensor grad_products;  // grad_context_c v^T: the probabilities' gradient in the compute dtype
+      if (!capped_tanh.defined() && (want_query || want_key) && softmax_uses_tune_kernel(logits)) {
+        // bf16 on the CPU: the softmax recomputed and differentiated in one pass per row (nn/softmax_bf16.h), its
+        // probabilities in bf16 for the value gradient, the logits' gradient in bf16 for the products below.
+        grad_products = torch::matmul(grad_context_c, value_c.transpose(2, 3));
+        if (softmax_backward_uses_tune_kernel(logits, grad_products)) {
+          auto [probabilities_c, grad_scores] = softmax_and_backward_of_bf16_scores(logits, grad_products);
+          logits.reset();
+          grad_products.reset();
+          if (want_value) {
+            add_part(grad_value, chunk.key_begin, chunk.key_end,
+                     torch::matmul(probabilities_c.transpose(2, 3), grad_context_c));
+          }
+          probabilities_c.reset();
+          if (want_query) {
+            grad_query.slice(2, chunk.query_begin, chunk.query_end).copy_(torch::matmul(grad_scores, key_c) * scale);
+          }
+          if (want_key) {
+            add_part(grad_key, chunk.key_begin, chunk.key_end, torch::matmul(grad_scores.transpose(2, 3), query_c));
+          }
+          continue;
+        }
+      }
+      torch::Tensor probabilities = softmax_of_bf16_scores(logits, softmax_dtype(logits.scalar_type()));
+      logits.reset();
       if (want_value) {
         add_part(grad_value, chunk.key_begin, chunk.key_end,
                  torch::matmul(probabilities.to(dtype).transpose(2, 3), grad_context_c));
       }
       if (!want_query && !want_key) continue;
-      torch::Tensor grad_probabilities =
-          torch::matmul(grad_context_c, value_c.transpose(2, 3)).to(probabilities.scalar_type());
+      if (!grad_products.defined()) grad_products = torch::matmul(grad_context_c, value_c.transpose(2, 3));
+      torch::Tensor grad_probabilities = grad_products.to(probabilities.scalar_type());
+      grad_products.reset();
       torch::Tensor grad_logits =
           at::_softmax_backward_data(grad_probabilities, probabilities, -1, probabilities.scalar_type());
       grad_probabilities.reset();

@@ -114,6 +114,49 @@ void softmax_rows(const uint16_t* scores, float* out_fp32, uint16_t* out_bf16, i
   }
 }
 
+// sum_j p_j dp_j for p_j = exps[j] / sum.
+TUNE_VECTOR_CLONES float row_dot(const float* __restrict exps, const uint16_t* __restrict grad, int64_t length,
+                                 float sum) {
+  float lane_dot[kLanes] = {};
+  const int64_t whole = length / kLanes * kLanes;
+  for (int64_t j = 0; j < whole; j += kLanes) {
+    for (int64_t k = 0; k < kLanes; ++k) lane_dot[k] += (exps[j + k] / sum) * bf16_to_float(grad[j + k]);
+  }
+  for (int64_t j = whole; j < length; ++j) lane_dot[0] += (exps[j] / sum) * bf16_to_float(grad[j]);
+  float dot = 0.0f;
+  for (int64_t k = 0; k < kLanes; ++k) dot += lane_dot[k];
+  return dot;
+}
+
+// p_j = exps[j] / sum and p_j (dp_j - dot), both rounded to bf16.
+TUNE_VECTOR_CLONES void row_backward(const float* __restrict exps, const uint16_t* __restrict grad,
+                                     uint16_t* __restrict probabilities, uint16_t* __restrict grad_scores,
+                                     int64_t length, float sum, float dot) {
+  for (int64_t j = 0; j < length; ++j) {
+    const float p = exps[j] / sum;
+    probabilities[j] = float_to_bf16(p);
+    grad_scores[j] = float_to_bf16(p * (bf16_to_float(grad[j]) - dot));
+  }
+}
+
+void softmax_backward_rows(const uint16_t* scores, const uint16_t* grad, uint16_t* probabilities,
+                           uint16_t* grad_scores, int64_t begin, int64_t end, int64_t length) {
+  std::vector<float> exps(static_cast<size_t>(length));
+  for (int64_t r = begin; r < end; ++r) {
+    const int64_t offset = r * length;
+    const RowStats stats = row_max(scores + offset, length);
+    if (stats.nan) {
+      const uint16_t nan = float_to_bf16(std::numeric_limits<float>::quiet_NaN());
+      std::fill(probabilities + offset, probabilities + offset + length, nan);
+      std::fill(grad_scores + offset, grad_scores + offset + length, nan);
+      continue;
+    }
+    const float sum = row_exps(scores + offset, exps.data(), length, stats.max);
+    const float dot = row_dot(exps.data(), grad + offset, length, sum);
+    row_backward(exps.data(), grad + offset, probabilities + offset, grad_scores + offset, length, sum, dot);
+  }
+}
+
 bool libtorch_forced() {
   static const bool forced = [] {
     const char* value = std::getenv("TUNE_CPU_SOFTMAX");
@@ -163,6 +206,31 @@ torch::Tensor softmax_of_bf16_scores(const torch::Tensor& scores, torch::ScalarT
     softmax_rows(in, out_fp32, out_bf16, begin, end, length);
   });
   return out;
+}
+
+bool softmax_backward_uses_tune_kernel(const torch::Tensor& scores, const torch::Tensor& grad_probabilities) {
+  return softmax_uses_tune_kernel(scores) && grad_probabilities.device().is_cpu() &&
+         grad_probabilities.scalar_type() == torch::kBFloat16 && grad_probabilities.is_contiguous() &&
+         grad_probabilities.sizes() == scores.sizes();
+}
+
+std::pair<torch::Tensor, torch::Tensor> softmax_and_backward_of_bf16_scores(const torch::Tensor& scores,
+                                                                            const torch::Tensor& grad_probabilities) {
+  TORCH_CHECK(softmax_backward_uses_tune_kernel(scores, grad_probabilities),
+              "softmax_and_backward_of_bf16_scores: contiguous bf16 CPU scores and gradient of one shape expected");
+  torch::Tensor probabilities = torch::empty_like(scores);
+  torch::Tensor grad_scores = torch::empty_like(scores);
+  const int64_t length = scores.size(-1);
+  const int64_t rows = scores.numel() / length;
+  const auto* in = reinterpret_cast<const uint16_t*>(scores.const_data_ptr());
+  const auto* grad = reinterpret_cast<const uint16_t*>(grad_probabilities.const_data_ptr());
+  auto* p = reinterpret_cast<uint16_t*>(probabilities.mutable_data_ptr());
+  auto* ds = reinterpret_cast<uint16_t*>(grad_scores.mutable_data_ptr());
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / length);
+  tune::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    softmax_backward_rows(in, grad, p, ds, begin, end, length);
+  });
+  return {probabilities, grad_scores};
 }
 
 torch::Tensor softmax_of_bf16_scores_differentiable(const torch::Tensor& scores) {

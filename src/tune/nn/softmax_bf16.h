@@ -11,6 +11,8 @@
 
 #include <torch/types.h>
 
+#include <utility>
+
 namespace tune::nn {
 
 // Whether softmax_of_bf16_scores takes tune's kernel for `scores`: a contiguous bf16 CPU tensor (not with
@@ -24,6 +26,18 @@ bool softmax_uses_tune_kernel(const torch::Tensor& scores);
 // key); a row holding a NaN, or nothing but -inf, is NaN throughout, as LibTorch's. Elsewhere LibTorch's softmax
 // (then cast).
 torch::Tensor softmax_of_bf16_scores(const torch::Tensor& scores, torch::ScalarType out_dtype);
+
+// The recomputing attention core's backward through its softmax, fused: from bf16 `scores` and the bf16 gradient of
+// the probabilities `grad_probabilities` (same shape, contiguous), p = softmax(scores) in fp32 exactly as
+// softmax_of_bf16_scores computes it, and the scores' gradient p * (dp - sum_j p_j dp_j) in fp32 (LibTorch's softmax
+// backward formula, the row sum in another order); returns {p, gradient}, both rounded to bf16 (p for the value
+// gradient's product). One pass per row instead of the fp32 probabilities, the gradient's cast to fp32, LibTorch's
+// softmax backward into fp32 and its cast back. Only where softmax_uses_tune_kernel(scores) and the gradient is a
+// contiguous bf16 tensor of the same shape (softmax_backward_uses_tune_kernel); the caller takes LibTorch's path
+// otherwise.
+bool softmax_backward_uses_tune_kernel(const torch::Tensor& scores, const torch::Tensor& grad_probabilities);
+std::pair<torch::Tensor, torch::Tensor> softmax_and_backward_of_bf16_scores(const torch::Tensor& scores,
+                                                                            const torch::Tensor& grad_probabilities);
 
 // The fp32 softmax of bf16 scores with autograd, as softmax(scores, -1, kFloat) (keeps its output; the input's
 // gradient in bf16), through softmax_of_bf16_scores: the plain attention core's form, so that it and the recomputing
