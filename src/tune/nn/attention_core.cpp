@@ -364,6 +364,10 @@ bool uses_fused_attention(c10::DeviceType device, c10::ScalarType dtype, bool re
   return false;
 }
 
+bool recomputing_core_fuses_softmax_backward(c10::DeviceType device, c10::ScalarType dtype, bool softcapped) {
+  return device == c10::DeviceType::CPU && dtype == torch::kBFloat16 && !softcapped && softmax_kernel_enabled();
+}
+
 AttentionCoreForm attention_core_form(c10::DeviceType device, c10::ScalarType dtype, bool kept_until_backward,
                                       bool selective, bool softcapped) {
   if (uses_fused_attention(device, dtype, selective && kept_until_backward, softcapped)) return AttentionCoreForm::fused;

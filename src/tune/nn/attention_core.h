@@ -74,6 +74,11 @@ enum class AttentionCoreForm {
 // (its graph lives only through that block's backward, one block at a time), the plain form: no second product.
 // (Measured on the AVX512-BF16 EPYC, docs/BENCHMARKS.md: the recompute costs ~14% of the Llama benchmark's step
 // under policy off there, against the 24 MiB a layer.)
+// Whether the recomputing core's backward takes the fused softmax backward (nn/softmax_bf16.h: probabilities and
+// the scores' gradient in one pass, 8 bytes per score at its peak instead of 12): bf16 on the CPU without a soft
+// cap, unless TUNE_CPU_SOFTMAX=libtorch. The activation estimates ask it.
+bool recomputing_core_fuses_softmax_backward(c10::DeviceType device, c10::ScalarType dtype, bool softcapped);
+
 AttentionCoreForm attention_core_form(c10::DeviceType device, c10::ScalarType dtype, bool kept_until_backward,
                                       bool selective = false, bool softcapped = false);
 

@@ -184,6 +184,8 @@ struct SoftmaxOfBf16 : public torch::autograd::Function<SoftmaxOfBf16> {
 
 }  // namespace
 
+bool softmax_kernel_enabled() { return !libtorch_forced(); }
+
 bool softmax_uses_tune_kernel(const torch::Tensor& scores) {
   return scores.device().is_cpu() && scores.scalar_type() == torch::kBFloat16 && scores.is_contiguous() &&
          scores.dim() >= 1 && scores.size(-1) > 0 && !libtorch_forced();

@@ -18,6 +18,8 @@ namespace tune::nn {
 // Whether softmax_of_bf16_scores takes tune's kernel for `scores`: a contiguous bf16 CPU tensor (not with
 // TUNE_CPU_SOFTMAX=libtorch).
 bool softmax_uses_tune_kernel(const torch::Tensor& scores);
+// Whether tune's softmax kernels are on at all (not TUNE_CPU_SOFTMAX=libtorch).
+bool softmax_kernel_enabled();
 
 // softmax(scores, -1) computed in fp32 and returned as `out_dtype` (kFloat32, or the scores' dtype), the value only
 // (no autograd graph). With tune's kernel the fp32 value differs from LibTorch's by a few fp32 ulps (its exp is a

@@ -116,6 +116,9 @@ RunnerStacks stacks_with_attention_cores(Shape shape, c10::DeviceType device, c1
   if constexpr (requires(Shape each) { each.fp32_accumulate_products; }) {
     shape.fp32_accumulate_products = products_accumulate_in_fp32(device, compute_dtype);
   }
+  if constexpr (requires(Shape each) { each.fused_softmax_backward; }) {
+    shape.fused_softmax_backward = nn::recomputing_core_fuses_softmax_backward(device, compute_dtype, softcapped);
+  }
   RunnerStacks stacks;
   shape.attention_core = nn::attention_core_form(device, compute_dtype, /*kept_until_backward=*/true, false, softcapped);
   if constexpr (has_kept_flag) shape.kept_until_backward = true;

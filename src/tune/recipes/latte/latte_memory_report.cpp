@@ -19,6 +19,7 @@ struct Sizes {
   bool gemm_workspace;  // the fp32-accumulate CPU kernels' workspace (cpu_gemm_workspace) exists
   bool fused_attention;
   bool recomputing_attention;  // tune's core, recomputing its probabilities in backward
+  bool fused_softmax_backward;  // the recomputing core's backward: 8 bytes per score, not 12
   bool recomputing_gelu;  // fc2 keeps GELU's input alone, recomputing its output in backward (nn::run_gelu_linear)
   bool frozen;  // infer --grad (LatteActivationShape::frozen)
 };
@@ -37,6 +38,7 @@ Sizes sizes_of(const models::LatteConfig& config, const LatteActivationShape& sh
   s.gemm_workspace = s.low_precision && shape.fp32_accumulate_products;
   s.fused_attention = shape.attention_core == nn::AttentionCoreForm::fused;
   s.recomputing_attention = shape.attention_core == nn::AttentionCoreForm::recomputing;
+  s.fused_softmax_backward = shape.fused_softmax_backward;
   s.frozen = shape.frozen;
   s.recomputing_gelu = nn::gelu_linear_recomputes(shape.kept_until_backward, !shape.frozen);
   return s;
@@ -101,7 +103,9 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t condit
   const int64_t mlp_half = residual_kept + (selective ? td * kFloat32 : 0) +
                            (s.frozen ? 2 * td + s.tokens * s.inner : 3 * td + mlp_activations * s.tokens * s.inner) * s.c;
   // The fused core's backward instead: the gradients of q, k and v and the kernel's fp32 accumulator for dq.
-  const int64_t core_backward = s.fused_attention ? 3 * td * s.c + td * kFloat32 : 3 * scores * kFloat32;
+  // The recomputing core's fused softmax backward (bf16 on the CPU): 4 compute-dtype score tensors at once instead.
+  const int64_t per_score = s.recomputing_attention && s.fused_softmax_backward ? 4 * s.c : 3 * kFloat32;
+  const int64_t core_backward = s.fused_attention ? 3 * td * s.c + td * kFloat32 : per_score * scores;
   const int64_t attention_phase =
       saved - mlp_half - (s.recomputing_attention ? 0 : probabilities) + core_backward + in_flight + td * s.c;
   block.backward_peak = std::max(mlp_phase, attention_phase);

@@ -31,6 +31,8 @@ struct LatteActivationShape {
   // Whether bf16/fp16 products take tune's fp32-accumulate CPU kernels, whose workspace the estimate then counts
   // (products_accumulate_in_fp32: stacks_with_attention_cores sets it from the device and the run's kernel choice).
   bool fp32_accumulate_products = true;
+  // The recomputing core's backward fuses its softmax's (nn::recomputing_core_fuses_softmax_backward; set with it).
+  bool fused_softmax_backward = false;
 };
 
 // The counts follow what autograd saves in models/latte.cpp, latte_layers.cpp and nn/ (LibTorch 1.13), for fp32

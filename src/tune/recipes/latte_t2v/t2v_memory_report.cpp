@@ -25,6 +25,7 @@ struct Sizes {
   bool low_precision, fused_attention, training_loss;
   bool gemm_workspace;  // the fp32-accumulate CPU kernels' workspace (cpu_gemm_workspace) exists
   bool recomputing_attention;  // tune's core, recomputing its probabilities in backward
+  bool fused_softmax_backward;  // the recomputing core's backward: 8 bytes per score, not 12
   // The weights are frozen under infer --grad: a matmul then keeps its weight only (for its input's gradient), and
   // nothing before the state is differentiated but the latents. The payload rows (timestep6 and the projected
   // caption) are rows of the state, which needs a gradient as soon as the latents do, so autograd still
@@ -57,6 +58,7 @@ Sizes sizes_of(const models::LatteT2VConfig& config, const T2VActivationShape& s
   s.gemm_workspace = s.low_precision && shape.fp32_accumulate_products;
   s.fused_attention = shape.attention_core == nn::AttentionCoreForm::fused;
   s.recomputing_attention = shape.attention_core == nn::AttentionCoreForm::recomputing;
+  s.fused_softmax_backward = shape.fused_softmax_backward;
   s.training_loss = shape.training_loss;
   s.frozen = !shape.training_loss;
   s.recomputing_gelu = nn::gelu_linear_recomputes(shape.kept_until_backward, !s.frozen);
@@ -117,8 +119,10 @@ Part attention(const Sizes& s, int64_t kv, int64_t scores, double chunk, bool se
   } else if (s.recomputing_attention) {
     // The scaled q recomputed and q's gradient, fp32 accumulators for k's and v's, and per chunk the fp32
     // probabilities with their incoming and outgoing fp32 gradients.
+    // Fused softmax backward (bf16 on the CPU): 4 compute-dtype score tensors instead (nn/softmax_bf16.h).
+    const int64_t per_score = s.fused_softmax_backward ? 4 * c : 12;
     core_backward = incoming + 2 * td * c + 2 * kv * kFloat32 +
-                    static_cast<int64_t>(chunk * static_cast<double>(12 * scores)) - released;
+                    static_cast<int64_t>(chunk * static_cast<double>(per_score * scores)) - released;
   } else {
     // The fp32 probabilities with their incoming and outgoing fp32 gradients (12 bytes per score) where the value
     // matmul has freed v and the probabilities' compute-dtype copy.

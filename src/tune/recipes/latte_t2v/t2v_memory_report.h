@@ -33,6 +33,8 @@ struct T2VActivationShape {
   // the estimate then counts: set from the run's device and CPU kernel choice by stacks_with_attention_cores (CUDA
   // and LibTorch's native CPU kernels have none).
   bool fp32_accumulate_products = true;
+  // The recomputing core's backward fuses its softmax's (nn::recomputing_core_fuses_softmax_backward; set with it).
+  bool fused_softmax_backward = false;
 };
 
 // The counts follow what autograd saves in models/latte_t2v.cpp, latte_t2v_layers.cpp and nn/ (LibTorch 2.x), for

@@ -20,6 +20,7 @@ struct Sizes {
   int64_t c;
   bool low_precision, fused_attention, frozen, qk_norm;
   bool recomputing_attention;  // the cross-attention in tune's core, recomputing its probabilities in backward
+  bool fused_softmax_backward;  // the recomputing core's backward: 8 bytes per score, not 12
   int64_t td() const { return tokens * hidden; }
   int64_t caption() const { return batch * text * hidden; }
   // The linear core's [B, H, N, d + 1] tensors: v padded with ones, and the product holding the normaliser.
@@ -45,6 +46,7 @@ Sizes sizes_of(const models::SanaConfig& config, const SanaActivationShape& shap
   s.low_precision = shape.compute_bytes < kFloat32;
   s.fused_attention = shape.attention_core == nn::AttentionCoreForm::fused;
   s.recomputing_attention = shape.attention_core == nn::AttentionCoreForm::recomputing;
+  s.fused_softmax_backward = shape.fused_softmax_backward;
   s.frozen = !shape.training_loss;
   s.qk_norm = config.qk_norm;
   return s;
@@ -122,7 +124,9 @@ Part cross_attention(const Sizes& s) {
     const int64_t queries = s.patches;
     const int64_t chunk_rows = nn::recompute_chunk_rows(queries);
     const double chunk = static_cast<double>(chunk_rows) / static_cast<double>(queries);
-    core_backward = incoming + 2 * tq * c + 2 * kv * kFloat32 + static_cast<int64_t>(chunk * static_cast<double>(12 * scores));
+    const int64_t per_score = s.fused_softmax_backward ? 4 * c : 12;  // as in latte_t2v's estimate
+    core_backward =
+        incoming + 2 * tq * c + 2 * kv * kFloat32 + static_cast<int64_t>(chunk * static_cast<double>(per_score * scores));
   } else {
     core_backward = 2 * scores * kFloat32;
   }

@@ -24,6 +24,8 @@ struct SanaActivationShape {
   bool training_loss = true;  // the weights train and the flow-matching MSE runs on the output; false: infer --grad
   // The cross-attention's core: nn::attention_core_form(...) (sana_activation_estimate sets it).
   nn::AttentionCoreForm attention_core = nn::AttentionCoreForm::plain;
+  // The recomputing core's backward fuses its softmax's (nn::recomputing_core_fuses_softmax_backward; set with it).
+  bool fused_softmax_backward = false;
 };
 
 // The counts follow what autograd saves in models/sana.cpp, sana_layers.cpp, diffusers_layers.cpp and nn/ (LibTorch

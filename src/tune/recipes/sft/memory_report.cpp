@@ -22,6 +22,7 @@ struct Sizes {
   bool low_precision;  // compute dtype narrower than the fp32 weights: autocast makes copies
   bool fused_attention;        // LibTorch's kernel (nn::AttentionCoreForm::fused)
   bool recomputing_attention;  // tune's core recomputing its probabilities (nn::AttentionCoreForm::recomputing)
+  bool fused_softmax_backward;  // the recomputing core's backward: 8 bytes per score, not 12
   bool qk_norm;  // Qwen3's per-head query/key norms
   bool sandwich_norms;    // Gemma 2: post_attention_layernorm on the attention output, pre_/post_feedforward_layernorm
   bool softcapped_scores;  // Gemma 2: tanh soft cap on the attention scores (always tune's own core)
@@ -51,6 +52,7 @@ Sizes sizes_of(const models::LlamaConfig& config, const ActivationShape& shape) 
   s.low_precision = shape.compute_bytes < kFloat32;
   s.fused_attention = shape.attention_core == nn::AttentionCoreForm::fused;
   s.recomputing_attention = shape.attention_core == nn::AttentionCoreForm::recomputing;
+  s.fused_softmax_backward = shape.fused_softmax_backward;
   s.qk_norm = config.has_qk_norm();
   s.sandwich_norms = config.is_gemma2();
   s.softcapped_scores = config.attn_logit_softcapping > 0;
@@ -233,7 +235,10 @@ int64_t attention_phase(const Sizes& s, int64_t layer_saved_without_mlp) {
   }
   const int64_t rows = nn::recompute_chunk_rows(s.sequence);
   const int64_t chunk_scores = s.batch * s.heads * rows * s.sequence;
-  int64_t bytes = layer_saved_without_mlp + 3 * chunk_scores * kFloat32 + (s.softcapped_scores ? chunk_scores * s.c : 0) +
+  // The fused softmax backward (bf16 on the CPU): the logits, the probabilities' gradient, the bf16 probabilities and
+  // the logits' gradient at once, 4 compute-dtype tensors per score instead of 3 fp32 ones.
+  const int64_t per_score = s.fused_softmax_backward ? 4 * s.c : 3 * kFloat32;
+  int64_t bytes = layer_saved_without_mlp + per_score * chunk_scores + (s.softcapped_scores ? chunk_scores * s.c : 0) +
                   gradients_in_flight(s) + s.tokens * s.q_width * (s.c + s.c) +  // scaled queries, their gradient
                   2 * s.tokens * s.repeated_kv_width * kFloat32;
   if (s.repeated_kv_width != s.kv_width) bytes += 2 * s.tokens * s.repeated_kv_width * s.c;

@@ -33,6 +33,8 @@ struct ActivationShape {
   // (its other layers under gradients); plain, tune's core keeping the probabilities (a checkpointed layer's
   // recompute). llama_stacks sets it for each.
   nn::AttentionCoreForm attention_core = nn::AttentionCoreForm::plain;
+  // The recomputing core's backward fuses its softmax's (nn::recomputing_core_fuses_softmax_backward; set with it).
+  bool fused_softmax_backward = false;
 };
 
 // What one decoder layer holds (recipes/activation_estimate.h).
