@@ -65,6 +65,8 @@ size_t CpuBlockCache::mapping_bytes(size_t bytes) {
   return (bytes + page - 1) / page * page;
 }
 
+int64_t CpuBlockCache::slack_bytes() const { return std::max(min_slack_bytes_, stats_.churn_bytes / 8); }
+
 void CpuBlockCache::evict_oldest() {
   const Block oldest = order_.front();
   auto& same_size = by_size_[oldest.size];
@@ -101,7 +103,7 @@ CpuBlockCache::Block CpuBlockCache::allocate(size_t bytes) {
   // than the slack. Blocks freed longest ago go first: the ones a repeating step is least likely to ask for next.
   live_bytes_ += static_cast<int64_t>(size);
   stats_.peak_live_bytes = std::max(stats_.peak_live_bytes, live_bytes_);
-  const int64_t limit = stats_.peak_live_bytes + std::max(min_slack_bytes_, stats_.peak_live_bytes / 8);
+  const int64_t limit = stats_.peak_live_bytes + slack_bytes();
   while (!order_.empty() && stats_.mapped_bytes + static_cast<int64_t>(size) > limit) evict_oldest();
   void* data = map_block(size);
   if (data == MAP_FAILED) {
@@ -117,6 +119,7 @@ CpuBlockCache::Block CpuBlockCache::allocate(size_t bytes) {
 void CpuBlockCache::free(Block block) {
   std::lock_guard<std::mutex> lock(mutex_);
   live_bytes_ -= static_cast<int64_t>(block.size);
+  stats_.churn_bytes = std::max(stats_.churn_bytes, stats_.peak_live_bytes - live_bytes_);
   order_.push_back(block);
   by_size_[block.size].push_back(std::prev(order_.end()));
   stats_.cached_bytes += static_cast<int64_t>(block.size);

@@ -9,7 +9,13 @@
 // block is its own mapping, so nothing fragments; a freed block waits in the cache for the next allocation of its
 // size (a training step asks for the same sizes again, so most requests are hits and fault in nothing), and a miss
 // first unmaps the least recently freed blocks until mapping the new one keeps the total within the live peak so far
-// plus a slack (an eighth of it, at least 64 MiB). So RSS from large tensors stays within one slack of their peak.
+// plus a slack. So RSS from large tensors stays within one slack of their peak. The slack scales with what churns,
+// not with the peak: an eighth of the most the live total has fallen below its peak (at least 64 MiB). Weights,
+// gradients' buffers and optimizer moments stay live all run and are never asked for again, so spare blocks beside
+// them buy nothing; only the activations and temporaries freed and re-made each step need room to be matched by
+// size. (With an eighth of the whole peak, Latte-S/2's step kept 138 MiB of spare blocks over a 1.1 GB peak of which
+// 620 MiB is such state; an eighth of its churn keeps 76 MiB, with no measurable change in step time:
+// docs/BENCHMARKS.md, session 35.)
 // Blocks of 2 MiB and more are mapped on a 2 MiB boundary and advised for transparent huge pages (MADV_HUGEPAGE;
 // TUNE_CPU_HUGE_PAGES=0 turns that off): the misses a step still has then fault in 2 MiB at a time, not 4 KiB (on the
 // Latte-S/2 step 13k page faults a step instead of 48k).
@@ -31,12 +37,13 @@ class CpuBlockCache {
     int64_t peak_mapped_bytes = 0;  // the most mapped at once so far
     int64_t cached_bytes = 0;       // freed blocks kept for reuse
     int64_t peak_live_bytes = 0;    // the largest total of live blocks so far (what bounds mapped_bytes)
+    int64_t churn_bytes = 0;        // the most the live total has fallen below that peak: what a step frees and re-makes
     int64_t hits = 0, misses = 0, evictions = 0;
   };
 
   // Blocks of at least `min_bytes` are this cache's (smaller ones stay with malloc, which packs them well);
   // `min_slack_bytes`: how far the mapped total may exceed the live peak before cached blocks are unmapped, or an
-  // eighth of the live peak when that is more.
+  // eighth of Stats::churn_bytes when that is more.
   CpuBlockCache(size_t min_bytes, int64_t min_slack_bytes);
   CpuBlockCache(const CpuBlockCache&) = delete;
   CpuBlockCache& operator=(const CpuBlockCache&) = delete;
@@ -61,7 +68,8 @@ class CpuBlockCache {
  private:
   using Order = std::list<Block>;  // least recently freed first
 
-  void evict_oldest();  // mutex_ held
+  void evict_oldest();         // mutex_ held
+  int64_t slack_bytes() const;  // mutex_ held: how far mapped bytes may pass the live peak
 
   const size_t min_bytes_;
   const int64_t min_slack_bytes_;
