@@ -74,7 +74,7 @@ LatteBlockImpl::LatteBlockImpl(const LatteConfig& config) {
 
 torch::Tensor LatteBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& c, nn::BlockRunner* runner,
                                       int64_t rows_per_condition) {
-  torch::Tensor modulation = adaLN_modulation->forward(c);
+  torch::Tensor modulation = nn::adaln_modulate(adaLN_modulation, c);
   if (rows_per_condition > 1) modulation = modulation.repeat_interleave(rows_per_condition, 0);
   const auto chunks = modulation.chunk(6, 1);
   const auto &shift_msa = chunks[0], &scale_msa = chunks[1], &gate_msa = chunks[2];
@@ -101,7 +101,7 @@ LatteFinalLayerImpl::LatteFinalLayerImpl(const LatteConfig& config) {
 }
 
 torch::Tensor LatteFinalLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& c) {
-  const auto chunks = adaLN_modulation->forward(c).chunk(2, 1);
+  const auto chunks = nn::adaln_modulate(adaLN_modulation, c).chunk(2, 1);
   return nn::linear(linear, nn::modulated_layer_norm(x, chunks[0], chunks[1], kNormEps));
 }
 

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "tune/nn/block_runner.h"
+#include "tune/nn/linear.h"
 
 namespace tune::nn {
 
@@ -154,6 +155,11 @@ torch::Tensor run_modulated_layer_norm(BlockRunner* runner, const torch::Tensor&
 torch::nn::Sequential adaln_modulation(int64_t hidden_size, int64_t chunks) {
   return torch::nn::Sequential(torch::nn::SiLU(),
                                torch::nn::Linear(torch::nn::LinearOptions(hidden_size, chunks * hidden_size).bias(true)));
+}
+
+torch::Tensor adaln_modulate(const torch::nn::Sequential& modulation, const torch::Tensor& c) {
+  const auto* layer = (*modulation)[1]->as<torch::nn::LinearImpl>();
+  return linear(torch::silu(c), layer->weight, layer->bias);
 }
 
 }  // namespace tune::nn

@@ -50,4 +50,8 @@ torch::Tensor run_modulated_layer_norm(BlockRunner* runner, const torch::Tensor&
 // adaLN_modulation. Its output is split with .chunk(chunks, 1).
 torch::nn::Sequential adaln_modulation(int64_t hidden_size, int64_t chunks);
 
+// A modulation from adaln_modulation's layers: SiLU(c), then its linear through nn::linear (ATen's linear, the weight
+// cast again in backward under autocast rather than a copy kept: nn/linear.h) instead of the Sequential's forward.
+torch::Tensor adaln_modulate(const torch::nn::Sequential& modulation, const torch::Tensor& c);
+
 }  // namespace tune::nn

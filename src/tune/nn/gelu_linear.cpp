@@ -5,6 +5,7 @@
 
 #include "tune/nn/block_runner.h"
 #include "tune/nn/gelu_tanh.h"
+#include "tune/nn/linear.h"
 
 namespace tune::nn {
 namespace {
@@ -12,9 +13,11 @@ namespace {
 struct RecomputingGeluLinear : public torch::autograd::Function<RecomputingGeluLinear> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& hidden,
                                const torch::Tensor& weight, const torch::Tensor& bias) {
-    // Under autocast ATen's linear casts its operands as in the plain form (the weight's copy from autocast's
-    // cache, shared with any other use in the step); autograd is off here, so nothing of it is kept.
-    torch::Tensor output = torch::linear(gelu_tanh(hidden), weight, bias);
+    // Under autocast the operands cast as autocast casts them in the plain form, but not through its cache, which
+    // would keep the weight's copy until the scope ends (nn::linear_in_dtype); autograd is off here.
+    const torch::Tensor activation = gelu_tanh(hidden);
+    const std::optional<torch::ScalarType> dtype = autocast_compute_dtype(hidden.device());
+    torch::Tensor output = dtype ? linear_in_dtype(activation, weight, bias, *dtype) : torch::linear(activation, weight, bias);
     ctx->save_for_backward({hidden, weight});
     ctx->saved_data["has_bias"] = bias.defined();
     ctx->saved_data["bias_dtype"] = static_cast<int64_t>(bias.defined() ? bias.scalar_type() : weight.scalar_type());

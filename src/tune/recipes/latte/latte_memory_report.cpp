@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "tune/nn/gelu_linear.h"
+#include "tune/nn/linear.h"
 
 namespace tune::recipes::latte {
 namespace {
@@ -21,6 +22,7 @@ struct Sizes {
   bool recomputing_attention;  // tune's core, recomputing its probabilities in backward
   bool fused_softmax_backward;  // the recomputing core's backward: 8 bytes per score, not 12
   bool recomputing_gelu;  // fc2 keeps GELU's input alone, recomputing its output in backward (nn::run_gelu_linear)
+  bool recasting_linears;  // qkv, proj, fc1 and adaLN keep their fp32 weights, not copies (nn::linear)
   bool frozen;  // infer --grad (LatteActivationShape::frozen)
 };
 
@@ -41,6 +43,7 @@ Sizes sizes_of(const models::LatteConfig& config, const LatteActivationShape& sh
   s.fused_softmax_backward = shape.fused_softmax_backward;
   s.frozen = shape.frozen;
   s.recomputing_gelu = nn::gelu_linear_recomputes(shape.kept_until_backward, !shape.frozen);
+  s.recasting_linears = nn::linear_recasts_weight(s.low_precision, shape.kept_until_backward, !shape.frozen);
   return s;
 }
 
@@ -79,8 +82,9 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t condit
   // [sequences, D] once repeated, are kept by their multiplies.
   saved += conditions * s.hidden * (kFloat32 + (s.frozen ? 0 : s.c)) + sequences * s.hidden * (selective ? 2 : 4) * s.c;
   // Weight copies under autocast: qkv, proj, fc1, fc2 (unless it recomputes GELU: it keeps the fp32 weight and
-  // casts it again in backward) and the adaLN linear.
-  if (s.low_precision) {
+  // casts it again in backward) and the adaLN linear; none where those keep their fp32 weights (nn::linear: a
+  // plainly run block's trainable layers).
+  if (s.low_precision && !s.recasting_linears) {
     saved += (4 * s.hidden * s.hidden + (s.recomputing_gelu ? 1 : 2) * s.hidden * s.inner + 6 * s.hidden * s.hidden) * s.c;
   }
   block.saved = saved;
