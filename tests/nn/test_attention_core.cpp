@@ -137,6 +137,57 @@ TEST_CASE("recomputing attention: chunked backward skips hidden keys exactly (ca
   }
 }
 
+TEST_CASE("recomputing attention: chunks of the batch give the plain core's values and gradients",
+          "[nn][attention]") {
+  // 12 sequences of 2 heads x 512 x 512 scores: 4 sequences a chunk (kRecomputeChunkScores), 3 chunks.
+  const int64_t batch = 12, heads = 2, length = 512;
+  REQUIRE(tune::nn::recompute_chunk_batch(batch, heads, length, length) == 4);
+  CHECK(tune::nn::recompute_chunk_batch_share(batch, heads, length, length) == Approx(1.0 / 3.0));
+  // Spread evenly: 16 entries at most 5 a chunk run as 4 chunks of 4; one entry over the budget is its own chunk.
+  CHECK(tune::nn::recompute_chunk_batch(16, 6, 256, 256) == 4);
+  CHECK(tune::nn::recompute_chunk_batch(3, 64, 512, 512) == 1);
+  CHECK(tune::nn::recompute_chunk_batch(2, 1, 8, 8) == 2);
+  torch::manual_seed(14);
+  SECTION("float64 against the float64 formula, with grouped-query heads and a per-sequence padding mask") {
+    const auto options = torch::TensorOptions().dtype(torch::kDouble).requires_grad(true);
+    Inputs in;
+    in.query = torch::randn({batch, heads, length, 4}, options);
+    in.key = torch::randn({batch, 1, length, 4}, options);
+    in.value = torch::randn({batch, 1, length, 4}, options);
+    const auto hidden = torch::arange(length).unsqueeze(0) >= (length - 37 * torch::arange(batch)).unsqueeze(1);
+    in.mask = torch::zeros({batch, 1, 1, length}, torch::kDouble).masked_fill(hidden.view({batch, 1, 1, length}), -1e9);
+    in.mask = in.mask.expand({batch, 1, length, length}).contiguous();
+    in.scale = 0.3;
+    const auto upstream = torch::randn({batch, heads, length, 4}, torch::kDouble);
+    const auto got = attention_core_recomputing_probabilities(in.query, in.key, in.value, in.mask, in.scale);
+    CHECK(max_diff(got, reference(in)) < 1e-12);
+    const auto got_grads = input_grads(in, got, upstream);
+    const auto expected = input_grads(in, reference(in), upstream);
+    for (size_t i = 0; i < 3; ++i) {
+      INFO("input " << i);
+      CHECK(max_diff(got_grads[i], expected[i]) < 1e-12);
+    }
+  }
+  SECTION("bf16, no mask: the plain core's forward bits, gradients within bf16 rounding") {
+    const auto options = torch::TensorOptions().dtype(torch::kBFloat16).requires_grad(true);
+    const auto query = torch::randn({batch, heads, length, 16}, options);
+    const auto key = torch::randn({batch, heads, length, 16}, options);
+    const auto value = torch::randn({batch, heads, length, 16}, options);
+    const auto upstream = torch::randn({batch, heads, length, 16}).to(torch::kBFloat16);
+    const auto plain = attention_core(query, key, value, torch::Tensor(), 0.25);
+    const auto recomputing = attention_core_recomputing_probabilities(query, key, value, torch::Tensor(), 0.25);
+    CHECK(torch::equal(plain, recomputing));
+    const auto got = torch::autograd::grad({recomputing}, {query, key, value}, {upstream});
+    const auto expected = torch::autograd::grad({plain}, {query, key, value}, {upstream});
+    for (size_t i = 0; i < 3; ++i) {
+      INFO("input " << i);
+      CHECK(got[i].scalar_type() == torch::kBFloat16);
+      const double scale = expected[i].to(torch::kDouble).abs().max().item<double>();
+      CHECK(max_diff(got[i], expected[i]) <= 0.02 * scale);
+    }
+  }
+}
+
 TEST_CASE("recomputing attention: only the inputs that require grad get one", "[nn][attention]") {
   Inputs in = make_inputs(torch::kFloat, false);
   in.query.set_requires_grad(true);
@@ -229,6 +280,22 @@ TEST_CASE("run_attention_core recomputes the probabilities wherever autograd wou
     const tune::nn::SegmentBlockScope outliving;
     CHECK(node(&plain).find("RecomputingAttention") != std::string::npos);
   }
+  {
+    // Where the run measured the recomputing core at least as fast inside recomputes (bf16/fp16 on the CPU), it
+    // takes that form there too; an fp32 run's recomputes keep the plain one.
+    tune::clear_measured_cpu_kernels();
+    tune::set_measured_recompute_core_recomputes(torch::kBFloat16, true);
+    const tune::nn::RecomputeScope in_recompute;
+    CHECK(node(&plain).find("RecomputingAttention") == std::string::npos);  // these inputs are fp32
+    const auto q = in.query.detach().to(torch::kBFloat16).requires_grad_();
+    const auto k = in.key.detach().to(torch::kBFloat16).requires_grad_();
+    const auto v = in.value.detach().to(torch::kBFloat16).requires_grad_();
+    const auto out = tune::nn::run_attention_core(&plain, q, k, v, in.mask, in.scale);
+    CHECK(out.grad_fn()->name().find("RecomputingAttention") != std::string::npos);
+    tune::clear_measured_cpu_kernels();
+    const auto unmeasured = tune::nn::run_attention_core(&plain, q, k, v, in.mask, in.scale);
+    CHECK(unmeasured.grad_fn()->name().find("RecomputingAttention") == std::string::npos);
+  }
   torch::NoGradGuard no_grad;
   CHECK(node(&recomputing) == "none");
   CHECK(node(&plain) == "none");
@@ -252,6 +319,27 @@ TEST_CASE("attention_core_form: what run_attention_core takes, and so what the e
   CHECK(attention_core_form(cpu, torch::kBFloat16, false) == AttentionCoreForm::fused);
   // Selective's layers keep tune's chunked recompute on the CPU (it skips the keys a packing mask hides).
   CHECK(attention_core_form(cpu, torch::kBFloat16, true, /*selective=*/true) == AttentionCoreForm::recomputing);
+}
+
+TEST_CASE("attention_core_form inside a block recompute follows the measured choice", "[nn][attention]") {
+  using tune::nn::AttentionCoreForm;
+  using tune::nn::attention_core_form;
+  const auto cpu = c10::DeviceType::CPU;
+  const tune::testing::ScopedEnv plain_core("TUNE_CPU_ATTENTION", "plain");
+  tune::clear_measured_cpu_kernels();
+  auto in_recompute = [&](c10::DeviceType device, c10::ScalarType dtype) {
+    return attention_core_form(device, dtype, /*kept_until_backward=*/false, false, false, /*in_block_recompute=*/true);
+  };
+  CHECK(in_recompute(cpu, torch::kBFloat16) == AttentionCoreForm::plain);  // nothing measured
+  tune::set_measured_recompute_core_recomputes(torch::kBFloat16, true);
+  CHECK(in_recompute(cpu, torch::kBFloat16) == AttentionCoreForm::recomputing);
+  CHECK(in_recompute(cpu, torch::kHalf) == AttentionCoreForm::plain);  // measured per dtype
+  CHECK(in_recompute(cpu, torch::kFloat) == AttentionCoreForm::plain);
+  // Without gradients (a forward alone) the plain form whatever was measured.
+  CHECK(attention_core_form(cpu, torch::kBFloat16, false) == AttentionCoreForm::plain);
+  tune::set_measured_recompute_core_recomputes(torch::kBFloat16, false);
+  CHECK(in_recompute(cpu, torch::kBFloat16) == AttentionCoreForm::plain);
+  tune::clear_measured_cpu_kernels();
 }
 
 TEST_CASE("on the CPU the fused core replaces the plain one for fp32, for bf16/fp16 only where LibTorch's kernels "

@@ -87,6 +87,23 @@ TEST_CASE("gelu_tanh_backward's bf16 kernel is the float64 derivative times the 
   CHECK(bf16_ulps(got, libtorch.to(torch::kDouble)).masked_select(near).max().item<double>() <= 1.0);
 }
 
+TEST_CASE("gelu_tanh_backward_ writes gelu_tanh_backward's values over the gradient", "[nn][gelu_tanh]") {
+  const torch::Tensor x = every_bf16_in_range();
+  torch::manual_seed(4);
+  const torch::Tensor grad = torch::randn(x.sizes()).to(torch::kBFloat16);
+  const torch::Tensor expected = tune::nn::gelu_tanh_backward(grad, x);
+  torch::Tensor overwritten = grad.clone();
+  const torch::Tensor got = tune::nn::gelu_tanh_backward_(overwritten, x);
+  CHECK(got.data_ptr() == overwritten.data_ptr());
+  CHECK(torch::equal(got, expected));
+  // Where LibTorch's kernel runs (fp32), a new tensor with its values, the gradient untouched.
+  const torch::Tensor x32 = x.to(torch::kFloat), grad32 = grad.to(torch::kFloat);
+  const torch::Tensor kept = grad32.clone();
+  const torch::Tensor fallback = tune::nn::gelu_tanh_backward_(grad32, x32);
+  CHECK(torch::equal(grad32, kept));
+  CHECK(torch::equal(fallback, torch::gelu_backward(kept, x32, "tanh")));
+}
+
 TEST_CASE("gelu_tanh at zero, infinities and NaN", "[nn][gelu_tanh]") {
   const float inf = std::numeric_limits<float>::infinity();
   const torch::Tensor x = torch::tensor({0.0f, -0.0f, inf, std::nanf("")}).to(torch::kBFloat16);

@@ -194,6 +194,38 @@ TEST_CASE("cpu kernel choice: the recomputing core's chunk minimum is the one th
   CHECK(tune::attention_chunk_min_rows() == 256);
 }
 
+TEST_CASE("cpu kernel choice: in block recomputes tune's core recomputes unless keeping its probabilities wins by "
+          "more than 10%", "[kernel_choice]") {
+  const Unpinned unpinned;
+  const tune::recipes::CpuWorkload step = tiny_llama_step();
+  auto recomputes = [] { return tune::measured_recompute_core_recomputes(c10::kBFloat16); };
+  auto form_in_recompute = [] {
+    return tune::nn::attention_core_form(c10::DeviceType::CPU, c10::kBFloat16, false, false, false, true);
+  };
+  // Second candidates (tune's core; inside recomputes the plain core) 8% faster: tune's core wins the fused kernel,
+  // and the recomputing form is kept inside recomputes (within 10%).
+  tune::recipes::choose_cpu_kernels(step, torch::kCPU, tune::ChoiceCache(fresh_cache("recompute-close")),
+                                    fake_clock(1.0, 0.92));
+  REQUIRE_FALSE(tune::nn::uses_fused_attention(c10::DeviceType::CPU, c10::kBFloat16));
+  CHECK(recomputes() == true);
+  CHECK(form_in_recompute() == tune::nn::AttentionCoreForm::recomputing);
+  // 15% faster: the plain core inside recomputes.
+  tune::recipes::choose_cpu_kernels(step, torch::kCPU, tune::ChoiceCache(fresh_cache("recompute-plain")),
+                                    fake_clock(1.0, 0.85));
+  CHECK(recomputes() == false);
+  CHECK(form_in_recompute() == tune::nn::AttentionCoreForm::plain);
+  // Where the fused kernel won, nothing is asked (it runs inside recomputes too); nor for a forward alone.
+  tune::clear_measured_cpu_kernels();
+  tune::recipes::choose_cpu_kernels(step, torch::kCPU, tune::ChoiceCache(fresh_cache("recompute-fused")),
+                                    fake_clock(1.0, 2.0));
+  CHECK_FALSE(recomputes().has_value());
+  tune::recipes::CpuWorkload forward = step;
+  forward.training = false;
+  tune::recipes::choose_cpu_kernels(forward, torch::kCPU, tune::ChoiceCache(fresh_cache("recompute-forward")),
+                                    fake_clock(1.0, 0.85));
+  CHECK_FALSE(recomputes().has_value());
+}
+
 TEST_CASE("cpu kernel choice: large shapes are measured at about a GFLOP per product", "[kernel_choice]") {
   const auto measured = tune::recipes::measured_projections(
       {{8192, 4096, 14336}, {8192, 4096, 4096}, {8192, 4096, 4096}, {512, 256, 672}, {0, 5, 5}});

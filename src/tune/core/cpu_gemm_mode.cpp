@@ -77,6 +77,7 @@ bool cpu_has_native_fp16_gemm() {
 constexpr int kUnset = -1;
 std::atomic<int> measured_gemm[2] = {kUnset, kUnset};
 std::atomic<int> measured_attention[2] = {kUnset, kUnset};
+std::atomic<int> measured_recompute_core[2] = {kUnset, kUnset};  // inside a block recompute: recomputing core
 
 int slot(c10::ScalarType dtype) {
   if (dtype == c10::kBFloat16) return 0;
@@ -115,6 +116,18 @@ std::optional<bool> measured_cpu_fused_attention(c10::ScalarType dtype) {
   const int s = slot(dtype);
   if (s < 0) return std::nullopt;
   const int measured = measured_attention[s].load(std::memory_order_relaxed);
+  if (measured == kUnset) return std::nullopt;
+  return measured == 1;
+}
+
+void set_measured_recompute_core_recomputes(c10::ScalarType dtype, bool recomputes) {
+  if (const int s = slot(dtype); s >= 0) measured_recompute_core[s].store(recomputes ? 1 : 0);
+}
+
+std::optional<bool> measured_recompute_core_recomputes(c10::ScalarType dtype) {
+  const int s = slot(dtype);
+  if (s < 0) return std::nullopt;
+  const int measured = measured_recompute_core[s].load(std::memory_order_relaxed);
   if (measured == kUnset) return std::nullopt;
   return measured == 1;
 }
@@ -161,6 +174,7 @@ void set_measured_attention_chunk_min_rows(int64_t rows) { measured_chunk_min_ro
 void clear_measured_cpu_kernels() {
   for (auto& m : measured_gemm) m.store(kUnset);
   for (auto& m : measured_attention) m.store(kUnset);
+  for (auto& m : measured_recompute_core) m.store(kUnset);
   measured_nf4_fused.store(kUnset);
   measured_chunk_min_rows.store(kUnset);
 }

@@ -42,6 +42,12 @@ void set_measured_cpu_gemm_mode(c10::ScalarType dtype, CpuGemmMode mode);
 // fp16 on the CPU, when this process made one (nn/attention_core.h follows it).
 void set_measured_cpu_fused_attention(c10::ScalarType dtype, bool fused);
 std::optional<bool> measured_cpu_fused_attention(c10::ScalarType dtype);
+// Inside a checkpointed block's recompute (grad mode on, the graph living through that block's backward alone):
+// whether tune's attention core recomputes its probabilities in backward as well (true) rather than keeping them
+// (false, a second product saved), as this process measured for bf16 or fp16 training on its run's shapes
+// (recipes/cpu_kernel_choice.h); unset: the plain core.
+void set_measured_recompute_core_recomputes(c10::ScalarType dtype, bool recomputes);
+std::optional<bool> measured_recompute_core_recomputes(c10::ScalarType dtype);
 // QLoRA's NF4 products on the CPU: whether they dequantise the weight in fp32 slices for sgemm
 // (precision/nf4_cpu_product.h) rather than whole for the matrix-product kernels: TUNE_NF4_CPU=fused|dequantize
 // (nf4_cpu_product_forced), else what this process measured faster on its NF4 weights (recipes/cpu_kernel_choice),

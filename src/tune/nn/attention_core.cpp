@@ -142,6 +142,14 @@ int64_t recompute_chunk_rows(int64_t queries) {
   return std::min(queries, std::max(attention_chunk_min_rows(), (queries + 3) / 4));
 }
 
+int64_t recompute_chunk_batch(int64_t batch, int64_t heads, int64_t rows, int64_t keys) {
+  const int64_t per_entry = std::max<int64_t>(1, heads * rows * keys);
+  const int64_t most = std::clamp<int64_t>(kRecomputeChunkScores / per_entry, 1, std::max<int64_t>(batch, 1));
+  // Chunks of nearly equal size: 16 entries at most 5 a chunk run as 4 x 4, not 5 + 5 + 5 + 1.
+  const int64_t chunks = (batch + most - 1) / most;
+  return chunks <= 1 ? std::max<int64_t>(batch, 1) : (batch + chunks - 1) / chunks;
+}
+
 namespace {
 
 // The mask's block for `range` (undefined stays undefined). A mask broadcast over the queries (one row, as a
@@ -152,26 +160,61 @@ torch::Tensor mask_block(const torch::Tensor& mask, const KeyRange& range) {
   return rows.slice(-1, range.key_begin, range.key_end);
 }
 
-// The recomputing form's forward: the plain form's ops, chunk by chunk over the same ranges backward will use, so
-// that forward's transient [B, H, T, S] tensors shrink to a chunk's and hidden keys are skipped here too. With one
-// chunk covering every key (a short T, or no mask) these are exactly the plain form's ops on the same tensors.
+// The batch entries [begin, end) of one chunk of the recomputing core (recompute_chunk_batch).
+struct BatchRange {
+  int64_t begin, end;
+};
+
+std::vector<BatchRange> batch_ranges(int64_t batch, int64_t heads, int64_t rows, int64_t keys) {
+  const int64_t entries = recompute_chunk_batch(batch, heads, rows, keys);
+  std::vector<BatchRange> ranges;
+  for (int64_t begin = 0; begin < batch; begin += entries) ranges.push_back({begin, std::min(batch, begin + entries)});
+  return ranges;
+}
+
+// The mask's entries for `range`: a mask broadcast over the batch (size 1 there, or fewer dims) keeps its one.
+torch::Tensor mask_entries(const torch::Tensor& mask, const BatchRange& range, int64_t batch) {
+  if (!mask.defined() || mask.dim() < 4 || mask.size(0) != batch) return mask;
+  return mask.slice(0, range.begin, range.end);
+}
+
+// The largest query-row chunk of `ranges` against its keys: what bounds a chunk's [entries, H, rows, keys] scores.
+int64_t widest_rows(const std::vector<KeyRange>& ranges) {
+  int64_t rows = 0;
+  for (const KeyRange& range : ranges) rows = std::max(rows, range.query_end - range.query_begin);
+  return rows;
+}
+
+// The recomputing form's forward: the plain form's ops, chunk by chunk over the same batch entries and query
+// ranges backward will use, so that forward's transient [B, H, T, S] tensors shrink to a chunk's and hidden keys
+// are skipped here too. With one chunk covering every entry and key (a short T and a small batch, or no mask) these
+// are exactly the plain form's ops on the same tensors; a chunk over fewer entries computes the same rows with the
+// same products, so the values are the same bits.
 torch::Tensor chunked_attention(const torch::Tensor& query, const torch::Tensor& key_in, const torch::Tensor& value_in,
                                 const torch::Tensor& mask, double scale, double softcap,
-                                const std::vector<KeyRange>& ranges) {
+                                const std::vector<KeyRange>& ranges, const std::vector<BatchRange>& entries) {
   const int64_t groups = query_groups(query, key_in);
   const torch::Tensor key = repeat_kv(key_in, groups);
   const torch::Tensor value = repeat_kv(value_in, groups);
   const torch::Tensor scaled_query = query * scale;
-  std::vector<torch::Tensor> parts;
-  for (const KeyRange& range : ranges) {
-    const torch::Tensor probabilities =
-        probabilities_of(scaled_query.slice(2, range.query_begin, range.query_end),
-                         key.slice(2, range.key_begin, range.key_end), mask_block(mask, range), softcap, nullptr,
-                         query.scalar_type());
-    parts.push_back(
-        torch::matmul(probabilities, value.slice(2, range.key_begin, range.key_end).to(query.scalar_type())));
+  std::vector<torch::Tensor> per_entries;
+  for (const BatchRange& batch : entries) {
+    const torch::Tensor query_b = scaled_query.slice(0, batch.begin, batch.end);
+    const torch::Tensor key_b = key.slice(0, batch.begin, batch.end);
+    const torch::Tensor value_b = value.slice(0, batch.begin, batch.end);
+    const torch::Tensor mask_b = mask_entries(mask, batch, query.size(0));
+    std::vector<torch::Tensor> parts;
+    for (const KeyRange& range : ranges) {
+      const torch::Tensor probabilities =
+          probabilities_of(query_b.slice(2, range.query_begin, range.query_end),
+                           key_b.slice(2, range.key_begin, range.key_end), mask_block(mask_b, range), softcap, nullptr,
+                           query.scalar_type());
+      parts.push_back(
+          torch::matmul(probabilities, value_b.slice(2, range.key_begin, range.key_end).to(query.scalar_type())));
+    }
+    per_entries.push_back(parts.size() == 1 ? parts[0] : torch::cat(parts, 2));
   }
-  return parts.size() == 1 ? parts[0] : torch::cat(parts, 2);
+  return per_entries.size() == 1 ? per_entries[0] : torch::cat(per_entries, 0);
 }
 
 // Saves query, key, value and the mask; backward recomputes the probabilities (module comment in the header).
@@ -183,13 +226,15 @@ struct RecomputingAttention : public torch::autograd::Function<RecomputingAttent
     // gradient and nothing modifies it in place.
     const torch::Tensor mask_tensor = mask.value_or(torch::Tensor());
     const std::vector<KeyRange> ranges = visible_key_ranges(mask_tensor, query.size(2), key.size(2));
-    const torch::Tensor context = chunked_attention(query, key, value, mask_tensor, scale, softcap, ranges);
+    const std::vector<BatchRange> entries = batch_ranges(query.size(0), query.size(1), widest_rows(ranges), key.size(2));
+    const torch::Tensor context = chunked_attention(query, key, value, mask_tensor, scale, softcap, ranges, entries);
     // The chunks, flattened four numbers each, so that backward walks the same ones without scanning the mask again.
     std::vector<int64_t> flat;
     for (const KeyRange& range : ranges) {
       flat.insert(flat.end(), {range.query_begin, range.query_end, range.key_begin, range.key_end});
     }
     ctx->saved_data["ranges"] = flat;
+    ctx->saved_data["entries"] = entries.front().end - entries.front().begin;
     ctx->save_for_backward({query, key, value});
     ctx->saved_data["mask"] = mask;
     ctx->saved_data["scale"] = scale;
@@ -224,81 +269,98 @@ struct RecomputingAttention : public torch::autograd::Function<RecomputingAttent
     const bool want_value = ctx->needs_input_grad(2);
 
     const auto flat = ctx->saved_data["ranges"].toIntVector();
-    // One chunk over every key (no mask, or a short T) without grouped key/value heads: each gradient is one
-    // product, taken as it comes. Otherwise fp32 accumulators for the key and value gradients, which every query
-    // chunk adds to (and sum_repeated sums a group's heads in).
-    const bool whole = groups == 1 && flat.size() == 4 && flat[0] == 0 && flat[1] == scaled_query.size(2) &&
-                       flat[2] == 0 && flat[3] == key.size(2);
+    const int64_t batch = scaled_query.size(0);
+    const int64_t per_chunk = ctx->saved_data["entries"].toInt();
+    // One query chunk over every key (no mask, or a short T) without grouped key/value heads: each chunk of batch
+    // entries has its key and value gradients from one product, written into its entries (or taken as they come
+    // when one chunk covers the batch). Otherwise fp32 accumulators for the key and value gradients, which every
+    // query chunk adds to (and sum_repeated sums a group's heads in).
+    const bool whole_keys = groups == 1 && flat.size() == 4 && flat[0] == 0 && flat[1] == scaled_query.size(2) &&
+                            flat[2] == 0 && flat[3] == key.size(2);
+    const bool one_chunk = whole_keys && per_chunk >= batch;
     const auto accumulate = scaled_query.options().dtype(softmax_dtype(dtype));
+    auto gradient_of = [&](bool wanted, const torch::Tensor& like) {
+      if (!wanted || one_chunk) return torch::Tensor();
+      return whole_keys ? torch::empty(like.sizes(), like.options()) : torch::zeros(like.sizes(), accumulate);
+    };
     torch::Tensor grad_query = want_query ? torch::empty_like(scaled_query) : torch::Tensor();
-    torch::Tensor grad_key = want_key && !whole ? torch::zeros(key.sizes(), accumulate) : torch::Tensor();
-    torch::Tensor grad_value = want_value && !whole ? torch::zeros(value.sizes(), accumulate) : torch::Tensor();
-    // The accumulators' `add_` and `copy_` below, or the product itself for a whole chunk (bit for bit the same: a
-    // low-precision product added to fp32 zeros and cast back is itself).
-    auto add_part = [whole](torch::Tensor& total, int64_t begin, int64_t end, torch::Tensor part) {
-      if (whole) {
+    torch::Tensor grad_key = gradient_of(want_key, key);
+    torch::Tensor grad_value = gradient_of(want_value, value);
+    // The accumulators' `add_`, a chunk of entries' `copy_`, or the product itself for a single chunk (bit for bit
+    // the same: a low-precision product added to fp32 zeros and cast back is itself).
+    auto add_part = [&](torch::Tensor& total, const BatchRange& entries, int64_t begin, int64_t end,
+                        torch::Tensor part) {
+      if (one_chunk) {
         total = std::move(part);
+      } else if (whole_keys) {
+        total.slice(0, entries.begin, entries.end).copy_(part);
       } else {
-        total.slice(2, begin, end).add_(part);
+        total.slice(0, entries.begin, entries.end).slice(2, begin, end).add_(part);
       }
     };
-    for (size_t i = 0; i + 3 < flat.size(); i += 4) {
-      const KeyRange chunk{flat[i], flat[i + 1], flat[i + 2], flat[i + 3]};
-      const torch::Tensor query_c = scaled_query.slice(2, chunk.query_begin, chunk.query_end);
-      const torch::Tensor key_c = key.slice(2, chunk.key_begin, chunk.key_end);
-      const torch::Tensor value_c = value.slice(2, chunk.key_begin, chunk.key_end);
-      const torch::Tensor grad_context_c = grad_context.slice(2, chunk.query_begin, chunk.query_end);
-      const torch::Tensor mask_c = mask_block(mask, chunk);
-      // context = P_c v, P_c = P in the compute dtype, P = softmax(logits), logits = (q * scale) k^T + mask (with a
-      // soft cap: softcap * tanh((q * scale) k^T / softcap) + mask).
-      torch::Tensor capped_tanh;
-      torch::Tensor logits = scores_of(query_c, key_c, mask_c, softcap, &capped_tanh);
-      torch::Tensor grad_products;  // grad_context_c v^T: the probabilities' gradient in the compute dtype
-      if (!capped_tanh.defined() && (want_query || want_key) && softmax_uses_tune_kernel(logits)) {
-        // bf16 on the CPU: the softmax recomputed and differentiated in one pass per row (nn/softmax_bf16.h), its
-        // probabilities in bf16 for the value gradient, the logits' gradient in bf16 for the products below.
-        grad_products = torch::matmul(grad_context_c, value_c.transpose(2, 3));
-        if (softmax_backward_uses_tune_kernel(logits, grad_products)) {
-          auto [probabilities_c, grad_scores] = softmax_and_backward_of_bf16_scores(logits, grad_products);
-          logits.reset();
-          grad_products.reset();
-          if (want_value) {
-            add_part(grad_value, chunk.key_begin, chunk.key_end,
-                     torch::matmul(probabilities_c.transpose(2, 3), grad_context_c));
+    for (int64_t entry = 0; entry < batch; entry += per_chunk) {
+      const BatchRange entries{entry, std::min(batch, entry + per_chunk)};
+      const torch::Tensor query_b = scaled_query.slice(0, entries.begin, entries.end);
+      const torch::Tensor key_b = key.slice(0, entries.begin, entries.end);
+      const torch::Tensor value_b = value.slice(0, entries.begin, entries.end);
+      const torch::Tensor grad_context_b = grad_context.slice(0, entries.begin, entries.end);
+      const torch::Tensor mask_b = mask_entries(mask, entries, batch);
+      const torch::Tensor grad_query_b =
+          want_query ? grad_query.slice(0, entries.begin, entries.end) : torch::Tensor();
+      for (size_t i = 0; i + 3 < flat.size(); i += 4) {
+        const KeyRange chunk{flat[i], flat[i + 1], flat[i + 2], flat[i + 3]};
+        const torch::Tensor query_c = query_b.slice(2, chunk.query_begin, chunk.query_end);
+        const torch::Tensor key_c = key_b.slice(2, chunk.key_begin, chunk.key_end);
+        const torch::Tensor value_c = value_b.slice(2, chunk.key_begin, chunk.key_end);
+        const torch::Tensor grad_context_c = grad_context_b.slice(2, chunk.query_begin, chunk.query_end);
+        const torch::Tensor mask_c = mask_block(mask_b, chunk);
+        // context = P_c v, P_c = P in the compute dtype, P = softmax(logits), logits = (q * scale) k^T + mask (with
+        // a soft cap: softcap * tanh((q * scale) k^T / softcap) + mask).
+        torch::Tensor capped_tanh;
+        torch::Tensor logits = scores_of(query_c, key_c, mask_c, softcap, &capped_tanh);
+        torch::Tensor grad_products;  // grad_context_c v^T: the probabilities' gradient in the compute dtype
+        torch::Tensor grad_scores;    // the logits' gradient in the compute dtype
+        if (!capped_tanh.defined() && (want_query || want_key) && softmax_uses_tune_kernel(logits)) {
+          // bf16 on the CPU: the softmax recomputed and differentiated in one pass per row (nn/softmax_bf16.h), its
+          // probabilities in bf16 for the value gradient, the logits' gradient in bf16 for the products below.
+          grad_products = torch::matmul(grad_context_c, value_c.transpose(2, 3));
+          if (softmax_backward_uses_tune_kernel(logits, grad_products)) {
+            auto [probabilities_c, fused_grad_scores] = softmax_and_backward_of_bf16_scores(logits, grad_products);
+            logits.reset();
+            grad_products.reset();
+            if (want_value) {
+              add_part(grad_value, entries, chunk.key_begin, chunk.key_end,
+                       torch::matmul(probabilities_c.transpose(2, 3), grad_context_c));
+            }
+            grad_scores = std::move(fused_grad_scores);
           }
-          probabilities_c.reset();
-          if (want_query) {
-            grad_query.slice(2, chunk.query_begin, chunk.query_end).copy_(torch::matmul(grad_scores, key_c) * scale);
-          }
-          if (want_key) {
-            add_part(grad_key, chunk.key_begin, chunk.key_end, torch::matmul(grad_scores.transpose(2, 3), query_c));
-          }
-          continue;
         }
-      }
-      torch::Tensor probabilities = softmax_of_bf16_scores(logits, softmax_dtype(logits.scalar_type()));
-      logits.reset();
-      if (want_value) {
-        add_part(grad_value, chunk.key_begin, chunk.key_end,
-                 torch::matmul(probabilities.to(dtype).transpose(2, 3), grad_context_c));
-      }
-      if (!want_query && !want_key) continue;
-      if (!grad_products.defined()) grad_products = torch::matmul(grad_context_c, value_c.transpose(2, 3));
-      torch::Tensor grad_probabilities = grad_products.to(probabilities.scalar_type());
-      grad_products.reset();
-      torch::Tensor grad_logits =
-          at::_softmax_backward_data(grad_probabilities, probabilities, -1, probabilities.scalar_type());
-      grad_probabilities.reset();
-      probabilities.reset();
-      // Through the cap: d(softcap * tanh(s / softcap)) / ds = 1 - tanh^2 (the mask is a constant).
-      if (capped_tanh.defined()) grad_logits.mul_(1.0 - capped_tanh.to(grad_logits.scalar_type()).square());
-      const torch::Tensor grad_scores = grad_logits.to(dtype);
-      grad_logits.reset();
-      if (want_query) {
-        grad_query.slice(2, chunk.query_begin, chunk.query_end).copy_(torch::matmul(grad_scores, key_c) * scale);
-      }
-      if (want_key) {
-        add_part(grad_key, chunk.key_begin, chunk.key_end, torch::matmul(grad_scores.transpose(2, 3), query_c));
+        if (!grad_scores.defined()) {
+          torch::Tensor probabilities = softmax_of_bf16_scores(logits, softmax_dtype(logits.scalar_type()));
+          logits.reset();
+          if (want_value) {
+            add_part(grad_value, entries, chunk.key_begin, chunk.key_end,
+                     torch::matmul(probabilities.to(dtype).transpose(2, 3), grad_context_c));
+          }
+          if (!want_query && !want_key) continue;
+          if (!grad_products.defined()) grad_products = torch::matmul(grad_context_c, value_c.transpose(2, 3));
+          torch::Tensor grad_probabilities = grad_products.to(probabilities.scalar_type());
+          grad_products.reset();
+          torch::Tensor grad_logits =
+              at::_softmax_backward_data(grad_probabilities, probabilities, -1, probabilities.scalar_type());
+          grad_probabilities.reset();
+          probabilities.reset();
+          // Through the cap: d(softcap * tanh(s / softcap)) / ds = 1 - tanh^2 (the mask is a constant).
+          if (capped_tanh.defined()) grad_logits.mul_(1.0 - capped_tanh.to(grad_logits.scalar_type()).square());
+          grad_scores = grad_logits.to(dtype);
+        }
+        if (want_query) {
+          grad_query_b.slice(2, chunk.query_begin, chunk.query_end).copy_(torch::matmul(grad_scores, key_c) * scale);
+        }
+        if (want_key) {
+          add_part(grad_key, entries, chunk.key_begin, chunk.key_end,
+                   torch::matmul(grad_scores.transpose(2, 3), query_c));
+        }
       }
     }
     if (want_key) grad_key = sum_repeated(grad_key, groups);
@@ -369,9 +431,12 @@ bool recomputing_core_fuses_softmax_backward(c10::DeviceType device, c10::Scalar
 }
 
 AttentionCoreForm attention_core_form(c10::DeviceType device, c10::ScalarType dtype, bool kept_until_backward,
-                                      bool selective, bool softcapped) {
+                                      bool selective, bool softcapped, bool in_block_recompute) {
   if (uses_fused_attention(device, dtype, selective && kept_until_backward, softcapped)) return AttentionCoreForm::fused;
-  return kept_until_backward ? AttentionCoreForm::recomputing : AttentionCoreForm::plain;
+  if (kept_until_backward) return AttentionCoreForm::recomputing;
+  const bool recompute_recomputes =
+      in_block_recompute && device == c10::DeviceType::CPU && measured_recompute_core_recomputes(dtype).value_or(false);
+  return recompute_recomputes ? AttentionCoreForm::recomputing : AttentionCoreForm::plain;
 }
 
 torch::Tensor run_attention_core(BlockRunner* runner, const torch::Tensor& query, const torch::Tensor& key,
@@ -381,8 +446,10 @@ torch::Tensor run_attention_core(BlockRunner* runner, const torch::Tensor& query
   // and the saved log-sum-exp (what the recomputing form does by hand) in tiles that never hold [T, S] at once.
   const bool selective = runner != nullptr && runner->recomputes(RegionKind::attention_core);
   const bool kept_until_backward = graph_kept_until_backward(selective);
+  // Grad mode on without a graph kept until a later backward: a checkpointed block's recompute.
+  const bool in_block_recompute = torch::GradMode::is_enabled() && !kept_until_backward;
   switch (attention_core_form(query.device().type(), query.scalar_type(), kept_until_backward, selective,
-                              softcap > 0.0)) {
+                              softcap > 0.0, in_block_recompute)) {
     case AttentionCoreForm::fused:
       return attention_core_fused(query, key, value, mask, scale, causal);
     case AttentionCoreForm::recomputing:

@@ -36,6 +36,20 @@ torch::Tensor attention_core_recomputing_probabilities(const torch::Tensor& quer
 // all. The activation estimates size the core's backward by it.
 int64_t recompute_chunk_rows(int64_t queries);
 
+// Batch entries per chunk of the recomputing core, forward and backward, for `heads` x `rows` x `keys` scores an
+// entry (rows: the widest query chunk): as many as keep a chunk's scores within kRecomputeChunkScores (at least one),
+// spread evenly over the chunks. Its backward holds a few tensors of a chunk's scores at once (8 bytes per score in
+// bf16 on the CPU), so a batch of many short sequences (Latte's frames: 16 x 6 heads x 256 x 256 scores) no longer
+// holds all of them at once; matmuls over fewer entries of the same shapes lose nothing. The estimates size the
+// backward by it.
+constexpr int64_t kRecomputeChunkScores = int64_t{2} << 20;
+int64_t recompute_chunk_batch(int64_t batch, int64_t heads, int64_t rows, int64_t keys);
+// The share of the batch entries one such chunk holds (1 for a single chunk).
+inline double recompute_chunk_batch_share(int64_t batch, int64_t heads, int64_t rows, int64_t keys) {
+  return batch <= 0 ? 1.0
+                    : static_cast<double>(recompute_chunk_batch(batch, heads, rows, keys)) / static_cast<double>(batch);
+}
+
 // LibTorch's fused scaled_dot_product_attention (on CUDA: FlashAttention-2 for bf16/fp16 without an explicit
 // mask, the memory-efficient kernel with one), the same values to rounding. Autograd keeps q, k, v, the output and
 // a log-sum-exp per row; backward recomputes the probabilities tile by tile. `causal`: `mask` is exactly the
@@ -70,8 +84,9 @@ enum class AttentionCoreForm {
 // block's recompute, i.e. a plainly run block or selective checkpointing's, `selective`, or inside a multi-block
 // segment's recompute before its last block, whose graph outlives its own backward). The probabilities cost 6 bytes per score under bf16
 // (batch 4 x 4 heads x 512 x 512 scores a layer of the Llama benchmark: 24 MiB) against one more q k^T and softmax in backward
-// (measured: the same step time, docs/BENCHMARKS.md). Without gradients, and inside a checkpointed block's recompute
-// (its graph lives only through that block's backward, one block at a time), the plain form: no second product.
+// (measured: the same step time, docs/BENCHMARKS.md). Without gradients the plain form; inside a checkpointed block's
+// recompute (its graph lives only through that block's backward, one block at a time) the plain form too unless
+// measured otherwise (`in_block_recompute` below).
 // (Measured on the AVX512-BF16 EPYC, docs/BENCHMARKS.md: the recompute costs ~14% of the Llama benchmark's step
 // under policy off there, against the 24 MiB a layer.)
 // Whether the recomputing core's backward takes the fused softmax backward (nn/softmax_bf16.h: probabilities and
@@ -79,8 +94,15 @@ enum class AttentionCoreForm {
 // cap, unless TUNE_CPU_SOFTMAX=libtorch. The activation estimates ask it.
 bool recomputing_core_fuses_softmax_backward(c10::DeviceType device, c10::ScalarType dtype, bool softcapped);
 
+// `in_block_recompute`: grad mode on inside a checkpointed block's recompute (not kept until backward): there the
+// plain form, unless this process measured the recomputing one at least as fast on its run's shapes for a bf16/fp16
+// CPU run (core/cpu_gemm_mode.h: measured_recompute_core_recomputes; recipes/cpu_kernel_choice.h). Its fused softmax
+// backward can outrun the plain core's autograd softmax even with the extra product (Latte-S/2's spatial blocks:
+// 1.37 s a step at policy full against 1.45 s, and 32 MiB less at the peak), or lose to it where attention is a
+// larger share of the work (the 8-layer Llama benchmark, 512 tokens: 20% slower).
 AttentionCoreForm attention_core_form(c10::DeviceType device, c10::ScalarType dtype, bool kept_until_backward,
-                                      bool selective = false, bool softcapped = false);
+                                      bool selective = false, bool softcapped = false,
+                                      bool in_block_recompute = false);
 
 // What a block calls: the form attention_core_form gives for nn::graph_kept_until_backward (grad mode, the current
 // recompute and segment, block_runner.h) and whether `runner` recomputes the attention core (selective

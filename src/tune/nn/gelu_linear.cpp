@@ -46,8 +46,9 @@ struct RecomputingGeluLinear : public torch::autograd::Function<RecomputingGeluL
       grad_bias = grad.sum(0).to(static_cast<torch::ScalarType>(ctx->saved_data["bias_dtype"].toInt()));
     }
     if (ctx->needs_input_grad(0)) {
+      // A fresh tensor nothing else holds: GELU's backward writes over it.
       const torch::Tensor grad_activation = grad.mm(weight.to(dtype)).to(hidden.scalar_type());
-      grad_hidden = gelu_tanh_backward(grad_activation, flat_hidden).view(hidden.sizes());
+      grad_hidden = gelu_tanh_backward_(grad_activation, flat_hidden).view(hidden.sizes());
     }
     return {grad_hidden, grad_weight, grad_bias};
   }

@@ -42,16 +42,23 @@ TUNE_VECTOR_CLONES void gelu_forward_bf16(const uint16_t* __restrict x, uint16_t
 
 // d/dx [x s] = s + x s (1 - s) 2 u'(x), s = sigmoid(2u), u' = sqrt(2/pi)(1 + 3 * 0.044715 x^2): LibTorch's
 // 0.5 (1 + t) + 0.5 x (1 - t^2) u' with t = tanh(u), since 0.5 (1 - t^2) = 2 s (1 - s).
+// d gelu / dx at a bf16 input.
+inline float gelu_derivative(uint16_t x_bits) {
+  const float value = bf16_to_float(x_bits);
+  const float s = half_one_plus_tanh(value);
+  const float slope = kSqrt2OverPi * (1.0f + 3.0f * kCubic * value * value);
+  const float spread = s * (1.0f - s);  // 0 in both tails, where x * spread would be inf * 0 at x = +-inf
+  return spread == 0.0f ? s : s + 2.0f * value * spread * slope;
+}
+
 TUNE_VECTOR_CLONES void gelu_backward_bf16(const uint16_t* __restrict grad, const uint16_t* __restrict x,
                                            uint16_t* __restrict out, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) {
-    const float value = bf16_to_float(x[i]);
-    const float s = half_one_plus_tanh(value);
-    const float slope = kSqrt2OverPi * (1.0f + 3.0f * kCubic * value * value);
-    const float spread = s * (1.0f - s);  // 0 in both tails, where x * spread would be inf * 0 at x = +-inf
-    const float derivative = spread == 0.0f ? s : s + 2.0f * value * spread * slope;
-    out[i] = float_to_bf16(bf16_to_float(grad[i]) * derivative);
-  }
+  for (int64_t i = 0; i < count; ++i) out[i] = float_to_bf16(bf16_to_float(grad[i]) * gelu_derivative(x[i]));
+}
+
+// The same written over the gradient (one pointer, so no aliasing for the vectoriser to guard against).
+TUNE_VECTOR_CLONES void gelu_backward_bf16_in_place(uint16_t* grad, const uint16_t* __restrict x, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) grad[i] = float_to_bf16(bf16_to_float(grad[i]) * gelu_derivative(x[i]));
 }
 
 // Elements per parallel task: large enough that a task's time dwarfs the scheduling.
@@ -99,20 +106,40 @@ torch::Tensor gelu_tanh(const torch::Tensor& x) {
   return out;
 }
 
-torch::Tensor gelu_tanh_backward(const torch::Tensor& grad, const torch::Tensor& x) {
+namespace {
+
+torch::Tensor gelu_tanh_backward_into(const torch::Tensor& grad, const torch::Tensor& x, bool overwrite) {
   if (!gelu_tanh_uses_tune_kernel(x) || grad.scalar_type() != x.scalar_type() || !grad.is_contiguous() ||
       grad.sizes() != x.sizes()) {
     torch::NoGradGuard no_grad;
     return torch::gelu_backward(grad, x, kApproximate);
   }
+  const uint16_t* in = bits_of(x);
+  if (overwrite) {
+    torch::Tensor out = grad;
+    uint16_t* g = bits_of(out);
+    tune::parallel_for(0, x.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      gelu_backward_bf16_in_place(g + begin, in + begin, end - begin);
+    });
+    return out;
+  }
   torch::Tensor out = torch::empty_like(x, torch::MemoryFormat::Contiguous);
   const uint16_t* g = bits_of(grad);
-  const uint16_t* in = bits_of(x);
   uint16_t* result = bits_of(out);
   tune::parallel_for(0, x.numel(), kGrain, [&](int64_t begin, int64_t end) {
     gelu_backward_bf16(g + begin, in + begin, result + begin, end - begin);
   });
   return out;
+}
+
+}  // namespace
+
+torch::Tensor gelu_tanh_backward(const torch::Tensor& grad, const torch::Tensor& x) {
+  return gelu_tanh_backward_into(grad, x, /*overwrite=*/false);
+}
+
+torch::Tensor gelu_tanh_backward_(const torch::Tensor& grad, const torch::Tensor& x) {
+  return gelu_tanh_backward_into(grad, x, /*overwrite=*/true);
 }
 
 torch::Tensor gelu_tanh_differentiable(const torch::Tensor& x) {

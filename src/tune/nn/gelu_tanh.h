@@ -22,6 +22,9 @@ torch::Tensor gelu_tanh(const torch::Tensor& x);
 // The input's gradient of gelu_tanh: grad * d gelu / dx at x, in the dtype of x, by the same rule (tune's kernel
 // for bf16 CPU tensors of one shape, LibTorch's gelu_backward otherwise).
 torch::Tensor gelu_tanh_backward(const torch::Tensor& grad, const torch::Tensor& x);
+// The same, written over `grad` where tune's kernel runs (else a new tensor, as above): for a caller whose incoming
+// gradient dies here, one [rows, inner] tensor less at the MLP's backward peak.
+torch::Tensor gelu_tanh_backward_(const torch::Tensor& grad, const torch::Tensor& x);
 
 // gelu_tanh with autograd: keeps x (as LibTorch's GELU does) and differentiates through gelu_tanh_backward.
 torch::Tensor gelu_tanh_differentiable(const torch::Tensor& x);

@@ -125,7 +125,8 @@ RunnerStacks stacks_with_attention_cores(Shape shape, c10::DeviceType device, c1
   stacks.plain = stack_of(shape, false);
   Shape recomputed = shape;
   recomputed.attention_core =
-      nn::attention_core_form(device, compute_dtype, /*kept_until_backward=*/false, false, softcapped);
+      nn::attention_core_form(device, compute_dtype, /*kept_until_backward=*/false, false, softcapped,
+                              /*in_block_recompute=*/true);
   if constexpr (has_kept_flag) recomputed.kept_until_backward = false;
   if (has_kept_flag || recomputed.attention_core != shape.attention_core) {
     stacks.plain.recomputed_blocks = stack_of(recomputed, false).blocks;

@@ -164,29 +164,37 @@ void choose_nf4_products(const CpuWorkload& workload, const ChoiceCache& cache, 
 }
 
 // Inputs of one attention core; the candidate runs forward (and backward when training) on fresh leaves each time.
+// Laid out [batch_heads, 1, T, D]: each (sequence, head) pair an entry of the batch, so that the recomputing core
+// splits them into chunks as it splits a run's sequences (nn::recompute_chunk_batch).
 struct AttentionInputs {
   AttentionShape shape;
   torch::Tensor q, k, v, mask;
 };
 
 TimedCandidate attention_candidate(const std::string& name, std::vector<AttentionInputs> inputs, bool training,
-                                   bool fused) {
-  return {name, [inputs = std::move(inputs), training, fused] {
+                                   nn::AttentionCoreForm form) {
+  return {name, [inputs = std::move(inputs), training, form] {
             torch::AutoGradMode grad(training);
             for (const AttentionInputs& in : inputs) {
               const torch::Tensor q = training ? in.q.detach().requires_grad_() : in.q;
               const torch::Tensor k = training ? in.k.detach().requires_grad_() : in.k;
               const torch::Tensor v = training ? in.v.detach().requires_grad_() : in.v;
               const double scale = 1.0 / std::sqrt(double(in.shape.head_dim));
-              // tune's core in the form a run takes (nn::attention_core_form): recomputing its probabilities in
-              // backward when training, plain for a forward alone.
               const torch::Tensor out =
-                  fused      ? nn::attention_core_fused(q, k, v, in.mask, scale, in.shape.causal)
-                  : training ? nn::attention_core_recomputing_probabilities(q, k, v, in.mask, scale)
-                             : nn::attention_core(q, k, v, in.mask, scale);
+                  form == nn::AttentionCoreForm::fused
+                      ? nn::attention_core_fused(q, k, v, in.mask, scale, in.shape.causal)
+                  : form == nn::AttentionCoreForm::recomputing
+                      ? nn::attention_core_recomputing_probabilities(q, k, v, in.mask, scale)
+                      : nn::attention_core(q, k, v, in.mask, scale);
               if (training) out.backward(torch::ones_like(out));
             }
           }};
+}
+
+// tune's core in the form a run takes in its plainly run blocks (nn::attention_core_form): recomputing its
+// probabilities in backward when training, plain for a forward alone.
+nn::AttentionCoreForm tune_core_form(bool training) {
+  return training ? nn::AttentionCoreForm::recomputing : nn::AttentionCoreForm::plain;
 }
 
 std::string attention_text(const std::vector<AttentionShape>& shapes) {
@@ -205,9 +213,9 @@ void choose_attention(const CpuWorkload& workload, const ChoiceCache& cache, con
   for (const AttentionShape& requested : workload.attentions) {
     const AttentionShape s = measured_attention(requested);
     shapes.push_back(s);
-    inputs.push_back({s, torch::randn({1, s.batch_heads, s.queries, s.head_dim}, options),
-                      torch::randn({1, s.batch_heads, s.keys, s.head_dim}, options),
-                      torch::randn({1, s.batch_heads, s.keys, s.head_dim}, options),
+    inputs.push_back({s, torch::randn({s.batch_heads, 1, s.queries, s.head_dim}, options),
+                      torch::randn({s.batch_heads, 1, s.keys, s.head_dim}, options),
+                      torch::randn({s.batch_heads, 1, s.keys, s.head_dim}, options),
                       s.causal ? nn::make_causal_mask(s.queries, 0, {}, torch::kCPU) : torch::Tensor()});
   }
   // tune's core's products take the product choice just made, so it is part of the key.
@@ -219,8 +227,9 @@ void choose_attention(const CpuWorkload& workload, const ChoiceCache& cache, con
   const std::string key = fmt::format("{} | attention {} {} | {} | matmul {} | {}", cpu_kernel_context(),
                                       dtype_name(workload.dtype), workload.training ? "forward+backward" : "forward",
                                       attention_text(shapes), native_products ? kNative : kFp32Accumulate, tune_core);
-  const std::vector<TimedCandidate> candidates = {attention_candidate(kFused, inputs, workload.training, true),
-                                                  attention_candidate(tune_core, inputs, workload.training, false)};
+  const std::vector<TimedCandidate> candidates = {
+      attention_candidate(kFused, inputs, workload.training, nn::AttentionCoreForm::fused),
+      attention_candidate(tune_core, inputs, workload.training, tune_core_form(workload.training))};
   const MeasuredChoice choice = choose_fastest(key, candidates, cache, clock);
   const bool fused = choice.chosen == kFused;
   set_measured_cpu_fused_attention(workload.dtype, fused);
@@ -231,6 +240,44 @@ void choose_attention(const CpuWorkload& workload, const ChoiceCache& cache, con
                                 seconds_of(choice, fused ? tune_core : kFused, 0.0), origin(choice, cache)));
   log::debug("CPU kernels: attention shapes timed [batch x heads, queries, keys, head dim]: {}",
              attention_text(shapes));
+}
+
+// Inside a checkpointed block's recompute (nn::attention_core_form's `in_block_recompute`): tune's core recomputing
+// its probabilities in backward (the default) against the plain core keeping them, forward and backward on the
+// run's shapes. The plain core keeps 6 bytes a score more through the block's backward, so it must win by more than
+// 10%: timed alone here it came out 5% ahead of the recomputing core on Latte-S/2's shapes, yet in the step (where
+// its fp32 probabilities are fresh pages and cache misses) the recomputing core made the step 5% faster; on the
+// 8-layer Llama benchmark's causal 512-token shapes the plain core is 20% faster, a real difference.
+void choose_recompute_core(const CpuWorkload& workload, const ChoiceCache& cache, const SecondsClock& clock) {
+  std::vector<AttentionShape> shapes;
+  std::vector<AttentionInputs> inputs;
+  const auto options = torch::TensorOptions().dtype(workload.dtype);
+  for (const AttentionShape& requested : workload.attentions) {
+    const AttentionShape s = measured_attention(requested);
+    shapes.push_back(s);
+    inputs.push_back({s, torch::randn({s.batch_heads, 1, s.queries, s.head_dim}, options),
+                      torch::randn({s.batch_heads, 1, s.keys, s.head_dim}, options),
+                      torch::randn({s.batch_heads, 1, s.keys, s.head_dim}, options),
+                      s.causal ? nn::make_causal_mask(s.queries, 0, {}, torch::kCPU) : torch::Tensor()});
+  }
+  const bool native_products = cpu_gemm_mode_for(workload.dtype) == CpuGemmMode::native;
+  const std::string key = fmt::format("{} | attention {} in a block recompute forward+backward | {} | matmul {} | within 10%",
+                                      cpu_kernel_context(), dtype_name(workload.dtype), attention_text(shapes),
+                                      native_products ? kNative : kFp32Accumulate);
+  const std::vector<TimedCandidate> candidates = {
+      attention_candidate(kRecomputing, inputs, /*training=*/true, nn::AttentionCoreForm::recomputing),
+      attention_candidate(kPlain, inputs, /*training=*/true, nn::AttentionCoreForm::plain)};
+  MeasureOptions within_tenth;
+  within_tenth.keep_default_within = 0.10;
+  const MeasuredChoice choice = choose_fastest(key, candidates, cache, clock, within_tenth);
+  const bool recomputes = choice.chosen == kRecomputing;
+  set_measured_recompute_core_recomputes(workload.dtype, recomputes);
+  const log::Level level = workload.announce ? log::Level::info : log::Level::debug;
+  log::write(level, fmt::format("CPU kernels: {} attention core in checkpointed blocks' recomputes {}, {} against {} ({})",
+                                dtype_name(workload.dtype),
+                                recomputes ? "recomputing its probabilities" : "keeping its probabilities",
+                                seconds_of(choice, choice.chosen, 0.0),
+                                seconds_of(choice, recomputes ? kPlain : kRecomputing, 0.0), origin(choice, cache)));
 }
 
 // The recomputing core's chunk minimum (nn::recompute_chunk_rows) on the run's causal shapes, forward and backward:
@@ -246,9 +293,9 @@ void choose_chunk_rows(const CpuWorkload& workload, const ChoiceCache& cache, co
     const AttentionShape s = measured_attention(requested);
     shapes.push_back(s);
     longest = std::max(longest, s.queries);
-    inputs.push_back({s, torch::randn({1, s.batch_heads, s.queries, s.head_dim}, options),
-                      torch::randn({1, s.batch_heads, s.keys, s.head_dim}, options),
-                      torch::randn({1, s.batch_heads, s.keys, s.head_dim}, options),
+    inputs.push_back({s, torch::randn({s.batch_heads, 1, s.queries, s.head_dim}, options),
+                      torch::randn({s.batch_heads, 1, s.keys, s.head_dim}, options),
+                      torch::randn({s.batch_heads, 1, s.keys, s.head_dim}, options),
                       nn::make_causal_mask(s.queries, 0, {}, torch::kCPU)});
   }
   std::vector<int64_t> minimums;
@@ -258,7 +305,8 @@ void choose_chunk_rows(const CpuWorkload& workload, const ChoiceCache& cache, co
   if (minimums.size() < 2) return;
   std::vector<TimedCandidate> candidates;
   for (const int64_t rows : minimums) {
-    const TimedCandidate core = attention_candidate(kRecomputing, inputs, /*training=*/true, /*fused=*/false);
+    const TimedCandidate core =
+        attention_candidate(kRecomputing, inputs, /*training=*/true, nn::AttentionCoreForm::recomputing);
     candidates.push_back({fmt::format("{}", rows), [rows, run = core.run] {
                             set_measured_attention_chunk_min_rows(rows);
                             run();
@@ -341,6 +389,10 @@ void choose_cpu_kernels(const CpuWorkload& workload, c10::Device device, const C
   choose_attention(workload, cache, clock);
   // Training runs tune's recomputing core wherever the fused kernel lost, and in selective's blocks always.
   if (workload.training && !attention_chunk_min_rows_forced()) choose_chunk_rows(workload, cache, clock);
+  // And, where the fused kernel lost, tune's core in checkpointed blocks' recomputes in whichever form was faster.
+  if (workload.training && !measured_cpu_fused_attention(workload.dtype).value_or(false)) {
+    choose_recompute_core(workload, cache, clock);
+  }
 }
 
 void choose_cpu_kernels(const CpuWorkload& workload, c10::Device device) {

@@ -6,6 +6,9 @@
 //     (nn/attention_core.h: recomputing its probabilities in backward when training, plain for a forward alone),
 //     forward and (training) backward, timed after the product choice is in force (tune's core's products take
 //     it). Neither keeps [T, S] probabilities until backward, so speed alone decides;
+//   - training where tune's core won: its form inside checkpointed blocks' recomputes (nn::attention_core_form),
+//     recomputing its probabilities in backward (kept within noise: it keeps none) or keeping them, forward and
+//     backward on the run's shapes;
 //   - training with causal attention: the fewest query rows in a chunk of tune's recomputing core
 //     (nn::recompute_chunk_rows), 512 against 256 and 128, timed forward and backward on the causal shapes;
 //   - QLoRA's NF4 products: the weight dequantised whole then multiplied, or dequantised in fp32 slices for sgemm.

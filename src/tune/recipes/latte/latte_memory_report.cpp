@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "tune/nn/attention_core.h"
 #include "tune/nn/gelu_linear.h"
 #include "tune/nn/linear.h"
 
@@ -109,7 +110,11 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t condit
   // The fused core's backward instead: the gradients of q, k and v and the kernel's fp32 accumulator for dq.
   // The recomputing core's fused softmax backward (bf16 on the CPU): 4 compute-dtype score tensors at once instead.
   const int64_t per_score = s.recomputing_attention && s.fused_softmax_backward ? 4 * s.c : 3 * kFloat32;
-  const int64_t core_backward = s.fused_attention ? 3 * td * s.c + td * kFloat32 : per_score * scores;
+  // The recomputing core works through chunks of sequences (nn::recompute_chunk_batch): a chunk's scores at once.
+  const int64_t core_scores =
+      s.recomputing_attention ? nn::recompute_chunk_batch(sequences, s.heads, length, length) * s.heads * length * length
+                              : scores;
+  const int64_t core_backward = s.fused_attention ? 3 * td * s.c + td * kFloat32 : per_score * core_scores;
   const int64_t attention_phase =
       saved - mlp_half - (s.recomputing_attention ? 0 : probabilities) + core_backward + in_flight + td * s.c;
   block.backward_peak = std::max(mlp_phase, attention_phase);

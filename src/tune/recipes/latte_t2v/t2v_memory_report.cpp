@@ -177,13 +177,18 @@ BlockFootprint block_footprint(const Sizes& s, bool spatial, bool selective) {
   norm1.saved += modulation;
   parts.push_back(norm1);
   const int64_t length = spatial ? s.patches : s.frames;
-  parts.push_back(attention(s, td, s.tokens * s.heads * length, 1.0, /*self=*/true, /*gated=*/true));
+  // The recomputing core's backward works through chunks of the sequences (nn::recompute_chunk_batch).
+  const int64_t sequences = s.tokens / length;
+  parts.push_back(attention(s, td, s.tokens * s.heads * length,
+                            nn::recompute_chunk_batch_share(sequences, s.heads, length, length), /*self=*/true,
+                            /*gated=*/true));
   if (spatial) {
     // All F*N queries of a sample attend to its L caption tokens under the text mask, in chunks of
     // nn::recompute_chunk_rows query rows in the recomputing core's backward.
     const int64_t queries = s.frames * s.patches;
     const int64_t chunk_rows = nn::recompute_chunk_rows(queries);
-    const double chunk = static_cast<double>(chunk_rows) / static_cast<double>(queries);
+    const double chunk = static_cast<double>(chunk_rows) / static_cast<double>(queries) *
+                         nn::recompute_chunk_batch_share(s.batch, s.heads, chunk_rows, s.text);
     parts.push_back(attention(s, s.caption(), s.tokens * s.heads * s.text, chunk, /*self=*/false, /*gated=*/false));
   }
   parts.push_back(modulated_norm_part(s.tokens, s.hidden, selective));

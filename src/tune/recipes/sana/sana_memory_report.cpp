@@ -123,7 +123,9 @@ Part cross_attention(const Sizes& s) {
   } else if (s.recomputing_attention) {
     const int64_t queries = s.patches;
     const int64_t chunk_rows = nn::recompute_chunk_rows(queries);
-    const double chunk = static_cast<double>(chunk_rows) / static_cast<double>(queries);
+    // Chunks of query rows within chunks of the batch (nn::recompute_chunk_rows, nn::recompute_chunk_batch).
+    const double chunk = static_cast<double>(chunk_rows) / static_cast<double>(queries) *
+                         nn::recompute_chunk_batch_share(s.batch, s.cross_heads, chunk_rows, s.text);
     const int64_t per_score = s.fused_softmax_backward ? 4 * c : 12;  // as in latte_t2v's estimate
     core_backward =
         incoming + 2 * tq * c + 2 * kv * kFloat32 + static_cast<int64_t>(chunk * static_cast<double>(per_score * scores));

@@ -223,7 +223,8 @@ int64_t attention_core_saved(const Sizes& s) {
 // fp32 probabilities, their incoming fp32 gradient and the outgoing one are alive at once (12 bytes per score), with
 // the value gradient, computed first; a soft cap adds the gradient through tanh (1 - tanh^2 times the incoming one),
 // one more compute-dtype score tensor while tanh's saved output is still alive. Recomputing core: one chunk of query
-// rows (nn::recompute_chunk_rows: T/4, at least the measured minimum) against at most every key, 12 bytes per score
+// rows (nn::recompute_chunk_rows: T/4, at least the measured minimum) of a chunk of sequences
+// (nn::recompute_chunk_batch) against at most every key, 12 bytes per score
 // as above (a soft cap adds the chunk's tanh), plus the scaled queries and their gradient, the fp32 key and value
 // gradient accumulators and, under grouped-query attention, the repeated keys and values.
 int64_t attention_phase(const Sizes& s, int64_t layer_saved_without_mlp) {
@@ -234,7 +235,7 @@ int64_t attention_phase(const Sizes& s, int64_t layer_saved_without_mlp) {
            gradients_in_flight(s) + s.tokens * s.repeated_kv_width * s.c;
   }
   const int64_t rows = nn::recompute_chunk_rows(s.sequence);
-  const int64_t chunk_scores = s.batch * s.heads * rows * s.sequence;
+  const int64_t chunk_scores = nn::recompute_chunk_batch(s.batch, s.heads, rows, s.sequence) * s.heads * rows * s.sequence;
   // The fused softmax backward (bf16 on the CPU): the logits, the probabilities' gradient, the bf16 probabilities and
   // the logits' gradient at once, 4 compute-dtype tensors per score instead of 3 fp32 ones.
   const int64_t per_score = s.fused_softmax_backward ? 4 * s.c : 3 * kFloat32;
