@@ -19,8 +19,7 @@ struct RecomputingGeluLinear : public torch::autograd::Function<RecomputingGeluL
     const std::optional<torch::ScalarType> dtype = autocast_compute_dtype(hidden.device());
     torch::Tensor output = dtype ? linear_in_dtype(activation, weight, bias, *dtype) : torch::linear(activation, weight, bias);
     ctx->save_for_backward({hidden, weight});
-    ctx->saved_data["has_bias"] = bias.defined();
-    ctx->saved_data["bias_dtype"] = static_cast<int64_t>(bias.defined() ? bias.scalar_type() : weight.scalar_type());
+    save_bias_kind(ctx, bias, weight);
     return output;
   }
 
@@ -35,16 +34,10 @@ struct RecomputingGeluLinear : public torch::autograd::Function<RecomputingGeluL
     const torch::Tensor flat_hidden = hidden.reshape({-1, hidden.size(-1)});
     torch::Tensor grad_hidden, grad_weight, grad_bias;
     if (ctx->needs_input_grad(1)) {
-      // As addmm's backward forms it (the layer input's transpose times the gradient, then transposed), so the
-      // fp32-accumulate kernels sum in the plain form's order; GELU's output lives only for this product.
-      const torch::Tensor activation = gelu_tanh(flat_hidden).to(dtype);
-      // Cast and laid out as the weight in one pass: a transposed gradient would be copied again by AccumulateGrad.
-      grad_weight = activation.t().mm(grad).t().to(weight.options(), /*non_blocking=*/false, /*copy=*/false,
-                                                   torch::MemoryFormat::Contiguous);
+      // GELU's output lives only for this product (in the plain form's order: nn::linear_weight_gradient).
+      grad_weight = linear_weight_gradient(gelu_tanh(flat_hidden).to(dtype), grad, weight);
     }
-    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {
-      grad_bias = grad.sum(0).to(static_cast<torch::ScalarType>(ctx->saved_data["bias_dtype"].toInt()));
-    }
+    grad_bias = linear_bias_gradient(ctx, grad, 2);
     if (ctx->needs_input_grad(0)) {
       // A fresh tensor nothing else holds: GELU's backward writes over it.
       const torch::Tensor grad_activation = grad.mm(weight.to(dtype)).to(hidden.scalar_type());

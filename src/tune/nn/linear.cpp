@@ -22,8 +22,7 @@ struct WeightRecastingLinear : public torch::autograd::Function<WeightRecastingL
     torch::Tensor output = linear_in_dtype(input_copy, weight, bias, dtype);
     ctx->save_for_backward({weight.requires_grad() ? input_copy : torch::Tensor(), weight});
     ctx->saved_data["input_dtype"] = static_cast<int64_t>(input.scalar_type());
-    ctx->saved_data["has_bias"] = bias.defined();
-    ctx->saved_data["bias_dtype"] = static_cast<int64_t>(bias.defined() ? bias.scalar_type() : weight.scalar_type());
+    save_bias_kind(ctx, bias, weight);
     return output;
   }
 
@@ -38,15 +37,9 @@ struct WeightRecastingLinear : public torch::autograd::Function<WeightRecastingL
     const auto dtype = grad.scalar_type();
     torch::Tensor grad_input, grad_weight, grad_bias;
     if (ctx->needs_input_grad(1)) {
-      // As addmm's backward forms it (the input's transpose times the gradient, then transposed), cast and laid out
-      // as the weight in one pass, as the plain form's ToCopy of its compute-dtype gradient.
-      const torch::Tensor flat_input = input_copy.reshape({-1, input_copy.size(-1)});
-      grad_weight = flat_input.t().mm(grad).t().to(weight.options(), /*non_blocking=*/false, /*copy=*/false,
-                                                    torch::MemoryFormat::Contiguous);
+      grad_weight = linear_weight_gradient(input_copy.reshape({-1, input_copy.size(-1)}), grad, weight);
     }
-    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {
-      grad_bias = grad.sum(0).to(static_cast<torch::ScalarType>(ctx->saved_data["bias_dtype"].toInt()));
-    }
+    grad_bias = linear_bias_gradient(ctx, grad, 2);
     if (ctx->needs_input_grad(0)) {
       auto sizes = grad_output.sizes().vec();
       sizes.back() = weight.size(1);
@@ -70,6 +63,23 @@ torch::Tensor linear_in_dtype(const torch::Tensor& input, const torch::Tensor& w
                               torch::ScalarType dtype) {
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   return torch::linear(input.to(dtype), weight.to(dtype), bias.defined() ? bias.to(dtype) : bias);
+}
+
+torch::Tensor linear_weight_gradient(const torch::Tensor& flat_input, const torch::Tensor& grad,
+                                     const torch::Tensor& weight) {
+  return flat_input.t().mm(grad).t().to(weight.options(), /*non_blocking=*/false, /*copy=*/false,
+                                        torch::MemoryFormat::Contiguous);
+}
+
+void save_bias_kind(torch::autograd::AutogradContext* ctx, const torch::Tensor& bias, const torch::Tensor& weight) {
+  ctx->saved_data["has_bias"] = bias.defined();
+  ctx->saved_data["bias_dtype"] = static_cast<int64_t>(bias.defined() ? bias.scalar_type() : weight.scalar_type());
+}
+
+torch::Tensor linear_bias_gradient(torch::autograd::AutogradContext* ctx, const torch::Tensor& grad,
+                                   size_t bias_input) {
+  if (!ctx->saved_data["has_bias"].toBool() || !ctx->needs_input_grad(bias_input)) return {};
+  return grad.sum(0).to(static_cast<torch::ScalarType>(ctx->saved_data["bias_dtype"].toInt()));
 }
 
 torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias) {

@@ -15,6 +15,7 @@
 // policy off those copies were ~48 MiB of a 1.1 GB peak, for one cast per layer in backward.
 #pragma once
 
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/types.h>
 
@@ -36,6 +37,20 @@ std::optional<torch::ScalarType> autocast_compute_dtype(const torch::Device& dev
 // loss, where a step's peak can be); this one is freed with the product.
 torch::Tensor linear_in_dtype(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias,
                               torch::ScalarType dtype);
+
+// The weight's gradient of a product of `flat_input` [rows, in] with `weight` [out, in] transposed, from the
+// product's gradient `grad` [rows, out], as addmm's backward forms it (the input's transpose times the gradient, then
+// transposed: the fp32-accumulate kernels sum in the plain form's order) and cast and laid out as the weight in one
+// pass (the plain form's ToCopy; a transposed gradient would be copied again by AccumulateGrad). For the custom
+// nodes that keep the fp32 weight (this file's, nn/gelu_linear).
+torch::Tensor linear_weight_gradient(const torch::Tensor& flat_input, const torch::Tensor& grad,
+                                     const torch::Tensor& weight);
+// Their bias: whether there is one and its dtype, saved in forward; in backward its gradient (the plain form's: the
+// product's gradient `grad` [rows, out] summed over rows, cast to the bias's dtype) where input `bias_input` of the
+// node needs one, else undefined.
+void save_bias_kind(torch::autograd::AutogradContext* ctx, const torch::Tensor& bias, const torch::Tensor& weight);
+torch::Tensor linear_bias_gradient(torch::autograd::AutogradContext* ctx, const torch::Tensor& grad,
+                                   size_t bias_input);
 
 // torch::linear(input, weight, bias), in the form above where linear_recasts_weight holds for the current thread's
 // autocast state (on input's device), grad mode and nn::graph_kept_until_backward.

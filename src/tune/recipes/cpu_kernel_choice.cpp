@@ -206,18 +206,30 @@ std::string attention_text(const std::vector<AttentionShape>& shapes) {
   return text;
 }
 
-void choose_attention(const CpuWorkload& workload, const ChoiceCache& cache, const SecondsClock& clock) {
+// The workload's attention cores as measured (measured_attention), with random inputs for each; `causal_only`: the
+// causal ones alone.
+struct AttentionWork {
   std::vector<AttentionShape> shapes;
   std::vector<AttentionInputs> inputs;
+};
+
+AttentionWork attention_work(const CpuWorkload& workload, bool causal_only) {
+  AttentionWork work;
   const auto options = torch::TensorOptions().dtype(workload.dtype);
   for (const AttentionShape& requested : workload.attentions) {
+    if (causal_only && !requested.causal) continue;
     const AttentionShape s = measured_attention(requested);
-    shapes.push_back(s);
-    inputs.push_back({s, torch::randn({s.batch_heads, 1, s.queries, s.head_dim}, options),
-                      torch::randn({s.batch_heads, 1, s.keys, s.head_dim}, options),
-                      torch::randn({s.batch_heads, 1, s.keys, s.head_dim}, options),
-                      s.causal ? nn::make_causal_mask(s.queries, 0, {}, torch::kCPU) : torch::Tensor()});
+    work.shapes.push_back(s);
+    work.inputs.push_back({s, torch::randn({s.batch_heads, 1, s.queries, s.head_dim}, options),
+                           torch::randn({s.batch_heads, 1, s.keys, s.head_dim}, options),
+                           torch::randn({s.batch_heads, 1, s.keys, s.head_dim}, options),
+                           s.causal ? nn::make_causal_mask(s.queries, 0, {}, torch::kCPU) : torch::Tensor()});
   }
+  return work;
+}
+
+void choose_attention(const CpuWorkload& workload, const ChoiceCache& cache, const SecondsClock& clock) {
+  const auto [shapes, inputs] = attention_work(workload, /*causal_only=*/false);
   // tune's core's products take the product choice just made, so it is part of the key.
   const bool native_products = cpu_gemm_mode_for(workload.dtype) == CpuGemmMode::native;
   // Training times tune's recomputing core (the candidate's name says so, and so does the key: answers cached for
@@ -249,17 +261,7 @@ void choose_attention(const CpuWorkload& workload, const ChoiceCache& cache, con
 // its fp32 probabilities are fresh pages and cache misses) the recomputing core made the step 5% faster; on the
 // 8-layer Llama benchmark's causal 512-token shapes the plain core is 20% faster, a real difference.
 void choose_recompute_core(const CpuWorkload& workload, const ChoiceCache& cache, const SecondsClock& clock) {
-  std::vector<AttentionShape> shapes;
-  std::vector<AttentionInputs> inputs;
-  const auto options = torch::TensorOptions().dtype(workload.dtype);
-  for (const AttentionShape& requested : workload.attentions) {
-    const AttentionShape s = measured_attention(requested);
-    shapes.push_back(s);
-    inputs.push_back({s, torch::randn({s.batch_heads, 1, s.queries, s.head_dim}, options),
-                      torch::randn({s.batch_heads, 1, s.keys, s.head_dim}, options),
-                      torch::randn({s.batch_heads, 1, s.keys, s.head_dim}, options),
-                      s.causal ? nn::make_causal_mask(s.queries, 0, {}, torch::kCPU) : torch::Tensor()});
-  }
+  const auto [shapes, inputs] = attention_work(workload, /*causal_only=*/false);
   const bool native_products = cpu_gemm_mode_for(workload.dtype) == CpuGemmMode::native;
   const std::string key = fmt::format("{} | attention {} in a block recompute forward+backward | {} | matmul {} | within 10%",
                                       cpu_kernel_context(), dtype_name(workload.dtype), attention_text(shapes),
@@ -284,20 +286,9 @@ void choose_recompute_core(const CpuWorkload& workload, const ChoiceCache& cache
 // 512 rows (the default, kept within noise) against smaller chunks, which skip more of the hidden half of [T, T]
 // but multiply smaller matrices. Only candidates that change some shape's chunking are timed.
 void choose_chunk_rows(const CpuWorkload& workload, const ChoiceCache& cache, const SecondsClock& clock) {
-  std::vector<AttentionInputs> inputs;
-  std::vector<AttentionShape> shapes;
+  const auto [shapes, inputs] = attention_work(workload, /*causal_only=*/true);
   int64_t longest = 0;
-  const auto options = torch::TensorOptions().dtype(workload.dtype);
-  for (const AttentionShape& requested : workload.attentions) {
-    if (!requested.causal) continue;
-    const AttentionShape s = measured_attention(requested);
-    shapes.push_back(s);
-    longest = std::max(longest, s.queries);
-    inputs.push_back({s, torch::randn({s.batch_heads, 1, s.queries, s.head_dim}, options),
-                      torch::randn({s.batch_heads, 1, s.keys, s.head_dim}, options),
-                      torch::randn({s.batch_heads, 1, s.keys, s.head_dim}, options),
-                      nn::make_causal_mask(s.queries, 0, {}, torch::kCPU)});
-  }
+  for (const AttentionShape& s : shapes) longest = std::max(longest, s.queries);
   std::vector<int64_t> minimums;
   for (const int64_t rows : kChunkMinimums) {
     if (minimums.empty() || rows < longest) minimums.push_back(rows);
