@@ -62,6 +62,50 @@ TEST_CASE("modulated_layer_norm equals modulate(layer_norm) in value and in ever
   }
 }
 
+TEST_CASE("modulated norms written in bf16: the fp32 output's cast, and its gradients bit for bit", "[nn][adaln]") {
+  // Latte under autocast: fp32 x, bf16 shift, scale (and gate, branch); the output feeds a bf16 product, whose input
+  // gradient comes back in bf16 (the two-op form gets its fp32 cast).
+  torch::manual_seed(5);
+  const auto bf16 = [](const torch::Tensor& t) { return t.to(torch::kBFloat16); };
+  const auto x0 = torch::randn({4, 9, 32}) * 2 + 1;
+  const auto shift0 = bf16(torch::randn({4, 32})), scale0 = bf16(torch::randn({4, 32}));
+  const auto gate0 = bf16(torch::randn({4, 32})), branch0 = bf16(torch::randn({4, 9, 32}));
+  const auto upstream = bf16(torch::randn({4, 9, 32}));
+  auto leaves = [](std::vector<torch::Tensor> tensors) {
+    for (auto& t : tensors) t = t.clone().requires_grad_(true);
+    return tensors;
+  };
+  SECTION("modulated_layer_norm") {
+    const auto a = leaves({x0, shift0, scale0}), b = leaves({x0, shift0, scale0});
+    const auto narrow = tune::nn::modulated_layer_norm(a[0], a[1], a[2], 1e-6, torch::kBFloat16);
+    const auto wide = tune::nn::modulated_layer_norm(b[0], b[1], b[2], 1e-6);
+    REQUIRE(narrow.scalar_type() == torch::kBFloat16);
+    CHECK(torch::equal(narrow, wide.to(torch::kBFloat16)));
+    narrow.backward(upstream);
+    wide.backward(upstream.to(torch::kFloat));
+    for (size_t i = 0; i < 3; ++i) {
+      INFO("input " << i);
+      CHECK(torch::equal(a[i].grad(), b[i].grad()));
+    }
+  }
+  SECTION("gated_residual_modulated_layer_norm") {
+    const auto a = leaves({x0, gate0, branch0, shift0, scale0}), b = leaves({x0, gate0, branch0, shift0, scale0});
+    const auto narrow = tune::nn::gated_residual_modulated_layer_norm(a[0], a[1], a[2], a[3], a[4], 1e-6,
+                                                                      torch::kBFloat16);
+    const auto wide = tune::nn::gated_residual_modulated_layer_norm(b[0], b[1], b[2], b[3], b[4], 1e-6);
+    REQUIRE(narrow.normed.scalar_type() == torch::kBFloat16);
+    CHECK(torch::equal(narrow.sum, wide.sum));
+    CHECK(torch::equal(narrow.normed, wide.normed.to(torch::kBFloat16)));
+    const auto grad_sum = torch::randn({4, 9, 32});
+    torch::autograd::backward({narrow.sum, narrow.normed}, {grad_sum, upstream});
+    torch::autograd::backward({wide.sum, wide.normed}, {grad_sum, upstream.to(torch::kFloat)});
+    for (size_t i = 0; i < 5; ++i) {
+      INFO("input " << i);
+      CHECK(torch::equal(a[i].grad(), b[i].grad()));
+    }
+  }
+}
+
 TEST_CASE("modulated_layer_norm keeps no normalised copy for backward", "[nn][adaln]") {
   tune::memory_tracker::install();
   const auto x = torch::randn({8, 256, 64}, torch::requires_grad());  // 512 KiB in fp32

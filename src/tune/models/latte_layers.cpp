@@ -22,10 +22,11 @@ constexpr double kNormEps = 1e-6;
 
 // adaLN: the parameter-free LayerNorm modulated by shift and scale, one autograd node (nn::modulated_layer_norm:
 // keeps x and the row statistics, not the fp32 normalised x) and one norm region of `runner` (selective recomputes
-// it whole).
+// it whole). Its output feeds a linear alone, so under autocast it is written in the compute dtype (the values of
+// the fp32 output's cast, without that tensor and the cast's pass).
 torch::Tensor run_modulated_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
                                  nn::BlockRunner* runner) {
-  return nn::run_modulated_layer_norm(runner, x, shift, scale, kNormEps);
+  return nn::run_modulated_layer_norm(runner, x, shift, scale, kNormEps, nn::autocast_compute_dtype(x.device()));
 }
 
 }  // namespace
@@ -89,7 +90,8 @@ torch::Tensor LatteBlockImpl::forward(const torch::Tensor& x, const torch::Tenso
   // The gated residual and the second norm as one node, which recomputes the residual sum in backward from x and
   // the attention output (both kept anyway) instead of keeping it: 6 MiB a block at Latte-S/2's 4096 tokens.
   nn::GatedResidualNorm attended =
-      nn::gated_residual_modulated_layer_norm(x, gate_msa, attention, shift_mlp, scale_mlp, kNormEps);
+      nn::gated_residual_modulated_layer_norm(x, gate_msa, attention, shift_mlp, scale_mlp, kNormEps,
+                                              nn::autocast_compute_dtype(x.device()));
   return attended.sum + gate_mlp.unsqueeze(1) * mlp->forward(std::move(attended.normed), runner);
 }
 
@@ -102,7 +104,8 @@ LatteFinalLayerImpl::LatteFinalLayerImpl(const LatteConfig& config) {
 
 torch::Tensor LatteFinalLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& c) {
   const auto chunks = nn::adaln_modulate(adaLN_modulation, c).chunk(2, 1);
-  return nn::linear(linear, nn::modulated_layer_norm(x, chunks[0], chunks[1], kNormEps));
+  return nn::linear(linear,
+                    nn::modulated_layer_norm(x, chunks[0], chunks[1], kNormEps, nn::autocast_compute_dtype(x.device())));
 }
 
 LabelEmbedderImpl::LabelEmbedderImpl(int64_t num_classes_, int64_t hidden_size, double dropout_prob_)

@@ -23,15 +23,32 @@ torch::Tensor modulate(const torch::Tensor& x, const torch::Tensor& shift, const
 
 namespace {
 
+// modulate()'s operations with the sum written straight into `out_dtype` (-1: modulate's own dtype): the same
+// values as modulate(...).to(out_dtype), a rounding on store instead of an fp32 tensor and a cast pass.
+torch::Tensor modulate_into(const torch::Tensor& normalised, const torch::Tensor& shift, const torch::Tensor& scale,
+                            int64_t out_dtype) {
+  if (out_dtype < 0) return modulate(normalised, shift, scale);
+  const torch::Tensor scaled = normalised * (1 + scale.unsqueeze(1));
+  torch::Tensor output = torch::empty(scaled.sizes(), scaled.options().dtype(static_cast<torch::ScalarType>(out_dtype)));
+  return at::add_out(output, scaled, shift.unsqueeze(1));
+}
+
+// The sum over tokens (dim 1) of a gradient in fp32 or wider: a low-precision gradient (modulate_into's) is summed
+// as its fp32 values, as the two-op form sums the fp32 gradient autograd's cast gives it.
+torch::Tensor token_sum(const torch::Tensor& grad) {
+  const auto wide = torch::promote_types(grad.scalar_type(), torch::kFloat32);
+  return grad.scalar_type() == wide ? grad.sum(1) : grad.sum(1, /*keepdim=*/false, wide);
+}
+
 // Saves x, mean, rstd and scale; the normalised x, (x - mean) * rstd, is recomputed in backward (header comment).
 struct ModulatedLayerNorm : public torch::autograd::Function<ModulatedLayerNorm> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& shift,
-                               const torch::Tensor& scale, double eps) {
+                               const torch::Tensor& scale, double eps, int64_t out_dtype) {
     const auto compute_dtype = torch::promote_types(x.scalar_type(), torch::kFloat32);
     const torch::Tensor x_compute = x.to(compute_dtype);
     auto [normalised, mean, rstd] = at::native_layer_norm(x_compute, {x.size(-1)}, {}, {}, eps);
     // The same operations as modulate(), so forward's values are the two-op form's bit for bit.
-    torch::Tensor output = modulate(normalised, shift, scale);
+    torch::Tensor output = modulate_into(normalised, shift, scale, out_dtype);
     ctx->save_for_backward({x, mean, rstd, scale});
     ctx->saved_data["shift_dtype"] = static_cast<int64_t>(shift.scalar_type());
     return output;
@@ -49,19 +66,21 @@ struct ModulatedLayerNorm : public torch::autograd::Function<ModulatedLayerNorm>
     torch::Tensor grad_x, grad_shift, grad_scale;
     if (ctx->needs_input_grad(1)) {
       const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["shift_dtype"].toInt());
-      grad_shift = grad_output.sum(1).to(dtype);
+      grad_shift = token_sum(grad_output).to(dtype);
     }
     if (ctx->needs_input_grad(2)) {
       const torch::Tensor normalised = (x_compute - mean) * rstd;
       grad_scale = (grad_output * normalised).sum(1).to(scale.scalar_type());
     }
     if (ctx->needs_input_grad(0)) {
-      const torch::Tensor grad_normalised = grad_output * (1 + scale.unsqueeze(1));
+      // (1 + scale) widened first: a low-precision gradient (out_dtype's) times it is then the fp32 product the
+      // two-op form's fp32 gradient gives, not a low-precision one.
+      const torch::Tensor grad_normalised = grad_output * (1 + scale.unsqueeze(1)).to(compute_dtype);
       grad_x = std::get<0>(at::native_layer_norm_backward(grad_normalised.to(compute_dtype), x_compute, {x.size(-1)},
                                                           mean, rstd, {}, {}, {true, false, false}))
                    .to(x.scalar_type());
     }
-    return {grad_x, grad_shift, grad_scale, torch::Tensor()};
+    return {grad_x, grad_shift, grad_scale, torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -75,12 +94,13 @@ struct GatedResidualModulatedLayerNorm : public torch::autograd::Function<GatedR
 
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                                 const torch::Tensor& gate, const torch::Tensor& branch,
-                                                const torch::Tensor& shift, const torch::Tensor& scale, double eps) {
+                                                const torch::Tensor& shift, const torch::Tensor& scale, double eps,
+                                                int64_t out_dtype) {
     ctx->set_materialize_grads(false);  // an output without a gradient skips its part of backward (handled there)
     torch::Tensor sum = residual_sum(x, gate, branch);
     const auto compute_dtype = torch::promote_types(sum.scalar_type(), torch::kFloat32);
     auto [normalised, mean, rstd] = at::native_layer_norm(sum.to(compute_dtype), {sum.size(-1)}, {}, {}, eps);
-    torch::Tensor normed = modulate(normalised, shift, scale);
+    torch::Tensor normed = modulate_into(normalised, shift, scale, out_dtype);
     ctx->save_for_backward({x, gate, branch, mean, rstd, scale});
     ctx->saved_data["shift_dtype"] = static_cast<int64_t>(shift.scalar_type());
     return {sum, normed};
@@ -103,12 +123,13 @@ struct GatedResidualModulatedLayerNorm : public torch::autograd::Function<GatedR
       const torch::Tensor sum_compute = sum.to(compute_dtype);
       if (ctx->needs_input_grad(3)) {
         const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["shift_dtype"].toInt());
-        grad_shift = grad_normed.sum(1).to(dtype);
+        grad_shift = token_sum(grad_normed).to(dtype);
       }
       if (ctx->needs_input_grad(4)) {
         grad_scale = (grad_normed * ((sum_compute - mean) * rstd)).sum(1).to(scale.scalar_type());
       }
-      grad_sum = std::get<0>(at::native_layer_norm_backward((grad_normed * (1 + scale.unsqueeze(1))).to(compute_dtype),
+      // (1 + scale) widened first, as in ModulatedLayerNorm's backward.
+      grad_sum = std::get<0>(at::native_layer_norm_backward(grad_normed * (1 + scale.unsqueeze(1)).to(compute_dtype),
                                                             sum_compute, {sum.size(-1)}, mean, rstd, {}, {},
                                                             {true, false, false}))
                      .to(sum.scalar_type());
@@ -126,28 +147,33 @@ struct GatedResidualModulatedLayerNorm : public torch::autograd::Function<GatedR
       if (ctx->needs_input_grad(1)) grad_gate = (grad_product * branch).sum(1).to(gate.scalar_type());
       if (ctx->needs_input_grad(2)) grad_branch = (grad_product * gate.unsqueeze(1)).to(branch.scalar_type());
     }
-    return {grad_x, grad_gate, grad_branch, grad_shift, grad_scale, torch::Tensor()};
+    return {grad_x, grad_gate, grad_branch, grad_shift, grad_scale, torch::Tensor(), torch::Tensor()};
   }
 };
+
+int64_t dtype_code(std::optional<torch::ScalarType> dtype) { return dtype ? static_cast<int64_t>(*dtype) : -1; }
 
 }  // namespace
 
 GatedResidualNorm gated_residual_modulated_layer_norm(const torch::Tensor& x, const torch::Tensor& gate,
                                                       const torch::Tensor& branch, const torch::Tensor& shift,
-                                                      const torch::Tensor& scale, double eps) {
-  const auto outputs = GatedResidualModulatedLayerNorm::apply(x, gate, branch, shift, scale, eps);
+                                                      const torch::Tensor& scale, double eps,
+                                                      std::optional<torch::ScalarType> out_dtype) {
+  const auto outputs =
+      GatedResidualModulatedLayerNorm::apply(x, gate, branch, shift, scale, eps, dtype_code(out_dtype));
   return {outputs[0], outputs[1]};
 }
 
 torch::Tensor modulated_layer_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
-                                   double eps) {
-  return ModulatedLayerNorm::apply(x, shift, scale, eps);
+                                   double eps, std::optional<torch::ScalarType> out_dtype) {
+  return ModulatedLayerNorm::apply(x, shift, scale, eps, dtype_code(out_dtype));
 }
 
 torch::Tensor run_modulated_layer_norm(BlockRunner* runner, const torch::Tensor& x, const torch::Tensor& shift,
-                                       const torch::Tensor& scale, double eps) {
-  auto region = [eps](const std::vector<torch::Tensor>& inputs) {
-    return modulated_layer_norm(inputs[0], inputs[1], inputs[2], eps);
+                                       const torch::Tensor& scale, double eps,
+                                       std::optional<torch::ScalarType> out_dtype) {
+  auto region = [eps, out_dtype](const std::vector<torch::Tensor>& inputs) {
+    return modulated_layer_norm(inputs[0], inputs[1], inputs[2], eps, out_dtype);
   };
   return run_region(runner, RegionKind::norm, region, {x, shift, scale});
 }

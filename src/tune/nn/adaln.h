@@ -6,6 +6,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <optional>
 
 namespace tune::nn {
 
@@ -23,8 +24,12 @@ torch::Tensor modulate(const torch::Tensor& x, const torch::Tensor& shift, const
 // fp32 normalised x for the multiply's backward beside the LayerNorm's own x: one [N, T, D] fp32 tensor less per
 // norm (two per Latte block: 12.6 MB at Latte-S/2's 4096 tokens), as fused LayerNorm kernels do. Gradients flow to
 // x, shift and scale (each only where it requires one).
+// `out_dtype` (where the output only feeds products in that dtype: autocast's compute dtype, nn::linear's input):
+// the output written in it, the same values as the fp32 output cast to it, without the fp32 tensor or the separate
+// cast pass; backward takes the gradient in it as it comes (the values of its fp32 cast). Unset: the two-op form's
+// dtype.
 torch::Tensor modulated_layer_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
-                                   double eps = 1e-6);
+                                   double eps = 1e-6, std::optional<torch::ScalarType> out_dtype = std::nullopt);
 
 // A DiT block's gated residual and the modulated norm that follows it, as one autograd node:
 //   sum = x + gate * branch   (gate [N, D] broadcast over T, as DiT's `x + gate.unsqueeze(1) * attn(...)`)
@@ -37,14 +42,17 @@ torch::Tensor modulated_layer_norm(const torch::Tensor& x, const torch::Tensor& 
 struct GatedResidualNorm {
   torch::Tensor sum, normed;
 };
+// `out_dtype`: `normed`'s, as modulated_layer_norm's.
 GatedResidualNorm gated_residual_modulated_layer_norm(const torch::Tensor& x, const torch::Tensor& gate,
                                                       const torch::Tensor& branch, const torch::Tensor& shift,
-                                                      const torch::Tensor& scale, double eps = 1e-6);
+                                                      const torch::Tensor& scale, double eps = 1e-6,
+                                                      std::optional<torch::ScalarType> out_dtype = std::nullopt);
 
 // modulated_layer_norm as a norm region of `runner` (selective checkpointing recomputes it whole); null runner: a
 // plain call. What a DiT-style block calls for its modulated norms.
 torch::Tensor run_modulated_layer_norm(BlockRunner* runner, const torch::Tensor& x, const torch::Tensor& shift,
-                                       const torch::Tensor& scale, double eps = 1e-6);
+                                       const torch::Tensor& scale, double eps = 1e-6,
+                                       std::optional<torch::ScalarType> out_dtype = std::nullopt);
 
 // Sequential(SiLU, Linear(hidden, chunks * hidden)): parameters "1.weight" and "1.bias", as DiT's
 // adaLN_modulation. Its output is split with .chunk(chunks, 1).
