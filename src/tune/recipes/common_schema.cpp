@@ -8,6 +8,7 @@
 #include "tune/compat/torch_compat.h"
 #include "tune/core/error.h"
 #include "tune/distributed/launch_environment.h"
+#include "tune/recipes/gradient_storage.h"
 
 namespace tune::recipes {
 
@@ -38,6 +39,10 @@ config::Schema common_schema(const std::string& recipe_name) {
   schema.integer("training.max_steps", 0, "optimizer steps; 0 = training.epochs passes over the data");
   schema.integer("training.epochs", 1, "passes over the training data when max_steps is 0");
   schema.real("training.clip_grad_norm", 1.0, "max global gradient norm; 0 disables clipping");
+  schema.choice("training.compact_gradients", {"auto", "true", "false"}, "auto",
+                "keep each parameter gradient in bf16 where that is exact (under bf16 autocast most are bf16 "
+                "products widened to fp32), halving their memory with the same update bit for bit; auto = on for a "
+                "single-process CPU run under bf16 autocast with gradient checkpointing on");
   schema.choice("training.on_nan", {"stop", "skip"}, "stop",
                 "non-finite loss: stop (earlier checkpoints stay intact) or skip the step");
 
@@ -158,6 +163,13 @@ TrainingSettings read_training_settings(const config::Config& config) {
                 fmt::format("must be >= 0 (0 turns clipping off), got {}", settings.clip_grad_norm));
   }
   settings.on_nan = config.get_string("training.on_nan");
+  settings.compact_gradients = config.get_string("training.compact_gradients");
+  if (settings.compact_gradients == "true") {
+    const auto launch = distributed::read_launch_environment();
+    const std::string reason =
+        compact_gradients_unsupported(read_run_settings(config), launch && launch->world_size > 1);
+    if (!reason.empty()) config.fail("training.compact_gradients", "is true, but " + reason + "; use auto or false");
+  }
 
   settings.schedule.peak_lr = config.get_real("optimizer.lr");
   if (settings.schedule.peak_lr <= 0) config.fail("optimizer.lr", "must be > 0");

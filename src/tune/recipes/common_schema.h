@@ -44,6 +44,7 @@ struct TrainingSettings {
   int64_t save_every = 0;                // 0: only at the end
   int64_t keep_last = 2;                 // 0: keep all
   std::string on_nan = "stop";           // "stop" | "skip"
+  std::string compact_gradients = "auto";  // "auto" | "true" | "false" (recipes/gradient_storage.h)
 
   // Optimizer steps of the run: max_steps when set, else enough steps that every micro-batch of every epoch is
   // trained: ceil(epochs * batches_per_epoch / accumulation). Rounding down would never train an epoch's last

@@ -97,7 +97,7 @@ bool adamw_uses_fused_kernel(const AdamWOptions& options, torch::ScalarType para
   return device.is_cuda() || device.is_cpu();
 }
 
-void AdamW::step(double lr) {
+void AdamW::step(double lr, const HeldGradients* held) {
   torch::NoGradGuard no_grad;
   const double beta1 = options_.beta1;
   const double beta2 = options_.beta2;
@@ -107,15 +107,19 @@ void AdamW::step(double lr) {
     std::vector<size_t> fused;  // parameters of this group that the fused kernel updates, in one call per device
     for (const auto& named : group.params) {
       const size_t i = index++;
-      const torch::Tensor& grad_in = named.tensor.grad();
-      if (!grad_in.defined()) continue;  // as torch: no grad, no update, and the step count does not advance
-      const int64_t step = ++param_steps_[i];
       const torch::Tensor& param = named.tensor;
-      if (adamw_uses_fused_kernel(options_, param.scalar_type(), param.device()) &&
-          grad_in.scalar_type() == param.scalar_type() && !grad_in.is_sparse()) {
+      const bool is_held = !param.grad().defined() && held != nullptr && held->holds(param);
+      // As torch: no grad, no update, and the step count does not advance.
+      if (!param.grad().defined() && !is_held) continue;
+      const int64_t step = ++param_steps_[i];
+      // A held gradient is made in fp32 (CompactGradients holds fp32 parameters' gradients only).
+      const bool fp32_dense_grad = is_held || (param.grad().scalar_type() == param.scalar_type() &&
+                                               !param.grad().is_sparse());
+      if (adamw_uses_fused_kernel(options_, param.scalar_type(), param.device()) && fp32_dense_grad) {
         fused.push_back(i);
         continue;
       }
+      const torch::Tensor grad_in = is_held ? held->make(param) : param.grad();
       const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(step));
       const double bias_correction2 = 1.0 - std::pow(beta2, static_cast<double>(step));
       const double step_size = lr / bias_correction1;
@@ -140,16 +144,32 @@ void AdamW::step(double lr) {
                      step_size, bias_correction2_sqrt, options_.eps);
       }
     }
-    if (!fused.empty()) fused_update(fused, lr, group.weight_decay);
+    if (!fused.empty()) fused_update(fused, lr, group.weight_decay, held);
   }
   ++steps_;
 }
 
-void AdamW::fused_update(const std::vector<size_t>& indices, double lr, double weight_decay) {
-  // One call per device: the kernel's lists must share a device and dtype (all fp32 here).
+void AdamW::fused_update(const std::vector<size_t>& indices, double lr, double weight_decay,
+                         const HeldGradients* held) {
+  // One call per device: the kernel's lists must share a device and dtype (all fp32 here). Held gradients are made
+  // kHeldGradientBatchBytes at a time, one call per batch: the kernel updates each tensor on its own, so the
+  // batches compute what one call would.
   std::map<std::string, std::vector<size_t>> by_device;
   for (size_t i : indices) by_device[exp_avg_[i].device().str()].push_back(i);
+  std::vector<std::vector<size_t>> batches;
   for (const auto& [device, members] : by_device) {
+    int64_t made_bytes = 0;
+    batches.emplace_back();
+    for (size_t i : members) {
+      if (held != nullptr && made_bytes >= kHeldGradientBatchBytes) {
+        batches.emplace_back();
+        made_bytes = 0;
+      }
+      batches.back().push_back(i);
+      if (!parameter_at(i).grad().defined()) made_bytes += parameter_at(i).numel() * 4;
+    }
+  }
+  for (const auto& members : batches) {
     std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
     for (size_t i : members) {
       const torch::Tensor& param = parameter_at(i);
@@ -161,7 +181,7 @@ void AdamW::fused_update(const std::vector<size_t>& indices, double lr, double w
         steps.push_back(device_step);
       }
       params.push_back(param);
-      grads.push_back(param.grad());
+      grads.push_back(param.grad().defined() ? param.grad() : held->make(param));
       exp_avgs.push_back(exp_avg_[i]);
       exp_avg_sqs.push_back(exp_avg_sq_[i]);
     }
@@ -348,18 +368,43 @@ torch::Tensor clip_grad_norm_on_device(const std::vector<torch::Tensor>& params,
 }
 
 double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
-                      const std::function<double(double)>& sum_over_ranks) {
+                      const std::function<double(double)>& sum_over_ranks, HeldGradients* held) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;
+  std::vector<size_t> grad_slots, held_slots;  // where each norm goes: the parameters' order
+  std::vector<torch::Tensor> held_params;
   for (const auto& param : params) {
-    if (param.grad().defined()) grads.push_back(param.grad());
+    if (param.grad().defined()) {
+      grad_slots.push_back(grad_slots.size() + held_slots.size());
+      grads.push_back(param.grad());
+    } else if (held != nullptr && held->holds(param)) {
+      held_slots.push_back(grad_slots.size() + held_slots.size());
+      held_params.push_back(param);
+    }
   }
   // Per-tensor norms accumulate in fp32 (as torch's), in one multi-tensor launch (torch's foreach clipping); their
-  // squares in fp64; one .item() keeps it to a single device sync on CUDA.
+  // squares in fp64, in the parameters' order; one .item() keeps it to a single device sync on CUDA. Held
+  // gradients are made a batch at a time for their norms (the same per-tensor norm as over grad()).
   double squared = 0.0;
+  std::vector<torch::Tensor> norms(grad_slots.size() + held_slots.size());
   if (!grads.empty()) {
-    std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2, torch::kFloat);
-    const torch::Device device = grads.front().device();
+    std::vector<torch::Tensor> grad_norms = at::_foreach_norm(grads, 2, torch::kFloat);
+    for (size_t k = 0; k < grad_norms.size(); ++k) norms[grad_slots[k]] = std::move(grad_norms[k]);
+  }
+  for (size_t begin = 0; begin < held_params.size();) {
+    std::vector<torch::Tensor> made;
+    int64_t made_bytes = 0;
+    size_t end = begin;
+    for (; end < held_params.size() && made_bytes < kHeldGradientBatchBytes; ++end) {
+      made.push_back(held->make(held_params[end]));
+      made_bytes += made.back().nbytes();
+    }
+    std::vector<torch::Tensor> made_norms = at::_foreach_norm(made, 2, torch::kFloat);
+    for (size_t k = 0; k < made_norms.size(); ++k) norms[held_slots[begin + k]] = std::move(made_norms[k]);
+    begin = end;
+  }
+  if (!norms.empty()) {
+    const torch::Device device = norms.front().device();
     for (auto& norm : norms) {
       if (norm.device() != device) norm = norm.to(device);
     }
@@ -373,6 +418,7 @@ double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
   if (max_norm > 0 && std::isfinite(norm)) {
     const double coefficient = max_norm / (norm + 1e-6);
     if (coefficient < 1.0 && !grads.empty()) at::_foreach_mul_(grads, coefficient);
+    if (coefficient < 1.0 && !held_params.empty()) held->scale(coefficient);
   }
   return norm;
 }

@@ -36,6 +36,24 @@ struct ParamGroup {
 
 enum class AdamWKernel { automatic, fused, sliced };
 
+// Gradients held elsewhere than param.grad() (train/compact_gradients.h keeps exact bf16 copies of them). Where a
+// parameter's grad() is undefined and a HeldGradients holds one, AdamW::step and clip_grad_norm make it in fp32,
+// a few MiB at a time, and drop it after use: the arithmetic is the one over param.grad(), bit for bit.
+class HeldGradients {
+ public:
+  virtual ~HeldGradients() = default;
+  virtual bool holds(const torch::Tensor& param) const = 0;
+  // The fp32 gradient param.grad() would have held, times the factors scale() was given since clear().
+  virtual torch::Tensor make(const torch::Tensor& param) const = 0;
+  // clip_grad_norm's coefficient: applied to each held gradient when it is made (as clipping multiplies grad()).
+  virtual void scale(double factor) = 0;
+  // Drops every held gradient (the end of a step, beside AdamW::zero_grad).
+  virtual void clear() = 0;
+};
+
+// Gradients made at once by AdamW::step and clip_grad_norm from a HeldGradients (about this many fp32 bytes).
+constexpr int64_t kHeldGradientBatchBytes = int64_t{16} << 20;
+
 struct AdamWOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
@@ -62,8 +80,9 @@ class AdamW {
  public:
   AdamW(std::vector<ParamGroup> groups, AdamWOptions options);
 
-  // One update with learning rate `lr`; parameters whose grad is undefined are skipped (as PyTorch does).
-  void step(double lr);
+  // One update with learning rate `lr`; parameters whose grad is undefined (and that `held` does not hold) are
+  // skipped (as PyTorch does).
+  void step(double lr, const HeldGradients* held = nullptr);
   void zero_grad();  // sets grads to undefined (set_to_none) to free memory
   int64_t steps_taken() const { return steps_; }
 
@@ -99,7 +118,8 @@ class AdamW {
 
   const torch::Tensor& parameter_at(size_t index) const { return params_[index]; }
 
-  void fused_update(const std::vector<size_t>& indices, double lr, double weight_decay);
+  void fused_update(const std::vector<size_t>& indices, double lr, double weight_decay,
+                    const HeldGradients* held);
 };
 
 // clip_grad_norm's arithmetic with nothing read on the host (a CUDA graph can capture it): returns the norm as a
@@ -111,8 +131,9 @@ torch::Tensor clip_grad_norm_on_device(const std::vector<torch::Tensor>& params,
 // L2 norm of all gradients (float64 accumulation); when max_norm > 0 and the norm exceeds it, scales gradients
 // by max_norm / (norm + 1e-6) as torch.nn.utils.clip_grad_norm_. Returns the norm before clipping.
 // `sum_over_ranks`, when set, sums the squared norm over the ranks of a run whose gradients are sharded (each rank
-// holds a disjoint part), so every rank clips by the same global norm.
+// holds a disjoint part), so every rank clips by the same global norm. Gradients `held` are measured as made and
+// scaled through held->scale.
 double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
-                      const std::function<double(double)>& sum_over_ranks = {});
+                      const std::function<double(double)>& sum_over_ranks = {}, HeldGradients* held = nullptr);
 
 }  // namespace tune::train

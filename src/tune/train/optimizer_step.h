@@ -21,8 +21,9 @@ struct StepOutcome {
 // scale). Gradients are clipped to max_norm (<= 0: measured only). The optimizer steps only when the loss and every
 // gradient are finite. Gradients are always cleared afterwards. `sum_over_ranks`: for gradients sharded over ranks
 // (clip_grad_norm); a non-finite gradient on any rank makes the global norm non-finite, so every rank skips alike.
+// `held`: gradients held outside param.grad() (train/compact_gradients.h; not with a scaler), cleared too.
 StepOutcome finish_step(const std::vector<torch::Tensor>& params, AdamW& optimizer,
                         precision::DynamicLossScaler* scaler, double max_norm, double lr, bool loss_is_finite,
-                        const std::function<double(double)>& sum_over_ranks = {});
+                        const std::function<double(double)>& sum_over_ranks = {}, HeldGradients* held = nullptr);
 
 }  // namespace tune::train

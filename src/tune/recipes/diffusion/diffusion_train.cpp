@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <optional>
+#include <utility>
 
 #include "tune/core/log.h"
 #include "tune/core/memory_tracker.h"
@@ -19,6 +20,7 @@
 #include "tune/precision/mixed_precision.h"
 #include "tune/recipes/data_parallel.h"
 #include "tune/recipes/diffusion/diffusion_checkpoint.h"
+#include "tune/recipes/gradient_storage.h"
 #include "tune/recipes/step_loop.h"
 #include "tune/train/optimizer_step.h"
 
@@ -74,6 +76,9 @@ int run_diffusion_training(const TrainRequest& request, const RunSettings& run, 
     scaler = std::make_unique<precision::DynamicLossScaler>(run.loss_scale);
   }
   training.schedule.total_steps = training.total_steps(batcher.batches_per_epoch());
+  const std::unique_ptr<train::CompactGradients> compact_gradients =
+      make_compact_gradients(config, training, run, param_tensors, {parallel.active(), scaler != nullptr});
+  bool held_gradients_said = false;
 
   TrainerProgress state;
   DiffusionTrainingObjects objects{&model, trainee.save_config, trainee.load_weights, &optimizer, &ema,
@@ -127,6 +132,7 @@ int run_diffusion_training(const TrainRequest& request, const RunSettings& run, 
                                 {"optimizer_state_bytes", optimizer.state_bytes()},
                                 {"ema_bytes", ema_bytes},
                                 {"gradient_checkpointing", checkpointing->describe()},
+                                {"compact_gradients", compact_gradients != nullptr},
                                 {"mixed_precision", precision::to_string(run.mixed_precision)}};
   if (activation_estimate >= 0) memory_plan["activations_estimate_bytes"] = activation_estimate;
 
@@ -201,9 +207,13 @@ int run_diffusion_training(const TrainRequest& request, const RunSettings& run, 
     result.resident_bytes = memory_tracker::live_bytes(device.is_cuda());
     result.loss = parallel.sum(result.loss);
     result.lr = training.schedule.at(step);
+    if (compact_gradients && !std::exchange(held_gradients_said, true)) {
+      log::info("{}", describe_held_gradients(*compact_gradients, param_tensors));
+    }
     const double clip = step >= settings.clip_start_step ? training.clip_grad_norm : 0.0;
-    const auto outcome = train::finish_step(parallel.gradient_tensors(param_tensors), optimizer, scaler.get(), clip,
-                                            result.lr, std::isfinite(result.loss), parallel.gradient_norm_sum());
+    const auto outcome =
+        train::finish_step(parallel.gradient_tensors(param_tensors), optimizer, scaler.get(), clip, result.lr,
+                           std::isfinite(result.loss), parallel.gradient_norm_sum(), compact_gradients.get());
     parallel.after_update(outcome.applied);
     if (outcome.applied) ema.update(parallel.ema_parameters(params));
     result.applied = outcome.applied;

@@ -2,6 +2,7 @@
 // parallelism, with a preference step: chosen and rejected in one forward, the reference's log-probs without
 // gradients (the base with adapters off, or a frozen copy), and one of the preference losses.
 #include <cmath>
+#include <utility>
 
 #include "tune/core/error.h"
 #include "tune/core/log.h"
@@ -18,6 +19,7 @@
 #include "tune/recipes/dpo/dpo_settings.h"
 #include "tune/recipes/dpo/dpo_step.h"
 #include "tune/recipes/dpo/reference_logps.h"
+#include "tune/recipes/gradient_storage.h"
 #include "tune/recipes/model_workloads.h"
 #include "tune/recipes/run_directory.h"
 #include "tune/recipes/sft/llama_training.h"
@@ -147,6 +149,9 @@ int train(const TrainRequest& request) {
 
   train::AdamW optimizer(parallel.optimizer_groups(params, training.weight_decay), training.adamw);
   std::unique_ptr<precision::DynamicLossScaler> scaler = sft::make_loss_scaler(run);
+  const std::unique_ptr<train::CompactGradients> compact_gradients =
+      make_compact_gradients(config, training, run, param_tensors, {parallel.active(), scaler != nullptr});
+  bool held_gradients_said = false;
   training.schedule.total_steps = training.total_steps(loader.batches_per_epoch());
 
   sft::TrainerState state;
@@ -202,6 +207,7 @@ int train(const TrainRequest& request) {
                                       {"reference_bytes", reference_bytes},
                                       {"optimizer_state_bytes", optimizer.state_bytes()},
                                       {"gradient_checkpointing", checkpointing->describe()},
+                                      {"compact_gradients", compact_gradients != nullptr},
                                       {"mixed_precision", precision::to_string(run.mixed_precision)}};
 
   models::LlamaForCausalLM* reference_model = reference ? &*reference : nullptr;
@@ -263,9 +269,12 @@ int train(const TrainRequest& request) {
     result.metrics = tally.means();
     result.progress_note = fmt::format("reward acc {:.2f}", tally.accuracies / std::max(1.0, tally.pairs));
     result.lr = training.schedule.at(step);
+    if (compact_gradients && !std::exchange(held_gradients_said, true)) {
+      log::info("{}", describe_held_gradients(*compact_gradients, param_tensors));
+    }
     const auto outcome = train::finish_step(parallel.gradient_tensors(param_tensors), optimizer, scaler.get(),
                                             training.clip_grad_norm, result.lr, std::isfinite(result.loss),
-                                            parallel.gradient_norm_sum());
+                                            parallel.gradient_norm_sum(), compact_gradients.get());
     parallel.after_update(outcome.applied);
     result.applied = outcome.applied;
     result.grad_norm = outcome.grad_norm;

@@ -1,5 +1,6 @@
 // `tune train` for the SFT recipe, top to bottom: checks -> setup -> what one step is -> the step loop.
 #include <cmath>
+#include <utility>
 
 #include "tune/core/error.h"
 #include "tune/core/log.h"
@@ -12,6 +13,7 @@
 #include "tune/precision/mixed_precision.h"
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/data_parallel.h"
+#include "tune/recipes/gradient_storage.h"
 #include "tune/recipes/model_workloads.h"
 #include "tune/recipes/run_directory.h"
 #include "tune/recipes/sft/memory_report.h"
@@ -132,6 +134,9 @@ int train(const TrainRequest& request) {
   train::AdamW optimizer(parallel.optimizer_groups(params, training.weight_decay), training.adamw);
   // fp16 needs loss scaling so small gradients survive; bf16 has fp32's exponent range and does not.
   std::unique_ptr<precision::DynamicLossScaler> scaler = make_loss_scaler(run);
+  const std::unique_ptr<train::CompactGradients> compact_gradients =
+      make_compact_gradients(config, training, run, param_tensors, {parallel.active(), scaler != nullptr});
+  bool held_gradients_said = false;
   std::unique_ptr<SftGraphStep> graph_step;
   if (sft.cuda_graph) {
     check_cuda_graph_run(config, model, optimizer, parallel.active());
@@ -182,6 +187,7 @@ int train(const TrainRequest& request) {
       {"optimizer_state_bytes", optimizer.state_bytes()},
       {"activations_estimate_bytes", activation_estimate},
       {"gradient_checkpointing", checkpointing->describe()},
+      {"compact_gradients", compact_gradients != nullptr},
       {"mixed_precision", precision::to_string(run.mixed_precision)}};
   log::info("model: {} layers, hidden {}, {} parameters ({} trainable{}), device {}, {} threads",
             model->config().num_hidden_layers, model->config().hidden_size, format_count(parameter_count),
@@ -278,8 +284,12 @@ int train(const TrainRequest& request) {
     result.resident_bytes = memory_tracker::live_bytes(device.is_cuda());
     result.loss = parallel.sum(result.loss);
     result.lr = training.schedule.at(step);
-    const auto outcome = train::finish_step(parallel.gradient_tensors(param_tensors), optimizer, scaler.get(), training.clip_grad_norm, result.lr,
-                                            std::isfinite(result.loss), parallel.gradient_norm_sum());
+    if (compact_gradients && !std::exchange(held_gradients_said, true)) {
+      log::info("{}", describe_held_gradients(*compact_gradients, param_tensors));
+    }
+    const auto outcome = train::finish_step(parallel.gradient_tensors(param_tensors), optimizer, scaler.get(),
+                                            training.clip_grad_norm, result.lr, std::isfinite(result.loss),
+                                            parallel.gradient_norm_sum(), compact_gradients.get());
     parallel.after_update(outcome.applied);
     result.applied = outcome.applied;
     result.grad_norm = outcome.grad_norm;
