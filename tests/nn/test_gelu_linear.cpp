@@ -1,6 +1,7 @@
-// layer(gelu(x)) with GELU recomputed in backward (nn/gelu_linear.h) against autograd through the plain ops: the
-// same values and gradients (float64 to rounding, bf16 autocast bit for bit), the [rows, inner] activation not kept
-// from forward to backward, and the form run_gelu_linear takes where.
+// layer(gelu(x)) with GELU recomputed in backward, or kept and dropped early in backward (nn/gelu_linear.h), against
+// autograd through the plain ops: the same values and gradients (float64 to rounding, bf16 autocast bit for bit), the
+// [rows, inner] activation not kept from forward to backward (recomputing), backward's peak (keeping), and the form
+// run_gelu_linear takes where.
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
@@ -9,6 +10,7 @@
 #include "tune/core/memory_tracker.h"
 #include "tune/nn/block_runner.h"
 #include "tune/nn/gelu_linear.h"
+#include "tune/nn/gelu_tanh.h"
 #include "tune/precision/mixed_precision.h"
 
 namespace {
@@ -37,13 +39,23 @@ torch::Tensor plain_form(const Layer& layer, const torch::Tensor& hidden) {
   return torch::linear(torch::gelu(hidden, "tanh"), layer.linear->weight, layer.linear->bias);
 }
 
+// The recomputing or the keeping form.
+torch::Tensor custom_form(bool keeping, const torch::Tensor& hidden, const torch::Tensor& weight,
+                          const torch::Tensor& bias) {
+  return keeping ? tune::nn::gelu_linear_keeping(hidden, weight, bias)
+                 : tune::nn::gelu_linear_recomputing(hidden, weight, bias);
+}
+
 }  // namespace
 
-TEST_CASE("gelu_linear_recomputing equals autograd through gelu and linear in float64", "[nn][gelu_linear]") {
+TEST_CASE("gelu_linear_recomputing and gelu_linear_keeping equal autograd through gelu and linear in float64",
+          "[nn][gelu_linear]") {
+  const bool keeping = GENERATE(false, true);
+  CAPTURE(keeping);
   const Layer layer = make_layer(torch::kDouble);
   const auto upstream = torch::randn({2, 5, 3}, torch::kDouble);
   const auto expected = plain_form(layer, layer.hidden);
-  const auto got = tune::nn::gelu_linear_recomputing(layer.hidden, layer.linear->weight, layer.linear->bias);
+  const auto got = custom_form(keeping, layer.hidden, layer.linear->weight, layer.linear->bias);
   CHECK(torch::allclose(got, expected, 0.0, 1e-14));
   const auto expected_grads = grads_of(layer, expected, upstream);
   const auto got_grads = grads_of(layer, got, upstream);
@@ -60,8 +72,11 @@ TEST_CASE("gelu_linear_recomputing equals autograd through gelu and linear in fl
   CHECK(torch::allclose(got_grads[0], by_formula, 0.0, 1e-12));
 }
 
-TEST_CASE("gelu_linear_recomputing under bf16 autocast: the plain form's bits, backward outside the scope",
+TEST_CASE("gelu_linear_recomputing and gelu_linear_keeping under bf16 autocast: the plain form's bits, backward "
+          "outside the scope",
           "[nn][gelu_linear]") {
+  const bool keeping = GENERATE(false, true);
+  CAPTURE(keeping);
   // fp32 weights, a bf16 activation (as fc1's output under autocast): the product in bf16, the weight's and bias's
   // gradients fp32.
   Layer layer = make_layer(torch::kFloat);
@@ -71,7 +86,7 @@ TEST_CASE("gelu_linear_recomputing under bf16 autocast: the plain form's bits, b
   {
     tune::precision::AutocastScope autocast(tune::precision::MixedPrecision::bf16, torch::kCPU);
     plain = plain_form(layer, layer.hidden);
-    recomputing = tune::nn::gelu_linear_recomputing(layer.hidden, layer.linear->weight, layer.linear->bias);
+    recomputing = custom_form(keeping, layer.hidden, layer.linear->weight, layer.linear->bias);
   }
   REQUIRE(plain.scalar_type() == torch::kBFloat16);
   CHECK(torch::equal(plain, recomputing));
@@ -107,6 +122,38 @@ TEST_CASE("gelu_linear_recomputing keeps the activation's input alone from forwa
   CHECK(recomputing <= rows * out * 4 + 4096);  // the output
 }
 
+TEST_CASE("gelu_linear_keeping under bf16 autocast: backward holds GELU's input and one gradient, plain also its output",
+          "[nn][gelu_linear][memory]") {
+  tune::memory_tracker::install();
+  torch::manual_seed(23);
+  const int64_t rows = 512, inner = 256, out = 4;
+  // As fc1's output under autocast: a bf16 activation; fp32 weights.
+  const auto hidden = torch::randn({rows, inner}).to(torch::kBFloat16).requires_grad_(true);
+  const torch::nn::Linear layer(torch::nn::LinearOptions(inner, out).bias(true));
+  const int64_t activation_bytes = rows * inner * 2;
+  // The peak in backward beyond what was live when it started (GELU's input and output, as both forms keep them).
+  auto backward_peak = [&](bool keeping) {
+    hidden.mutable_grad() = torch::Tensor();
+    torch::Tensor output;
+    {
+      tune::precision::AutocastScope autocast(tune::precision::MixedPrecision::bf16, torch::kCPU);
+      output = keeping ? tune::nn::gelu_linear_keeping(hidden, layer->weight, layer->bias)
+                       : torch::linear(tune::nn::gelu_tanh_differentiable(hidden), layer->weight, layer->bias);
+    }
+    const int64_t before = tune::memory_tracker::cpu_live_bytes();
+    tune::memory_tracker::reset_cpu_peak();
+    output.sum().backward();
+    return tune::memory_tracker::cpu_peak_bytes() - before;
+  };
+  const int64_t plain = backward_peak(false);
+  const int64_t keeping = backward_peak(true);
+  INFO("backward peak beyond its start: plain " << plain << " bytes, keeping " << keeping << " bytes");
+  // Plain makes the output's gradient while GELU's output is held, then GELU's input gradient beside it; keeping
+  // drops the output first and GELU's backward writes over that gradient: one [rows, inner] tensor less. (Both may
+  // pass through the weight gradient's product, whose kernel can copy its transposed operand.)
+  CHECK(plain - keeping >= activation_bytes * 3 / 4);
+}
+
 TEST_CASE("run_gelu_linear recomputes GELU wherever autograd would keep it until backward and the weight trains",
           "[nn][gelu_linear]") {
   struct Selective : tune::nn::PlainBlockRunner {
@@ -124,11 +171,11 @@ TEST_CASE("run_gelu_linear recomputes GELU wherever autograd would keep it until
   CHECK(node(&plain).find("RecomputingGeluLinear") != std::string::npos);
   CHECK(node(&selective).find("RecomputingGeluLinear") != std::string::npos);
   {
-    // A checkpointed block's recompute: its graph lives through its own backward only, so the plain form (no GELU
-    // in backward); selective's blocks, which no block recompute wraps, recompute still.
+    // A checkpointed block's recompute: its graph lives through its own backward only, so GELU's output is kept
+    // (no GELU in backward) and dropped early in backward; selective's blocks, which no block recompute wraps,
+    // recompute still.
     const tune::nn::RecomputeScope in_recompute;
-    CHECK(node(&plain).find("RecomputingGeluLinear") == std::string::npos);
-    CHECK(node(&plain) != "none");
+    CHECK(node(&plain).find("KeepingGeluLinear") != std::string::npos);
     CHECK(node(&selective).find("RecomputingGeluLinear") != std::string::npos);
     // A multi-block segment's recompute (policy sqrt) before its last block: its graph outlives its own backward.
     const tune::nn::SegmentBlockScope outliving;
@@ -138,10 +185,19 @@ TEST_CASE("run_gelu_linear recomputes GELU wherever autograd would keep it until
   layer.linear->weight.requires_grad_(false);
   layer.linear->bias.requires_grad_(false);
   CHECK(node(&plain).find("RecomputingGeluLinear") == std::string::npos);
+  CHECK(node(&plain).find("KeepingGeluLinear") == std::string::npos);
   CHECK(node(&plain) != "none");
+  {
+    const tune::nn::RecomputeScope in_recompute;
+    CHECK(node(&plain).find("GeluLinear") == std::string::npos);
+  }
   torch::NoGradGuard no_grad;
   CHECK(node(&plain) == "none");
   CHECK(tune::nn::gelu_linear_recomputes(true, true));
   CHECK_FALSE(tune::nn::gelu_linear_recomputes(false, true));
   CHECK_FALSE(tune::nn::gelu_linear_recomputes(true, false));
+  CHECK(tune::nn::gelu_linear_keeps(true, false, true));
+  CHECK_FALSE(tune::nn::gelu_linear_keeps(false, false, true));
+  CHECK_FALSE(tune::nn::gelu_linear_keeps(true, true, true));
+  CHECK_FALSE(tune::nn::gelu_linear_keeps(true, false, false));
 }

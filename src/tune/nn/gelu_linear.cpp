@@ -1,4 +1,4 @@
-// layer(gelu(x)) with GELU recomputed in backward.
+// layer(gelu(x)) with GELU recomputed in backward, or kept and dropped early in backward.
 #include "tune/nn/gelu_linear.h"
 
 #include <torch/autograd.h>
@@ -47,7 +47,50 @@ struct RecomputingGeluLinear : public torch::autograd::Function<RecomputingGeluL
   }
 };
 
+// RecomputingGeluLinear's backward over GELU's output kept from forward (in the context's saved_data, so backward
+// can drop it before the input's gradient is made; save_for_backward's tensors live until backward returns).
+struct KeepingGeluLinear : public torch::autograd::Function<KeepingGeluLinear> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& hidden,
+                               const torch::Tensor& weight, const torch::Tensor& bias) {
+    const std::optional<torch::ScalarType> dtype = autocast_compute_dtype(hidden.device());
+    // The product's operand as the plain form's linear keeps it: GELU's output in the compute dtype.
+    torch::Tensor activation = gelu_tanh(hidden);
+    if (dtype) activation = activation.to(*dtype);
+    torch::Tensor output =
+        dtype ? linear_in_dtype(activation, weight, bias, *dtype) : torch::linear(activation, weight, bias);
+    ctx->save_for_backward({hidden, weight});
+    ctx->saved_data["activation"] = std::move(activation);
+    save_bias_kind(ctx, bias, weight);
+    return output;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& hidden = saved[0];
+    const torch::Tensor& weight = saved[1];
+    const torch::Tensor grad = grad_outputs[0].reshape({-1, grad_outputs[0].size(-1)});
+    const auto dtype = grad.scalar_type();
+    torch::Tensor grad_hidden, grad_weight, grad_bias;
+    if (ctx->needs_input_grad(1)) {
+      const torch::Tensor activation = ctx->saved_data.at("activation").toTensor();
+      grad_weight = linear_weight_gradient(activation.reshape({-1, activation.size(-1)}).to(dtype), grad, weight);
+    }
+    ctx->saved_data.erase("activation");  // freed here, before the input's gradient is made
+    grad_bias = linear_bias_gradient(ctx, grad, 2);
+    if (ctx->needs_input_grad(0)) {
+      const torch::Tensor grad_activation = grad.mm(weight.to(dtype)).to(hidden.scalar_type());
+      grad_hidden = gelu_tanh_backward_(grad_activation, hidden.reshape({-1, hidden.size(-1)})).view(hidden.sizes());
+    }
+    return {grad_hidden, grad_weight, grad_bias};
+  }
+};
+
 }  // namespace
+
+torch::Tensor gelu_linear_keeping(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& bias) {
+  return KeepingGeluLinear::apply(hidden, weight, bias);
+}
 
 torch::Tensor gelu_linear_recomputing(const torch::Tensor& hidden, const torch::Tensor& weight,
                                       const torch::Tensor& bias) {
@@ -57,8 +100,12 @@ torch::Tensor gelu_linear_recomputing(const torch::Tensor& hidden, const torch::
 torch::Tensor run_gelu_linear(BlockRunner* runner, const torch::Tensor& weight, const torch::Tensor& bias,
                               const torch::Tensor& hidden) {
   const bool selective = runner != nullptr && runner->recomputes(RegionKind::activation);
-  if (gelu_linear_recomputes(graph_kept_until_backward(selective), weight.requires_grad())) {
+  const bool kept_until_backward = graph_kept_until_backward(selective);
+  if (gelu_linear_recomputes(kept_until_backward, weight.requires_grad())) {
     return gelu_linear_recomputing(hidden, weight, bias);
+  }
+  if (gelu_linear_keeps(at::GradMode::is_enabled(), kept_until_backward, weight.requires_grad())) {
+    return gelu_linear_keeping(hidden, weight, bias);
   }
   auto gelu = [](const std::vector<torch::Tensor>& inputs) { return gelu_tanh_differentiable(inputs[0]); };
   // ATen's linear, as nn::linear (linear.h says why not the C++ frontend's).

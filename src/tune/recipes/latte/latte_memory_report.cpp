@@ -23,6 +23,7 @@ struct Sizes {
   bool recomputing_attention;  // tune's core, recomputing its probabilities in backward
   bool fused_softmax_backward;  // the recomputing core's backward: 8 bytes per score, not 12
   bool recomputing_gelu;  // fc2 keeps GELU's input alone, recomputing its output in backward (nn::run_gelu_linear)
+  bool keeping_gelu;      // fc2 keeps GELU's output, dropped in backward before GELU's input gradient (a recompute)
   bool recasting_linears;  // qkv, proj, fc1 and adaLN keep their fp32 weights, not copies (nn::linear)
   bool frozen;  // infer --grad (LatteActivationShape::frozen)
 };
@@ -44,6 +45,7 @@ Sizes sizes_of(const models::LatteConfig& config, const LatteActivationShape& sh
   s.fused_softmax_backward = shape.fused_softmax_backward;
   s.frozen = shape.frozen;
   s.recomputing_gelu = nn::gelu_linear_recomputes(shape.kept_until_backward, !shape.frozen);
+  s.keeping_gelu = nn::gelu_linear_keeps(true, shape.kept_until_backward, !shape.frozen);
   s.recasting_linears = nn::linear_recasts_weight(s.low_precision, shape.kept_until_backward, !shape.frozen);
   return s;
 }
@@ -82,18 +84,22 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t condit
   // two shifts are free, the two gates and (outside selective's recomputed norms) the two scales (1 + scale),
   // [sequences, D] once repeated, are kept by their multiplies.
   saved += conditions * s.hidden * (kFloat32 + (s.frozen ? 0 : s.c)) + sequences * s.hidden * (selective ? 2 : 4) * s.c;
-  // Weight copies under autocast: qkv, proj, fc1, fc2 (unless it recomputes GELU: it keeps the fp32 weight and
-  // casts it again in backward) and the adaLN linear; none where those keep their fp32 weights (nn::linear: a
+  // Weight copies under autocast: qkv, proj, fc1, fc2 (unless it recomputes or keeps GELU: it keeps the fp32 weight
+  // and casts it again in backward) and the adaLN linear; none where those keep their fp32 weights (nn::linear: a
   // plainly run block's trainable layers).
   if (s.low_precision && !s.recasting_linears) {
-    saved += (4 * s.hidden * s.hidden + (s.recomputing_gelu ? 1 : 2) * s.hidden * s.inner + 6 * s.hidden * s.hidden) * s.c;
+    const int64_t mlp_copies = s.recomputing_gelu || s.keeping_gelu ? 1 : 2;
+    saved += (4 * s.hidden * s.hidden + mlp_copies * s.hidden * s.inner + 6 * s.hidden * s.hidden) * s.c;
   }
   block.saved = saved;
 
   // Backward runs the MLP branch first: everything saved, the fp32 gradient of the block's output, and the
   // gradients into fc2's and fc1's outputs ([tokens, inner] each) beside the fresh fc weight gradient (the
   // recomputing fc2 first rebuilds GELU's output for its weight gradient and frees it: no more than those two).
-  // Selective's activation region, where fc2 does not recompute GELU itself, recomputes it there: a third.
+  // Selective's activation region, where fc2 does not recompute GELU itself, recomputes it there: a third. The
+  // keeping fc2 (a block's recompute) frees GELU's output, counted in `saved`, before the gradient into it is made
+  // and GELU's backward writes over that gradient: one. (Each form's count is one above the tensors it holds at once,
+  // as measured: the products' transient copies.)
   const int64_t in_flight = td * kFloat32 + (s.frozen ? 0 : s.hidden * s.inner * kFloat32);
   // Under frozen weights and autocast, fc2's input gradient also holds the fp32-accumulate product's workspace
   // (training's estimate leaves that constant out: its other terms already overcount by more, measured 1.07-1.09).

@@ -33,6 +33,7 @@ struct Sizes {
   // their outputs and the cross-attention core keeps what it keeps in training.
   bool frozen;
   bool recomputing_gelu;  // net.2 keeps GELU's input alone, recomputing its output in backward (nn::run_gelu_linear)
+  bool keeping_gelu;      // net.2 keeps GELU's output and its fp32 weight (a block's recompute)
   int64_t td() const { return tokens * hidden; }
   int64_t caption() const { return batch * text * hidden; }  // the projected caption [B, L, D]
   int64_t outputs() const { return tokens * out_per_token; }
@@ -62,6 +63,7 @@ Sizes sizes_of(const models::LatteT2VConfig& config, const T2VActivationShape& s
   s.training_loss = shape.training_loss;
   s.frozen = !shape.training_loss;
   s.recomputing_gelu = nn::gelu_linear_recomputes(shape.kept_until_backward, !s.frozen);
+  s.keeping_gelu = nn::gelu_linear_keeps(true, shape.kept_until_backward, !s.frozen);
   return s;
 }
 
@@ -147,7 +149,9 @@ Part feed_forward(const Sizes& s, bool selective) {
   // (net.2's input), unless net.2 recomputes it.
   part.saved = ti * c + td * c;
   if (!s.frozen) part.saved += (s.low_precision ? td * c : td * kFloat32) + (s.recomputing_gelu ? 0 : ti * c);
-  if (s.low_precision) part.saved += (s.recomputing_gelu ? 1 : 2) * s.hidden * s.inner * c;  // weight copies
+  if (s.low_precision) {  // weight copies; net.2's none where it recomputes or keeps GELU (its fp32 weight)
+    part.saved += (s.recomputing_gelu || s.keeping_gelu ? 1 : 2) * s.hidden * s.inner * c;
+  }
   // Backward: the gate multiply's fp32 products (the gradient into net.2's output, and the gate's), then net.2's
   // gradient in and its input's gradient out ([tokens, 4D], with the fp32-accumulate kernel's workspace under
   // autocast), then GELU's input gradient beside its output's (in training net.2 has freed its input, GELU's
