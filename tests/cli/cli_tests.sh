@@ -95,7 +95,7 @@ import glob, json, math, sys
 from safetensors import safe_open
 fp32, bf16 = (json.load(open(f"{run}/memory.json")) for run in sys.argv[1:3])
 plan32, plan16 = (m.get("plan", m) for m in (fp32, bf16))
-trained = plan32["gradients_bytes"]                          # the adapters, 4 bytes each
+trained = plan32["optimizer_state_bytes"] // 2               # the adapters, 4 bytes each (AdamW keeps 8)
 frozen = (plan32["parameters_bytes"] - trained) // 4          # frozen weights, counted in fp32
 assert plan16["parameters_bytes"] == trained + 2 * frozen, (plan16["parameters_bytes"], trained, frozen)
 for key in ("gradients_bytes", "optimizer_state_bytes", "ema_bytes"):

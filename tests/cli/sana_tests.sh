@@ -410,7 +410,7 @@ import json, sys
 from safetensors.torch import load_file
 ema, none = (json.load(open(f"{run}/memory.json")) for run in sys.argv[1:3])
 plan_ema, plan_none = (m.get("plan", m) for m in (ema, none))
-weights = plan_ema["gradients_bytes"]
+weights = plan_ema["optimizer_state_bytes"] // 2  # the trained weights' fp32 bytes (AdamW keeps two moments)
 assert plan_none["ema_bytes"] == 0 and plan_ema["ema_bytes"] == weights, (plan_none, plan_ema)
 saving = ema["peak_bytes"] - none["peak_bytes"]
 print(f"ema.decay 0: peak {ema['peak_bytes']} -> {none['peak_bytes']} bytes (-{saving}; the EMA copy {weights})")

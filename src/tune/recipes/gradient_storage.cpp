@@ -18,20 +18,33 @@ std::string compact_gradients_unsupported(const RunSettings& run, bool data_para
   return {};
 }
 
+namespace {
+
+std::string reason_against(const RunSettings& run, const GradientStorageContext& context) {
+  std::string reason = compact_gradients_unsupported(run, context.data_parallel);
+  if (reason.empty() && context.loss_scaler) reason = "the run's loss scaler unscales param.grad() in place";
+  return reason;
+}
+
+}  // namespace
+
+bool compact_gradients_active(const TrainingSettings& training, const RunSettings& run, bool checkpointing,
+                              const GradientStorageContext& context) {
+  if (training.compact_gradients == "false" || !reason_against(run, context).empty()) return false;
+  return training.compact_gradients == "true" || checkpointing;
+}
+
 std::unique_ptr<train::CompactGradients> make_compact_gradients(const config::Config& config,
                                                                 const TrainingSettings& training,
                                                                 const RunSettings& run,
                                                                 const std::vector<torch::Tensor>& params,
                                                                 const GradientStorageContext& context) {
-  if (training.compact_gradients == "false") return nullptr;
-  std::string reason = compact_gradients_unsupported(run, context.data_parallel);
-  if (reason.empty() && context.loss_scaler) reason = "the run's loss scaler unscales param.grad() in place";
   if (training.compact_gradients == "true") {
+    const std::string reason = reason_against(run, context);
     if (!reason.empty()) config.fail("training.compact_gradients", "is true, but " + reason + "; use auto or false");
-  } else {
-    const bool checkpointing = run.gradient_checkpointing && run.checkpointing.policy != memory::Policy::off;
-    if (!reason.empty() || !checkpointing) return nullptr;
   }
+  const bool checkpointing = run.gradient_checkpointing && run.checkpointing.policy != memory::Policy::off;
+  if (!compact_gradients_active(training, run, checkpointing, context)) return nullptr;
   return std::make_unique<train::CompactGradients>(params);
 }
 

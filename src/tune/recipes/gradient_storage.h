@@ -25,6 +25,11 @@ struct GradientStorageContext {
   bool loss_scaler = false;    // fp16: the scaler unscales param.grad() in place
 };
 
+// Whether a run holds its gradients compact: training.compact_gradients true, or auto with `checkpointing` on, where
+// compact_gradients_unsupported finds nothing against it. tune plan asks it for each setting it weighs.
+bool compact_gradients_active(const TrainingSettings& training, const RunSettings& run, bool checkpointing,
+                              const GradientStorageContext& context);
+
 // The store for `params`, or null where the run keeps fp32 gradients. auto: on for a single-process CPU run under
 // bf16 autocast with gradient checkpointing on. Its memory then peaks late in backward, where most gradients
 // exist; without checkpointing the peak is at the loss, before any gradient is made, and the copy to bf16 and back

@@ -8,6 +8,7 @@
 #include "tune/precision/mixed_precision.h"
 #include "tune/recipes/common_schema.h"
 #include "tune/recipes/data_parallel.h"
+#include "tune/recipes/gradient_storage.h"
 
 namespace tune::recipes::diffusion_common {
 
@@ -83,7 +84,13 @@ BudgetPlan plan_denoiser_training(const config::Config& config, const PlanReques
   // Trained weights in fp32; a LoRA run's frozen ones in bf16 with param_dtype bf16 (train_adapters_only).
   const int64_t frozen_bytes = run.frozen_weights_bf16 ? 2 : 4;
   const int64_t parameters = share(4 * counts.trainable + frozen_bytes * (counts.total - counts.trainable), full_shard);
-  const int64_t gradients = share(4 * counts.trainable, full_shard);
+  // fp32 gradients, or bf16 under training.compact_gradients (recipes/gradient_storage.h), where this counts every
+  // one as held (the diffusion models' gradients all fit: Latte-S/2's 131 of 131), per checkpointing setting.
+  const auto gradients_for = [&](const PlanSetting& setting) {
+    const GradientStorageContext context{processes > 1, run.mixed_precision == precision::MixedPrecision::fp16};
+    const bool compact = compact_gradients_active(training, run, setting.checkpointing != "off", context);
+    return share((compact ? 2 : 4) * counts.trainable, full_shard);
+  };
   // AdamW's two moments and the EMA copy of the trained weights (full_shard keeps the EMA as flat shards too; none
   // with ema.decay 0, whose average is the weights themselves).
   const int64_t ema_copy = config.get_real("ema.decay") == 0.0 ? 0 : 4 * counts.trainable;
@@ -110,6 +117,7 @@ BudgetPlan plan_denoiser_training(const config::Config& config, const PlanReques
       row.setting = setting;
       row.breakdown.parameters = parameters;
       row.breakdown.optimizer_state = optimizer_and_ema;
+      const int64_t gradients = gradients_for(setting);
       row.breakdown.gradients = gradients;
       const StackPhases activations = inputs.activations(batch, runner);
       row.breakdown.activations = activations.peak();

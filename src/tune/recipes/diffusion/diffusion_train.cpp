@@ -122,13 +122,17 @@ int run_diffusion_training(const TrainRequest& request, const RunSettings& run, 
                                        ? std::string("off (fp32)")
                                        : precision::to_string(run.mixed_precision) + " autocast, fp32 master weights");
   const int64_t activation_estimate = trainee.activation_estimate ? trainee.activation_estimate(*checkpointing) : -1;
-  log::info("memory plan: parameters {}, gradients {}, optimizer state {}, EMA {}, activations {} for batch {}",
-            format_bytes(param_bytes), format_bytes(trainable_bytes), format_bytes(optimizer.state_bytes()),
+  // Held as exact bf16 copies under training.compact_gradients: half (as tune plan counts them; every gradient of
+  // these models fits, the first step's log line says how many did).
+  const int64_t gradient_bytes = compact_gradients ? trainable_bytes / 2 : trainable_bytes;
+  log::info("memory plan: parameters {}, gradients {}{}, optimizer state {}, EMA {}, activations {} for batch {}",
+            format_bytes(param_bytes), format_bytes(gradient_bytes), compact_gradients ? " (bf16 copies)" : "",
+            format_bytes(optimizer.state_bytes()),
             ema_bytes == 0 ? std::string("none (ema.decay 0: the trained weights)") : format_bytes(ema_bytes),
             activation_estimate >= 0 ? "~" + format_bytes(activation_estimate) : std::string("not estimated"),
             training.batch_size);
   nlohmann::json memory_plan = {{"parameters_bytes", param_bytes},
-                                {"gradients_bytes", trainable_bytes},
+                                {"gradients_bytes", gradient_bytes},
                                 {"optimizer_state_bytes", optimizer.state_bytes()},
                                 {"ema_bytes", ema_bytes},
                                 {"gradient_checkpointing", checkpointing->describe()},
