@@ -35,6 +35,7 @@
 #include "tune/precision/nf4.h"
 #include "tune/recipes/model_workloads.h"
 #include "tune/recipes/sft/memory_report.h"
+#include "tune/train/compact_gradients.h"
 #include "tune/train/adamw.h"
 #include "tune/train/cuda_graph_step.h"
 #include "tune/train/linear_cross_entropy.h"
@@ -66,6 +67,8 @@ struct BenchOptions {
   bool tie_embeddings = false;
   double rope_theta = 10000.0;
   std::string fused_adamw = "auto";  // auto | on | off: AdamWOptions::kernel (optimizer.fused auto | true | false)
+  // auto | on | off: training.compact_gradients (auto: with --optimizer on the CPU under bf16 with checkpointing)
+  std::string compact_gradients = "auto";
   std::string base_dtype = "fp32";   // LoRA: the frozen base's storage dtype (param_dtype)
   std::string quantize_base = "none";  // LoRA: nf4 stores every projection's base weight in NF4 (QLoRA)
   bool double_quant = true;            // with nf4: lora.double_quant
@@ -189,7 +192,8 @@ GraphSteps run_graph_steps(tune::models::LlamaForCausalLM& model, const torch::T
 // torch's zero_grad does by default), so the peak includes their allocation, as HF's does.
 StepResult train_step(tune::models::LlamaForCausalLM& model, const torch::Tensor& input_ids,
                       const torch::Tensor& labels, tune::precision::MixedPrecision precision,
-                      const BenchOptions& options, tune::train::AdamW* optimizer) {
+                      const BenchOptions& options, tune::train::AdamW* optimizer,
+                      tune::train::CompactGradients* compact = nullptr) {
   const bool cuda = input_ids.is_cuda();
   if (optimizer == nullptr) {
     for (auto& parameter : model->parameters()) {
@@ -205,8 +209,9 @@ StepResult train_step(tune::models::LlamaForCausalLM& model, const torch::Tensor
   const auto forward_end = std::chrono::steady_clock::now();
   loss.backward();
   if (optimizer != nullptr) {
-    optimizer->step(1e-5);
+    optimizer->step(1e-5, compact);
     optimizer->zero_grad();
+    if (compact != nullptr) compact->clear();
   }
   const double loss_value = loss.item<double>();  // synchronises the device
   const auto end = std::chrono::steady_clock::now();
@@ -257,6 +262,12 @@ int run(const BenchOptions& options) {
     }
     if (options.fused_adamw != "auto" && options.fused_adamw != "on" && options.fused_adamw != "off") {
       throw tune::UsageError("--fused-adamw: expected auto, on or off, got '" + options.fused_adamw + "'");
+    }
+    if (options.compact_gradients != "auto" && options.compact_gradients != "on" && options.compact_gradients != "off") {
+      throw tune::UsageError("--compact-gradients: expected auto, on or off, got '" + options.compact_gradients + "'");
+    }
+    if (options.compact_gradients == "on" && (!options.optimizer || options.device != "cpu" || options.dtype != "bf16")) {
+      throw tune::UsageError("--compact-gradients on: needs --optimizer, --device cpu and --dtype bf16");
     }
     if (options.base_dtype != "fp32" && options.base_dtype != "bf16") {
       throw tune::UsageError("--base-dtype: expected fp32 or bf16, got '" + options.base_dtype + "'");
@@ -330,6 +341,18 @@ int run(const BenchOptions& options) {
     result["adamw_kernel"] = tune::train::adamw_uses_fused_kernel(adamw, torch::kFloat, device) ? "fused" : "sliced";
     optimizer = std::make_unique<tune::train::AdamW>(tune::train::make_param_groups(trainable, 0.0), adamw);
   }
+  // As tune train's training.compact_gradients (recipes/gradient_storage.h): gradients held as exact bf16 copies.
+  std::unique_ptr<tune::train::CompactGradients> compact;
+  const bool compact_auto = options.compact_gradients == "auto" && options.optimizer && device.is_cpu() &&
+                            options.dtype == "bf16" && policy != tune::memory::Policy::off;
+  if (options.compact_gradients == "on" || compact_auto) {
+    std::vector<torch::Tensor> trainable;
+    for (const auto& parameter : model->parameters()) {
+      if (parameter.requires_grad()) trainable.push_back(parameter);
+    }
+    compact = std::make_unique<tune::train::CompactGradients>(trainable);
+  }
+  result["compact_gradients"] = compact != nullptr;
 
   tune::memory::CheckpointOptions checkpoint_options;
   checkpoint_options.policy = policy;
@@ -373,10 +396,10 @@ int run(const BenchOptions& options) {
     result["graph_pool_reserved_bytes"] = graph.pool_reserved_bytes;
   }
   for (int i = 0; i < options.warmup && !options.cuda_graph; ++i) {
-    train_step(model, input_ids, labels, precision, options, optimizer.get());
+    train_step(model, input_ids, labels, precision, options, optimizer.get(), compact.get());
   }
   for (int i = 0; i < options.steps && !options.cuda_graph; ++i) {
-    const StepResult step = train_step(model, input_ids, labels, precision, options, optimizer.get());
+    const StepResult step = train_step(model, input_ids, labels, precision, options, optimizer.get(), compact.get());
     seconds.push_back(step.seconds);
     forward_seconds.push_back(step.forward_seconds);
     activation_bytes = std::max(activation_bytes, step.activation_bytes);
@@ -394,14 +417,14 @@ int run(const BenchOptions& options) {
     const std::set<ActivityType> activities{ActivityType::CPU, ActivityType::CUDA};
     profiler::prepareProfiler(config, activities);
     profiler::enableProfiler(config, activities);
-    train_step(model, input_ids, labels, precision, options, optimizer.get());
+    train_step(model, input_ids, labels, precision, options, optimizer.get(), compact.get());
     torch::cuda::synchronize();
     profiler::disableProfiler()->save(options.profile);
   } else if (!options.profile.empty()) {
     // Legacy autograd profiler (present in 1.13 and 2.x): a Chrome-trace file of every op of one step;
     // scripts/bench_profile_summary.py sums it per op.
     torch::autograd::profiler::RecordProfile profile(options.profile);
-    train_step(model, input_ids, labels, precision, options, optimizer.get());
+    train_step(model, input_ids, labels, precision, options, optimizer.get(), compact.get());
   }
 
   // The analytic side: the estimate for this policy and layout, and the floor policy full aims at (every block's
@@ -498,6 +521,9 @@ int main(int argc, char** argv) {
   app.add_option("--loss", options.loss, "plain | fused (chunked linear cross-entropy)")->capture_default_str();
   app.add_flag("--tie-embeddings", options.tie_embeddings, "lm_head shares the embedding matrix");
   app.add_option("--fused-adamw", options.fused_adamw, "auto | on | off (optimizer.fused)")->capture_default_str();
+  app.add_option("--compact-gradients", options.compact_gradients,
+                 "auto | on | off (training.compact_gradients; auto: with --optimizer on the CPU, bf16, checkpointing)")
+      ->capture_default_str();
   app.add_option("--base-dtype", options.base_dtype, "LoRA base storage: fp32 | bf16 (param_dtype)")
       ->capture_default_str();
   app.add_option("--quantize-base", options.quantize_base, "LoRA base: none | nf4 (QLoRA, every projection)")
