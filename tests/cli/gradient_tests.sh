@@ -57,6 +57,10 @@ case_compact_gradients_latte_same_run_less_memory() {
   # Clipping applies at every step (clip_grad_norm 0.05): the held gradients are scaled as the fp32 ones.
   "$PYTHON" "$COMPARE" "$dir/auto" "$dir/fp32" --step 3 --tol 0 \
     --files model.safetensors ema.safetensors optimizer.safetensors || fail "compact gradients changed the run"
+  # auto with gradient accumulation: off (the second micro-batch makes every gradient fp32 again).
+  expect_exit 0 "$TUNE" train "$dir/latte.yaml" output_dir="$dir/accumulating" training.gradient_accumulation_steps=2 \
+    training.batch_size=1 training.max_steps=1 checkpoint.every=0
+  ! grep -q "held as exact" <<<"$ERR" || fail "auto held gradients under gradient accumulation: $ERR"
   local compact plain
   compact=$(peak_bytes "$dir/auto"); plain=$(peak_bytes "$dir/fp32")
   echo "measured peak: compact gradients $compact bytes, fp32 gradients $plain bytes"

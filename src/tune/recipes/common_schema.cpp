@@ -42,7 +42,8 @@ config::Schema common_schema(const std::string& recipe_name) {
   schema.choice("training.compact_gradients", {"auto", "true", "false"}, "auto",
                 "keep each parameter gradient in bf16 where that is exact (under bf16 autocast most are bf16 "
                 "products widened to fp32), halving their memory with the same update bit for bit; auto = on for a "
-                "single-process CPU run under bf16 autocast with gradient checkpointing on");
+                "single-process CPU run under bf16 autocast with gradient checkpointing on and no gradient "
+                "accumulation");
   schema.choice("training.on_nan", {"stop", "skip"}, "stop",
                 "non-finite loss: stop (earlier checkpoints stay intact) or skip the step");
 

@@ -29,9 +29,9 @@ std::string reason_against(const RunSettings& run, const GradientStorageContext&
 }  // namespace
 
 bool compact_gradients_active(const TrainingSettings& training, const RunSettings& run, bool checkpointing,
-                              const GradientStorageContext& context) {
+                              int64_t accumulation, const GradientStorageContext& context) {
   if (training.compact_gradients == "false" || !reason_against(run, context).empty()) return false;
-  return training.compact_gradients == "true" || checkpointing;
+  return training.compact_gradients == "true" || (checkpointing && accumulation == 1);
 }
 
 std::unique_ptr<train::CompactGradients> make_compact_gradients(const config::Config& config,
@@ -44,7 +44,9 @@ std::unique_ptr<train::CompactGradients> make_compact_gradients(const config::Co
     if (!reason.empty()) config.fail("training.compact_gradients", "is true, but " + reason + "; use auto or false");
   }
   const bool checkpointing = run.gradient_checkpointing && run.checkpointing.policy != memory::Policy::off;
-  if (!compact_gradients_active(training, run, checkpointing, context)) return nullptr;
+  if (!compact_gradients_active(training, run, checkpointing, training.gradient_accumulation_steps, context)) {
+    return nullptr;
+  }
   return std::make_unique<train::CompactGradients>(params);
 }
 

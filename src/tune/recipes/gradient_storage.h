@@ -25,13 +25,15 @@ struct GradientStorageContext {
   bool loss_scaler = false;    // fp16: the scaler unscales param.grad() in place
 };
 
-// Whether a run holds its gradients compact: training.compact_gradients true, or auto with `checkpointing` on, where
+// Whether a run holds its gradients compact: training.compact_gradients true, or auto with `checkpointing` on and one
+// micro-batch a step (`accumulation` 1: a second micro-batch's contribution turns every held gradient back into
+// fp32, so the step's peak is fp32 gradients' anyway and the copies would only cost their passes), where
 // compact_gradients_unsupported finds nothing against it. tune plan asks it for each setting it weighs.
 bool compact_gradients_active(const TrainingSettings& training, const RunSettings& run, bool checkpointing,
-                              const GradientStorageContext& context);
+                              int64_t accumulation, const GradientStorageContext& context);
 
 // The store for `params`, or null where the run keeps fp32 gradients. auto: on for a single-process CPU run under
-// bf16 autocast with gradient checkpointing on. Its memory then peaks late in backward, where most gradients
+// bf16 autocast with gradient checkpointing on and no gradient accumulation. Its memory then peaks late in backward, where most gradients
 // exist; without checkpointing the peak is at the loss, before any gradient is made, and the copy to bf16 and back
 // would cost a pass each for nothing. true where it cannot apply: a ConfigError naming training.compact_gradients
 // (read_training_settings raises it first).

@@ -88,7 +88,8 @@ BudgetPlan plan_denoiser_training(const config::Config& config, const PlanReques
   // one as held (the diffusion models' gradients all fit: Latte-S/2's 131 of 131), per checkpointing setting.
   const auto gradients_for = [&](const PlanSetting& setting) {
     const GradientStorageContext context{processes > 1, run.mixed_precision == precision::MixedPrecision::fp16};
-    const bool compact = compact_gradients_active(training, run, setting.checkpointing != "off", context);
+    const bool compact =
+        compact_gradients_active(training, run, setting.checkpointing != "off", setting.accumulation, context);
     return share((compact ? 2 : 4) * counts.trainable, full_shard);
   };
   // AdamW's two moments and the EMA copy of the trained weights (full_shard keeps the EMA as flat shards too; none
