@@ -61,6 +61,16 @@ case_compact_gradients_latte_same_run_less_memory() {
   expect_exit 0 "$TUNE" train "$dir/latte.yaml" output_dir="$dir/accumulating" training.gradient_accumulation_steps=2 \
     training.batch_size=1 training.max_steps=1 checkpoint.every=0
   ! grep -q "held as exact" <<<"$ERR" || fail "auto held gradients under gradient accumulation: $ERR"
+  # metrics.jsonl records the held copies' measured bytes each step: nearly every Latte gradient fits, so about half
+  # of the trained weights' fp32 bytes (AdamW keeps 8 a weight), never more; none without the store.
+  "$PYTHON" - "$dir/auto" "$dir/fp32" <<'PY' || fail "gradients_held_bytes in metrics.jsonl"
+import json, sys
+auto, fp32 = ([json.loads(l) for l in open(f"{run}/metrics.jsonl") if l.strip()] for run in sys.argv[1:3])
+weights = json.load(open(f"{sys.argv[1]}/memory.json"))["optimizer_state_bytes"] // 2
+held = [r["gradients_held_bytes"] for r in auto if "loss" in r]
+assert held and all(0.95 * weights / 2 <= h <= weights / 2 for h in held), (held, weights)
+assert not any("gradients_held_bytes" in r for r in fp32)
+PY
   local compact plain
   compact=$(peak_bytes "$dir/auto"); plain=$(peak_bytes "$dir/fp32")
   echo "measured peak: compact gradients $compact bytes, fp32 gradients $plain bytes"

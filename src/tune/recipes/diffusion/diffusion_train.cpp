@@ -211,8 +211,12 @@ int run_diffusion_training(const TrainRequest& request, const RunSettings& run, 
     result.resident_bytes = memory_tracker::live_bytes(device.is_cuda());
     result.loss = parallel.sum(result.loss);
     result.lr = training.schedule.at(step);
-    if (compact_gradients && !std::exchange(held_gradients_said, true)) {
-      log::info("{}", describe_held_gradients(*compact_gradients, param_tensors));
+    if (compact_gradients) {
+      // Measured, per step (metrics.jsonl): what the held copies take now, before the update drops them.
+      result.metrics.emplace_back("gradients_held_bytes", static_cast<double>(compact_gradients->held_bytes()));
+      if (!std::exchange(held_gradients_said, true)) {
+        log::info("{}", describe_held_gradients(*compact_gradients, param_tensors));
+      }
     }
     const double clip = step >= settings.clip_start_step ? training.clip_grad_norm : 0.0;
     const auto outcome =

@@ -269,8 +269,12 @@ int train(const TrainRequest& request) {
     result.metrics = tally.means();
     result.progress_note = fmt::format("reward acc {:.2f}", tally.accuracies / std::max(1.0, tally.pairs));
     result.lr = training.schedule.at(step);
-    if (compact_gradients && !std::exchange(held_gradients_said, true)) {
-      log::info("{}", describe_held_gradients(*compact_gradients, param_tensors));
+    if (compact_gradients) {
+      // Measured, per step (metrics.jsonl): what the held copies take now, before the update drops them.
+      result.metrics.emplace_back("gradients_held_bytes", static_cast<double>(compact_gradients->held_bytes()));
+      if (!std::exchange(held_gradients_said, true)) {
+        log::info("{}", describe_held_gradients(*compact_gradients, param_tensors));
+      }
     }
     const auto outcome = train::finish_step(parallel.gradient_tensors(param_tensors), optimizer, scaler.get(),
                                             training.clip_grad_norm, result.lr, std::isfinite(result.loss),

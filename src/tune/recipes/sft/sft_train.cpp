@@ -284,8 +284,12 @@ int train(const TrainRequest& request) {
     result.resident_bytes = memory_tracker::live_bytes(device.is_cuda());
     result.loss = parallel.sum(result.loss);
     result.lr = training.schedule.at(step);
-    if (compact_gradients && !std::exchange(held_gradients_said, true)) {
-      log::info("{}", describe_held_gradients(*compact_gradients, param_tensors));
+    if (compact_gradients) {
+      // Measured, per step (metrics.jsonl): what the held copies take now, before the update drops them.
+      result.metrics.emplace_back("gradients_held_bytes", static_cast<double>(compact_gradients->held_bytes()));
+      if (!std::exchange(held_gradients_said, true)) {
+        log::info("{}", describe_held_gradients(*compact_gradients, param_tensors));
+      }
     }
     const auto outcome = train::finish_step(parallel.gradient_tensors(param_tensors), optimizer, scaler.get(),
                                             training.clip_grad_norm, result.lr, std::isfinite(result.loss),
