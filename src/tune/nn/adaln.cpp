@@ -9,6 +9,7 @@
 
 #include "tune/nn/block_runner.h"
 #include "tune/nn/linear.h"
+#include "tune/nn/modulated_norm_cpu.h"
 
 namespace tune::nn {
 
@@ -61,13 +62,18 @@ struct ModulatedLayerNorm : public torch::autograd::Function<ModulatedLayerNorm>
     const torch::Tensor& grad_output = grad_outputs[0];
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // dtypes are explicit here
     torch::NoGradGuard no_grad;
+    const auto shift_dtype = static_cast<torch::ScalarType>(ctx->saved_data["shift_dtype"].toInt());
+    if (modulated_norm_backward_fits(grad_output, x, mean, rstd, scale)) {
+      ModulatedNormGradients grads = modulated_norm_backward_cpu(grad_output, x, mean, rstd, scale);
+      return {ctx->needs_input_grad(0) ? grads.input : torch::Tensor(),
+              ctx->needs_input_grad(1) ? grads.shift.to(shift_dtype) : torch::Tensor(),
+              ctx->needs_input_grad(2) ? grads.scale.to(scale.scalar_type()) : torch::Tensor(), torch::Tensor(),
+              torch::Tensor()};
+    }
     const auto compute_dtype = torch::promote_types(x.scalar_type(), torch::kFloat32);
     const torch::Tensor x_compute = x.to(compute_dtype);
     torch::Tensor grad_x, grad_shift, grad_scale;
-    if (ctx->needs_input_grad(1)) {
-      const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["shift_dtype"].toInt());
-      grad_shift = token_sum(grad_output).to(dtype);
-    }
+    if (ctx->needs_input_grad(1)) grad_shift = token_sum(grad_output).to(shift_dtype);
     if (ctx->needs_input_grad(2)) {
       const torch::Tensor normalised = (x_compute - mean) * rstd;
       grad_scale = (grad_output * normalised).sum(1).to(scale.scalar_type());
@@ -114,6 +120,17 @@ struct GatedResidualModulatedLayerNorm : public torch::autograd::Function<GatedR
     const torch::Tensor &grad_sum_outside = grad_outputs[0], &grad_normed = grad_outputs[1];
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // dtypes are explicit here
     torch::NoGradGuard no_grad;
+    const GatedResidualInputs gated{gate, branch, grad_sum_outside};
+    if (grad_normed.defined() && modulated_norm_backward_fits(grad_normed, x, mean, rstd, scale, &gated)) {
+      ModulatedNormGradients grads = modulated_norm_backward_cpu(grad_normed, x, mean, rstd, scale, &gated);
+      const auto shift_dtype = static_cast<torch::ScalarType>(ctx->saved_data["shift_dtype"].toInt());
+      const auto pick = [ctx](size_t input, const torch::Tensor& grad) {
+        return ctx->needs_input_grad(input) ? grad : torch::Tensor();
+      };
+      return {pick(0, grads.input), pick(1, grads.gate.to(gate.scalar_type())), pick(2, grads.branch),
+              pick(3, grads.shift.to(shift_dtype)), pick(4, grads.scale.to(scale.scalar_type())), torch::Tensor(),
+              torch::Tensor()};
+    }
     // Temporaries are scoped so that no more is alive at once than the two-op form's backward holds beside the sum
     // it kept: the recomputed sum, then one [N, T, D] gradient at a time.
     torch::Tensor grad_shift, grad_scale, grad_sum;
