@@ -46,7 +46,9 @@ TEST_CASE("modulated_layer_norm equals modulate(layer_norm) in value and in ever
     const auto grad = torch::randn({4, 8, 32});
     const Gradients fused = run(true, x, shift, scale, grad), plain = run(false, x, shift, scale, grad);
     CHECK(fused.output.scalar_type() == torch::kFloat);
-    CHECK(torch::equal(fused.output, plain.output));
+    // Within fp32 rounding: on the CPU the fused form is nn/modulated_norm_cpu's kernel, whose row statistics are
+    // summed in another order than ATen's LayerNorm.
+    CHECK(torch::allclose(fused.output, plain.output, 1e-5, 1e-5));
     CHECK(fused.shift.scalar_type() == torch::kBFloat16);
     CHECK(fused.scale.scalar_type() == torch::kBFloat16);
     CHECK(torch::allclose(fused.x, plain.x, 1e-5, 1e-5));

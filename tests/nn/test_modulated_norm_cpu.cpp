@@ -1,9 +1,10 @@
-// nn/modulated_norm_cpu.h: the fused CPU backward of the modulated norms against float64 autograd of the maths it
-// replaces (LayerNorm without affine, * (1 + scale) + shift; the gated form's x + gate * branch before it), through
-// the autograd nodes of nn/adaln.h that call it. Inputs are chosen so that the roundings the kernel keeps from the
-// bf16 form (1 + scale in bf16, the product gate * branch in bf16) are exact: the float64 maths is then the same
-// function, and the kernel must match it to fp32 rounding. Widths that are not a multiple of the vector lanes, token
-// counts over a block of rows, and one row group on two threads (token ranges with partial sums).
+// nn/modulated_norm_cpu.h: the modulated norms' CPU kernels, forward and backward, against float64 autograd of the
+// maths they replace (LayerNorm without affine, * (1 + scale) + shift; the gated form's x + gate * branch before it),
+// through the autograd nodes of nn/adaln.h that call them. Inputs are chosen so that the roundings the kernels keep
+// from the bf16 form (1 + scale in bf16, the product gate * branch in bf16) are exact: the float64 maths is then the
+// same function, and the kernels must match it to fp32 rounding (bf16 outputs to one bf16 rounding). Widths that are
+// not a multiple of the vector lanes, token counts over a block of rows, and one row group on two threads (token
+// ranges with partial sums).
 #include <ATen/Parallel.h>
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
@@ -55,12 +56,17 @@ void check_plain(const Sizes& size, torch::ScalarType grad_dtype) {
   REQUIRE(tune::nn::modulated_norm_backward_fits(grad, x.detach(), mean, rstd, scale.detach()));
   const std::optional<torch::ScalarType> out_dtype =
       grad_dtype == torch::kBFloat16 ? std::optional(torch::kBFloat16) : std::nullopt;
-  tune::nn::modulated_layer_norm(x, shift, scale, kEps, out_dtype).backward(grad);
+  const auto output = tune::nn::modulated_layer_norm(x, shift, scale, kEps, out_dtype);
+  REQUIRE(tune::nn::modulated_norm_forward_fits(x.detach(), shift.detach(), scale.detach(), grad_dtype));
+  output.backward(grad);
 
   const auto x64 = float64_of(x).requires_grad_(true), shift64 = float64_of(shift).requires_grad_(true);
   const auto scale64 = float64_of(scale).requires_grad_(true);
   const auto normalised = torch::layer_norm(x64, {size.width}, {}, {}, kEps);
-  (normalised * (1 + scale64.unsqueeze(1)) + shift64.unsqueeze(1)).backward(float64_of(grad));
+  const auto output64 = normalised * (1 + scale64.unsqueeze(1)) + shift64.unsqueeze(1);
+  output64.backward(float64_of(grad));
+  CHECK(output.scalar_type() == grad_dtype);
+  check_close(output, output64, grad_dtype == torch::kBFloat16 ? 4e-3 : 1e-6, "output");
   check_close(x.grad(), x64.grad(), 1e-5, "x");
   check_close(shift.grad(), shift64.grad(), 1e-2, "shift (bf16)");
   check_close(scale.grad(), scale64.grad(), 1e-2, "scale (bf16)");
@@ -93,6 +99,8 @@ void check_gated(const Sizes& size, bool residual_gradient) {
                           (residual_gradient ? float64_of(grad_sum) : torch::zeros_like(sum64));
   const auto shift_scale = torch::autograd::grad({normed64}, {leaves[3], leaves[4]}, {float64_of(grad_normed)});
   const auto product_grad = grad_sum64.to(torch::kBFloat16).to(torch::kFloat64);
+  check_close(outputs.sum, sum64, 1e-7, "sum");
+  check_close(outputs.normed, normed64, 4e-3, "normed (bf16)");
   check_close(x.grad(), grad_sum64, 1e-5, "x");
   check_close(branch.grad(), product_grad * leaves[1].detach().unsqueeze(1), 1e-2, "branch (bf16)");
   check_close(gate.grad(), (product_grad * leaves[2].detach()).sum(1), 1e-2, "gate (bf16)");

@@ -45,13 +45,19 @@ torch::Tensor token_sum(const torch::Tensor& grad) {
 struct ModulatedLayerNorm : public torch::autograd::Function<ModulatedLayerNorm> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& shift,
                                const torch::Tensor& scale, double eps, int64_t out_dtype) {
+    ctx->saved_data["shift_dtype"] = static_cast<int64_t>(shift.scalar_type());
+    const torch::ScalarType output_dtype = out_dtype < 0 ? torch::kFloat : static_cast<torch::ScalarType>(out_dtype);
+    if (modulated_norm_forward_fits(x, shift, scale, output_dtype)) {
+      ModulatedNormForward result = modulated_norm_forward_cpu(x, shift, scale, eps, output_dtype);
+      ctx->save_for_backward({x, result.mean, result.rstd, scale});
+      return result.output;
+    }
     const auto compute_dtype = torch::promote_types(x.scalar_type(), torch::kFloat32);
     const torch::Tensor x_compute = x.to(compute_dtype);
     auto [normalised, mean, rstd] = at::native_layer_norm(x_compute, {x.size(-1)}, {}, {}, eps);
     // The same operations as modulate(), so forward's values are the two-op form's bit for bit.
     torch::Tensor output = modulate_into(normalised, shift, scale, out_dtype);
     ctx->save_for_backward({x, mean, rstd, scale});
-    ctx->saved_data["shift_dtype"] = static_cast<int64_t>(shift.scalar_type());
     return output;
   }
 
@@ -103,12 +109,19 @@ struct GatedResidualModulatedLayerNorm : public torch::autograd::Function<GatedR
                                                 const torch::Tensor& shift, const torch::Tensor& scale, double eps,
                                                 int64_t out_dtype) {
     ctx->set_materialize_grads(false);  // an output without a gradient skips its part of backward (handled there)
+    ctx->saved_data["shift_dtype"] = static_cast<int64_t>(shift.scalar_type());
+    const torch::ScalarType output_dtype = out_dtype < 0 ? torch::kFloat : static_cast<torch::ScalarType>(out_dtype);
+    const GatedResidualInputs gated{gate, branch, torch::Tensor()};
+    if (modulated_norm_forward_fits(x, shift, scale, output_dtype, &gated)) {
+      ModulatedNormForward result = modulated_norm_forward_cpu(x, shift, scale, eps, output_dtype, &gated);
+      ctx->save_for_backward({x, gate, branch, result.mean, result.rstd, scale});
+      return {result.sum, result.output};
+    }
     torch::Tensor sum = residual_sum(x, gate, branch);
     const auto compute_dtype = torch::promote_types(sum.scalar_type(), torch::kFloat32);
     auto [normalised, mean, rstd] = at::native_layer_norm(sum.to(compute_dtype), {sum.size(-1)}, {}, {}, eps);
     torch::Tensor normed = modulate_into(normalised, shift, scale, out_dtype);
     ctx->save_for_backward({x, gate, branch, mean, rstd, scale});
-    ctx->saved_data["shift_dtype"] = static_cast<int64_t>(shift.scalar_type());
     return {sum, normed};
   }
 

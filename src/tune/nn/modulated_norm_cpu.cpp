@@ -1,9 +1,10 @@
-// The fused CPU backward of the modulated norms (header comment).
+// The modulated norms' CPU kernels (header comment).
 #include "tune/nn/modulated_norm_cpu.h"
 
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
@@ -98,6 +99,46 @@ TUNE_VECTOR_CLONES void gate_branch_row(const float* __restrict grad_sum, const 
   }
 }
 
+// A row's mean and 1 / sqrt(variance + eps), the variance about the mean (two passes over the cached row).
+TUNE_VECTOR_CLONES void row_moments(const float* __restrict row, int64_t width, float eps, float* mean, float* rstd) {
+  float lane[kLanes] = {};
+  const int64_t whole = width / kLanes * kLanes;
+  for (int64_t j = 0; j < whole; j += kLanes) {
+    for (int64_t k = 0; k < kLanes; ++k) lane[k] += row[j + k];
+  }
+  float total = 0.0f;
+  for (int64_t k = 0; k < kLanes; ++k) total += lane[k];
+  for (int64_t j = whole; j < width; ++j) total += row[j];
+  const float row_mean = total / static_cast<float>(width);
+  float squares[kLanes] = {};
+  for (int64_t j = 0; j < whole; j += kLanes) {
+    for (int64_t k = 0; k < kLanes; ++k) {
+      const float centred = row[j + k] - row_mean;
+      squares[k] += centred * centred;
+    }
+  }
+  float square_total = 0.0f;
+  for (int64_t k = 0; k < kLanes; ++k) square_total += squares[k];
+  for (int64_t j = whole; j < width; ++j) square_total += (row[j] - row_mean) * (row[j] - row_mean);
+  *mean = row_mean;
+  *rstd = 1.0f / std::sqrt(square_total / static_cast<float>(width) + eps);
+}
+
+// (row - mean) * rstd * (1 + scale) + shift, the product and the sum rounded separately as the two-op form's.
+TUNE_VECTOR_CLONES void modulate_row(const float* __restrict row, float mean, float rstd,
+                                     const float* __restrict one_plus_scale, const float* __restrict shift,
+                                     int64_t width, float* __restrict out) {
+  for (int64_t i = 0; i < width; ++i) {
+    const float normalised = (row[i] - mean) * rstd;
+    const float scaled = normalised * one_plus_scale[i];
+    out[i] = scaled + shift[i];
+  }
+}
+
+TUNE_VECTOR_CLONES void narrow_row(const float* __restrict in, uint16_t* __restrict out, int64_t width) {
+  for (int64_t i = 0; i < width; ++i) out[i] = float_to_bf16(in[i]);
+}
+
 TUNE_VECTOR_CLONES void flush_block(float* __restrict total, float* __restrict block, int64_t width) {
   for (int64_t i = 0; i < width; ++i) {
     total[i] += block[i];
@@ -135,6 +176,73 @@ T* data_of(torch::Tensor& t) {
 }
 
 }  // namespace
+
+bool modulated_norm_forward_fits(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
+                                 torch::ScalarType out_dtype, const GatedResidualInputs* gated) {
+  if (libtorch_forced() || !x.defined() || !x.device().is_cpu() || x.dim() != 3 ||
+      x.scalar_type() != torch::kFloat || !x.is_contiguous() || x.numel() == 0) {
+    return false;
+  }
+  const auto modulation_fits = [&x](const torch::Tensor& t) {
+    return is_per_group(t, x) && (t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kBFloat16);
+  };
+  if (!modulation_fits(shift) || !modulation_fits(scale)) return false;
+  if (out_dtype != torch::kFloat && out_dtype != torch::kBFloat16) return false;
+  return gated == nullptr || (is_per_group(gated->gate, x) && gated->gate.scalar_type() == torch::kBFloat16 &&
+                              is_rows_of(gated->branch, x, torch::kBFloat16));
+}
+
+ModulatedNormForward modulated_norm_forward_cpu(const torch::Tensor& x, const torch::Tensor& shift,
+                                                const torch::Tensor& scale, double eps, torch::ScalarType out_dtype,
+                                                const GatedResidualInputs* gated) {
+  torch::NoGradGuard no_grad;
+  const int64_t groups = x.size(0), tokens = x.size(1), width = x.size(2);
+  const auto fp32 = x.options().dtype(torch::kFloat);
+  // (1 + scale) in scale's dtype, then widened, as the two-op form multiplies by it; the shift's values widened.
+  const torch::Tensor one_plus_scale = (1 + scale).to(torch::kFloat).contiguous();
+  const torch::Tensor wide_shift = shift.to(torch::kFloat).contiguous();
+  const torch::Tensor gate = gated ? gated->gate.to(torch::kFloat).contiguous() : torch::Tensor();
+  ModulatedNormForward out;
+  if (gated) out.sum = torch::empty(x.sizes(), fp32);
+  out.output = torch::empty(x.sizes(), x.options().dtype(out_dtype));
+  out.mean = torch::empty({groups, tokens, 1}, fp32);
+  out.rstd = torch::empty({groups, tokens, 1}, fp32);
+
+  const float* x_data = data_of<float>(x);
+  const float* one_plus_scale_data = data_of<float>(one_plus_scale);
+  const float* shift_data = data_of<float>(wide_shift);
+  const float* gate_data = gated ? data_of<float>(gate) : nullptr;
+  const uint16_t* branch_data = gated ? data_of<uint16_t>(gated->branch) : nullptr;
+  float* sum_data = gated ? data_of<float>(out.sum) : nullptr;
+  void* output_data = out.output.mutable_data_ptr();
+  float* mean_data = data_of<float>(out.mean);
+  float* rstd_data = data_of<float>(out.rstd);
+  const bool narrow_output = out_dtype == torch::kBFloat16;
+  const auto row_eps = static_cast<float>(eps);
+
+  // Rows per task: enough that a task's time dwarfs the scheduling.
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / width);
+  tune::parallel_for(0, groups * tokens, grain, [&](int64_t first_row, int64_t end_row) {
+    std::vector<float> scratch(narrow_output ? static_cast<size_t>(width) : 0);
+    for (int64_t row = first_row; row < end_row; ++row) {
+      const int64_t group = row / tokens, offset = row * width;
+      const float* input = x_data + offset;
+      if (gated) {
+        gated_sum_row(input, gate_data + group * width, branch_data + offset, sum_data + offset, width);
+        input = sum_data + offset;
+      }
+      float mean = 0.0f, rstd = 0.0f;
+      row_moments(input, width, row_eps, &mean, &rstd);
+      mean_data[row] = mean;
+      rstd_data[row] = rstd;
+      float* modulated = narrow_output ? scratch.data() : static_cast<float*>(output_data) + offset;
+      modulate_row(input, mean, rstd, one_plus_scale_data + group * width, shift_data + group * width, width,
+                   modulated);
+      if (narrow_output) narrow_row(modulated, static_cast<uint16_t*>(output_data) + offset, width);
+    }
+  });
+  return out;
+}
 
 bool modulated_norm_backward_fits(const torch::Tensor& grad_normed, const torch::Tensor& x, const torch::Tensor& mean,
                                   const torch::Tensor& rstd, const torch::Tensor& scale,
