@@ -162,3 +162,33 @@ TEST_CASE("the fused norm backward leaves other tensors to the autograd form", "
                                                 fp32_gate.branch.to(torch::kBFloat16), torch::Tensor()};
   CHECK(tune::nn::modulated_norm_backward_fits(grad, x, mean, rstd, scale, &bf16_gate));
 }
+
+TEST_CASE("gated_residual: x + gate * branch in one pass each way, against float64", "[nn][adaln][modulated_norm_cpu]") {
+  torch::manual_seed(13);
+  at_one_and_two_threads([] {
+    for (const Sizes& size : {Sizes{3, 150, 40}, Sizes{1, 70, 24}}) {
+      const int64_t g = size.groups, t = size.tokens, d = size.width;
+      const auto x = torch::randn({g, t, d}).requires_grad_(true);
+      const auto gate = exact_gate(g, d).requires_grad_(true);
+      const auto branch = exact_branch(g, t, d).requires_grad_(true);
+      REQUIRE(tune::nn::gated_residual_fits(x.detach(), gate.detach(), branch.detach()));
+      const auto sum = tune::nn::gated_residual(x, gate, branch);
+      const auto grad = torch::randn({g, t, d});
+      sum.backward(grad);
+      // The product gate * branch is exact in bf16 here; the gradient into it is rounded to bf16, as the two-op
+      // form's bf16 multiply receives it.
+      const auto gate64 = float64_of(gate), branch64 = float64_of(branch);
+      check_close(sum, float64_of(x) + gate64.unsqueeze(1) * branch64, 1e-7, "sum");
+      CHECK(torch::equal(x.grad(), grad));
+      const auto product_grad = float64_of(grad.to(torch::kBFloat16));
+      CHECK(branch.grad().scalar_type() == torch::kBFloat16);
+      check_close(branch.grad(), product_grad * gate64.unsqueeze(1), 4e-3, "branch (bf16)");
+      check_close(gate.grad(), (product_grad * branch64).sum(1), 1e-2, "gate (bf16)");
+    }
+  });
+  // Other dtypes: the two ops themselves.
+  const auto x = torch::randn({2, 3, 4}, torch::kFloat64), gate = torch::randn({2, 4}, torch::kFloat64);
+  const auto branch = torch::randn({2, 3, 4}, torch::kFloat64);
+  CHECK_FALSE(tune::nn::gated_residual_fits(x, gate, branch));
+  CHECK(torch::equal(tune::nn::gated_residual(x, gate, branch), x + gate.unsqueeze(1) * branch));
+}

@@ -83,16 +83,16 @@ torch::Tensor LatteBlockImpl::forward(const torch::Tensor& x, const torch::Tenso
   const torch::Tensor attention = attn->forward(run_modulated_norm(x, shift_msa, scale_msa, runner), runner);
   if (runner != nullptr && runner->recomputes(nn::RegionKind::norm)) {
     // Selective checkpointing recomputes each norm region from its inputs: the residual sum is one of them.
-    const torch::Tensor attended = x + gate_msa.unsqueeze(1) * attention;
-    return attended +
-           gate_mlp.unsqueeze(1) * mlp->forward(run_modulated_norm(attended, shift_mlp, scale_mlp, runner), runner);
+    const torch::Tensor attended = nn::gated_residual(x, gate_msa, attention);
+    return nn::gated_residual(attended, gate_mlp,
+                              mlp->forward(run_modulated_norm(attended, shift_mlp, scale_mlp, runner), runner));
   }
   // The gated residual and the second norm as one node, which recomputes the residual sum in backward from x and
   // the attention output (both kept anyway) instead of keeping it: 6 MiB a block at Latte-S/2's 4096 tokens.
   nn::GatedResidualNorm attended =
       nn::gated_residual_modulated_layer_norm(x, gate_msa, attention, shift_mlp, scale_mlp, kNormEps,
                                               nn::autocast_compute_dtype(x.device()));
-  return attended.sum + gate_mlp.unsqueeze(1) * mlp->forward(std::move(attended.normed), runner);
+  return nn::gated_residual(attended.sum, gate_mlp, mlp->forward(std::move(attended.normed), runner));
 }
 
 LatteFinalLayerImpl::LatteFinalLayerImpl(const LatteConfig& config) {

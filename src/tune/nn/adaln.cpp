@@ -181,9 +181,37 @@ struct GatedResidualModulatedLayerNorm : public torch::autograd::Function<GatedR
   }
 };
 
+// x + gate * branch through nn/modulated_norm_cpu's kernels (gated_residual_fits' tensors only).
+struct GatedResidual : public torch::autograd::Function<GatedResidual> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& gate,
+                               const torch::Tensor& branch) {
+    ctx->save_for_backward({gate, branch});
+    return gated_residual_forward_cpu(x, gate, branch);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &gate = saved[0], &branch = saved[1];
+    const torch::Tensor& grad = grad_outputs[0];
+    torch::Tensor grad_gate, grad_branch;
+    if (ctx->needs_input_grad(1) || ctx->needs_input_grad(2)) {
+      GatedResidualGradients grads = gated_residual_backward_cpu(grad, gate, branch);
+      if (ctx->needs_input_grad(1)) grad_gate = grads.gate.to(gate.scalar_type());
+      if (ctx->needs_input_grad(2)) grad_branch = std::move(grads.branch);
+    }
+    return {ctx->needs_input_grad(0) ? grad : torch::Tensor(), grad_gate, grad_branch};
+  }
+};
+
 int64_t dtype_code(std::optional<torch::ScalarType> dtype) { return dtype ? static_cast<int64_t>(*dtype) : -1; }
 
 }  // namespace
+
+torch::Tensor gated_residual(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& branch) {
+  if (gated_residual_fits(x, gate, branch)) return GatedResidual::apply(x, gate, branch);
+  return x + gate.unsqueeze(1) * branch;
+}
 
 GatedResidualNorm gated_residual_modulated_layer_norm(const torch::Tensor& x, const torch::Tensor& gate,
                                                       const torch::Tensor& branch, const torch::Tensor& shift,

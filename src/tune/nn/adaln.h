@@ -31,6 +31,11 @@ torch::Tensor modulate(const torch::Tensor& x, const torch::Tensor& shift, const
 torch::Tensor modulated_layer_norm(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
                                    double eps = 1e-6, std::optional<torch::ScalarType> out_dtype = std::nullopt);
 
+// A DiT block's gated residual, x + gate.unsqueeze(1) * branch (x [N, T, D], gate [N, D], branch [N, T, D]): its
+// values, and its gradients to fp32 rounding; on the CPU in autocast's dtypes (fp32 x, bf16 gate and branch) one
+// pass each way (nn/modulated_norm_cpu.h), elsewhere those two ops.
+torch::Tensor gated_residual(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& branch);
+
 // A DiT block's gated residual and the modulated norm that follows it, as one autograd node:
 //   sum = x + gate * branch   (gate [N, D] broadcast over T, as DiT's `x + gate.unsqueeze(1) * attn(...)`)
 //   normed = modulated_layer_norm(sum, shift, scale, eps)

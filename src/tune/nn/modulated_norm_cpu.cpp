@@ -175,7 +175,80 @@ T* data_of(torch::Tensor& t) {
   return reinterpret_cast<T*>(t.mutable_data_ptr());
 }
 
+// Work items for a kernel that sums over each group's tokens: a group's tokens split into this many parts (partial
+// sums added afterwards) only where there are fewer groups than threads, so that every thread has work.
+int64_t token_parts(int64_t groups, int64_t tokens) {
+  const int64_t threads = at::get_num_threads();
+  return std::min<int64_t>(tokens, std::max<int64_t>(1, (threads + groups - 1) / groups));
+}
+
+// [groups, parts, width] partial sums -> [groups, width].
+torch::Tensor group_sums(const torch::Tensor& partial) {
+  return partial.size(1) == 1 ? partial.squeeze(1) : partial.sum(1);
+}
+
 }  // namespace
+
+bool gated_residual_fits(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& branch) {
+  return !libtorch_forced() && x.defined() && x.device().is_cpu() && x.dim() == 3 &&
+         x.scalar_type() == torch::kFloat && x.is_contiguous() && x.numel() > 0 && is_per_group(gate, x) &&
+         gate.scalar_type() == torch::kBFloat16 && is_rows_of(branch, x, torch::kBFloat16);
+}
+
+torch::Tensor gated_residual_forward_cpu(const torch::Tensor& x, const torch::Tensor& gate,
+                                         const torch::Tensor& branch) {
+  torch::NoGradGuard no_grad;
+  const int64_t tokens = x.size(1), width = x.size(2);
+  const torch::Tensor wide_gate = gate.to(torch::kFloat).contiguous();
+  torch::Tensor sum = torch::empty(x.sizes(), x.options());
+  const float* x_data = data_of<float>(x);
+  const float* gate_data = data_of<float>(wide_gate);
+  const uint16_t* branch_data = data_of<uint16_t>(branch);
+  float* sum_data = data_of<float>(sum);
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / width);
+  tune::parallel_for(0, x.size(0) * tokens, grain, [&](int64_t first_row, int64_t end_row) {
+    for (int64_t row = first_row; row < end_row; ++row) {
+      const int64_t offset = row * width;
+      gated_sum_row(x_data + offset, gate_data + row / tokens * width, branch_data + offset, sum_data + offset,
+                    width);
+    }
+  });
+  return sum;
+}
+
+GatedResidualGradients gated_residual_backward_cpu(const torch::Tensor& grad_sum, const torch::Tensor& gate,
+                                                   const torch::Tensor& branch) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor grad = grad_sum.to(torch::kFloat).contiguous();
+  const int64_t groups = grad.size(0), tokens = grad.size(1), width = grad.size(2);
+  const int64_t parts = token_parts(groups, tokens);
+  const torch::Tensor wide_gate = gate.to(torch::kFloat).contiguous();
+  torch::Tensor gate_parts = torch::zeros({groups, parts, width}, grad.options());
+  GatedResidualGradients out;
+  out.branch = torch::empty(grad.sizes(), branch.options());
+  const float* grad_data = data_of<float>(grad);
+  const float* gate_data = data_of<float>(wide_gate);
+  const uint16_t* branch_data = data_of<uint16_t>(branch);
+  uint16_t* branch_grad_data = data_of<uint16_t>(out.branch);
+  float* gate_parts_data = data_of<float>(gate_parts);
+  tune::parallel_for(0, groups * parts, 1, [&](int64_t first_item, int64_t end_item) {
+    std::vector<float> block_gate(static_cast<size_t>(width), 0.0f);
+    for (int64_t item = first_item; item < end_item; ++item) {
+      const int64_t group = item / parts, part = item % parts;
+      const int64_t token_begin = tokens * part / parts, token_end = tokens * (part + 1) / parts;
+      for (int64_t token = token_begin; token < token_end; ++token) {
+        const int64_t offset = (group * tokens + token) * width;
+        gate_branch_row(grad_data + offset, gate_data + group * width, branch_data + offset,
+                        branch_grad_data + offset, block_gate.data(), width);
+        if ((token - token_begin + 1) % kBlockRows == 0 || token + 1 == token_end) {
+          flush_block(gate_parts_data + item * width, block_gate.data(), width);
+        }
+      }
+    }
+  });
+  out.gate = group_sums(gate_parts);
+  return out;
+}
 
 bool modulated_norm_forward_fits(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
                                  torch::ScalarType out_dtype, const GatedResidualInputs* gated) {
@@ -270,10 +343,7 @@ ModulatedNormGradients modulated_norm_backward_cpu(const torch::Tensor& grad_nor
                                                    const torch::Tensor& scale, const GatedResidualInputs* gated) {
   torch::NoGradGuard no_grad;
   const int64_t groups = x.size(0), tokens = x.size(1), width = x.size(2);
-  // Enough work items for every thread: a group's tokens split into parts (partial sums added afterwards) only
-  // where there are fewer groups than threads.
-  const int64_t threads = at::get_num_threads();
-  const int64_t parts = std::min<int64_t>(tokens, std::max<int64_t>(1, (threads + groups - 1) / groups));
+  const int64_t parts = token_parts(groups, tokens);
   const auto fp32 = x.options().dtype(torch::kFloat);
   // (1 + scale) in scale's dtype, then widened, as the autograd form's backward multiplies by it.
   const torch::Tensor one_plus_scale = (1 + scale).to(torch::kFloat).contiguous();
@@ -356,9 +426,6 @@ ModulatedNormGradients modulated_norm_backward_cpu(const torch::Tensor& grad_nor
     }
   });
 
-  const auto group_sums = [parts](const torch::Tensor& partial) {
-    return parts == 1 ? partial.squeeze(1) : partial.sum(1);
-  };
   out.shift = group_sums(shift_parts);
   out.scale = group_sums(scale_parts);
   if (gated) out.gate = group_sums(gate_parts);

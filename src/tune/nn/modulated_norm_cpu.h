@@ -1,4 +1,4 @@
-// The modulated norms of nn/adaln.h, forward and backward, as CPU kernels over rows.
+// The modulated norms of nn/adaln.h and DiT's gated residual, forward and backward, as CPU kernels over rows.
 //
 // Why: the autograd form's backward (recompute the normalised row, multiply by 1 + scale, ATen's LayerNorm
 // backward, the token sums for shift and scale, and for the gated form the residual sum and the gate's and branch's
@@ -61,5 +61,18 @@ ModulatedNormGradients modulated_norm_backward_cpu(const torch::Tensor& grad_nor
                                                    const torch::Tensor& mean, const torch::Tensor& rstd,
                                                    const torch::Tensor& scale,
                                                    const GatedResidualInputs* gated = nullptr);
+
+// A DiT block's gated residual, sum = x + gate * branch (x fp32 [N, T, D], gate bf16 [N, D], branch bf16 [N, T, D]:
+// autocast's dtypes), as one pass each way: forward the sum (the product rounded to bf16, as the bf16 multiply
+// writes it), backward the branch's gradient bf16(bf16(grad) * gate) and the gate's, the token sum of
+// bf16(bf16(grad) * branch), without the product's tensor or its gradient's. x's gradient is the incoming one.
+bool gated_residual_fits(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& branch);
+torch::Tensor gated_residual_forward_cpu(const torch::Tensor& x, const torch::Tensor& gate,
+                                         const torch::Tensor& branch);
+struct GatedResidualGradients {
+  torch::Tensor gate, branch;  // fp32 [N, D] (a token sum), bf16 [N, T, D]
+};
+GatedResidualGradients gated_residual_backward_cpu(const torch::Tensor& grad_sum, const torch::Tensor& gate,
+                                                   const torch::Tensor& branch);
 
 }  // namespace tune::nn
