@@ -257,21 +257,23 @@ void choose_attention(const CpuWorkload& workload, const ChoiceCache& cache, con
 // Inside a checkpointed block's recompute (nn::attention_core_form's `in_block_recompute`): tune's core recomputing
 // its probabilities in backward (the default) against the plain core keeping them, forward and backward on the
 // run's shapes. The plain core keeps 6 bytes a score more through the block's backward, so it must win by more than
-// 10%: timed alone here it came out 5% ahead of the recomputing core on Latte-S/2's shapes, yet in the step (where
-// its fp32 probabilities are fresh pages and cache misses) the recomputing core made the step 5% faster; on the
-// 8-layer Llama benchmark's causal 512-token shapes the plain core is 20% faster, a real difference.
+// 20%: timed alone it came out 5% ahead of the recomputing core on Latte-S/2's shapes on the AVX-512 EPYC, yet in
+// the step (where its fp32 probabilities are fresh pages and cache misses) the recomputing core made the step 5%
+// faster; on the AMX Xeon six fresh two-thread runs timed it 9-24% ahead (a 10% margin flipped the choice run to
+// run, and with it 31 MiB of Latte `full`'s peak: 0.62x the official code's RSS instead of 0.60x); on the 8-layer
+// Llama benchmark's causal 512-token shapes the plain core is 20-25% faster, a real difference.
 void choose_recompute_core(const CpuWorkload& workload, const ChoiceCache& cache, const SecondsClock& clock) {
   const auto [shapes, inputs] = attention_work(workload, /*causal_only=*/false);
   const bool native_products = cpu_gemm_mode_for(workload.dtype) == CpuGemmMode::native;
-  const std::string key = fmt::format("{} | attention {} in a block recompute forward+backward | {} | matmul {} | within 10%",
+  const std::string key = fmt::format("{} | attention {} in a block recompute forward+backward | {} | matmul {} | within 20%",
                                       cpu_kernel_context(), dtype_name(workload.dtype), attention_text(shapes),
                                       native_products ? kNative : kFp32Accumulate);
   const std::vector<TimedCandidate> candidates = {
       attention_candidate(kRecomputing, inputs, /*training=*/true, nn::AttentionCoreForm::recomputing),
       attention_candidate(kPlain, inputs, /*training=*/true, nn::AttentionCoreForm::plain)};
-  MeasureOptions within_tenth;
-  within_tenth.keep_default_within = 0.10;
-  const MeasuredChoice choice = choose_fastest(key, candidates, cache, clock, within_tenth);
+  MeasureOptions within_fifth;
+  within_fifth.keep_default_within = 0.20;
+  const MeasuredChoice choice = choose_fastest(key, candidates, cache, clock, within_fifth);
   const bool recomputes = choice.chosen == kRecomputing;
   set_measured_recompute_core_recomputes(workload.dtype, recomputes);
   const log::Level level = workload.announce ? log::Level::info : log::Level::debug;
