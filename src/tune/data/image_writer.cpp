@@ -17,6 +17,10 @@
 
 namespace tune::data {
 
+#ifdef TUNE_HAVE_FFMPEG
+using libav::api;  // FFmpeg's functions, loaded on first use (libav_api.h)
+#endif
+
 namespace fs = std::filesystem;
 
 const std::vector<std::string>& image_writer_extensions() {
@@ -54,19 +58,20 @@ void encode_image(const fs::path& path, const fs::path& temporary, const torch::
     throw Error(fmt::format("{}: {}: {}", path.string(), what, libav::error_string(code)));
   };
   const AVCodecID codec_id = png ? AV_CODEC_ID_PNG : AV_CODEC_ID_MJPEG;
-  const AVCodec* encoder = avcodec_find_encoder(codec_id);
+  const AVCodec* encoder = api().avcodec_find_encoder(codec_id);
   if (encoder == nullptr) {
-    throw Error(fmt::format("{}: this FFmpeg build has no '{}' encoder", path.string(), avcodec_get_name(codec_id)));
+    throw Error(fmt::format("{}: this FFmpeg build has no '{}' encoder", path.string(),
+                            api().avcodec_get_name(codec_id)));
   }
   AVFormatContext* raw_format = nullptr;
-  int result = avformat_alloc_output_context2(&raw_format, nullptr, "image2", temporary.string().c_str());
+  int result = api().avformat_alloc_output_context2(&raw_format, nullptr, "image2", temporary.string().c_str());
   if (result < 0 || raw_format == nullptr) fail("cannot create the image2 muxer", result);
   libav::OutputPtr format(raw_format);
   // image2 reads its file name as a pattern (img%03d.png); "update" makes it write exactly the name given, so a '%'
   // in a user's path is just a character and a single frame needs no number.
-  av_opt_set(raw_format->priv_data, "update", "1", 0);
-  AVStream* stream = avformat_new_stream(raw_format, nullptr);
-  libav::CodecPtr codec(avcodec_alloc_context3(encoder));
+  api().av_opt_set(raw_format->priv_data, "update", "1", 0);
+  AVStream* stream = api().avformat_new_stream(raw_format, nullptr);
+  libav::CodecPtr codec(api().avcodec_alloc_context3(encoder));
   if (stream == nullptr || !codec) fail("cannot allocate the encoder", AVERROR(ENOMEM));
 
   const int height = static_cast<int>(rgb.size(0)), width = static_cast<int>(rgb.size(1));
@@ -87,24 +92,24 @@ void encode_image(const fs::path& path, const fs::path& temporary, const torch::
     codec->global_quality = FF_QP2LAMBDA * quality;
     codec->qmin = std::min(codec->qmin, quality);  // the default floor (2) would override a requested 1
   }
-  result = avcodec_open2(codec.get(), encoder, nullptr);
+  result = api().avcodec_open2(codec.get(), encoder, nullptr);
   if (result < 0) fail(fmt::format("cannot open the '{}' encoder", encoder->name), result);
-  result = avcodec_parameters_from_context(stream->codecpar, codec.get());
+  result = api().avcodec_parameters_from_context(stream->codecpar, codec.get());
   if (result < 0) fail("cannot configure the stream", result);
   stream->time_base = codec->time_base;
   // image2 opens the output file itself (AVFMT_NOFILE), so there is no avio_open here.
-  result = avformat_write_header(raw_format, nullptr);
+  result = api().avformat_write_header(raw_format, nullptr);
   if (result < 0) fail(fmt::format("cannot create {}", temporary.string()), result);
 
-  libav::FramePtr frame(av_frame_alloc());
-  libav::PacketPtr packet(av_packet_alloc());
+  libav::FramePtr frame(api().av_frame_alloc());
+  libav::PacketPtr packet(api().av_packet_alloc());
   if (!frame || !packet) fail("cannot allocate frames", AVERROR(ENOMEM));
   frame->format = codec->pix_fmt;
   frame->width = width;
   frame->height = height;
   frame->color_range = codec->color_range;
   frame->colorspace = codec->colorspace;
-  result = av_frame_get_buffer(frame.get(), 0);
+  result = api().av_frame_get_buffer(frame.get(), 0);
   if (result < 0) fail("cannot allocate frames", result);
   const uint8_t* source = rgb.data_ptr<uint8_t>();
   const int row_bytes = width * 3;
@@ -116,31 +121,31 @@ void encode_image(const fs::path& path, const fs::path& temporary, const torch::
   } else {
     // Full chroma on input: swscale otherwise averages RGB pixel pairs before computing chroma, a 4:2:2 step that
     // 4:4:4 output does not need.
-    libav::ScalerPtr scaler(sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height, AV_PIX_FMT_YUVJ444P,
-                                           SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INP | SWS_FULL_CHR_H_INT,
-                                           nullptr, nullptr, nullptr));
+    constexpr int kFlags = SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INP | SWS_FULL_CHR_H_INT;
+    libav::ScalerPtr scaler(api().sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height,
+                                                 AV_PIX_FMT_YUVJ444P, kFlags, nullptr, nullptr, nullptr));
     if (!scaler) fail("cannot create the RGB to YCbCr converter", AVERROR(EINVAL));
-    const int* bt601 = sws_getCoefficients(SWS_CS_ITU601);
-    sws_setColorspaceDetails(scaler.get(), bt601, 1, bt601, 1, 0, 1 << 16, 1 << 16);
+    const int* bt601 = api().sws_getCoefficients(SWS_CS_ITU601);
+    api().sws_setColorspaceDetails(scaler.get(), bt601, 1, bt601, 1, 0, 1 << 16, 1 << 16);
     const uint8_t* sources[4] = {source, nullptr, nullptr, nullptr};
     const int strides[4] = {row_bytes, 0, 0, 0};
-    sws_scale(scaler.get(), sources, strides, 0, height, frame->data, frame->linesize);
+    api().sws_scale(scaler.get(), sources, strides, 0, height, frame->data, frame->linesize);
   }
   frame->pts = 0;
 
   // One frame, then the flush; every packet goes to the muxer (png and mjpeg give exactly one).
   for (const AVFrame* input : {static_cast<const AVFrame*>(frame.get()), static_cast<const AVFrame*>(nullptr)}) {
-    result = avcodec_send_frame(codec.get(), input);
+    result = api().avcodec_send_frame(codec.get(), input);
     if (result < 0) fail("encoding failed", result);
-    while ((result = avcodec_receive_packet(codec.get(), packet.get())) >= 0) {
+    while ((result = api().avcodec_receive_packet(codec.get(), packet.get())) >= 0) {
       packet->stream_index = stream->index;
-      result = av_write_frame(raw_format, packet.get());
-      av_packet_unref(packet.get());
+      result = api().av_write_frame(raw_format, packet.get());
+      api().av_packet_unref(packet.get());
       if (result < 0) fail(fmt::format("cannot write {}", temporary.string()), result);
     }
     if (result != AVERROR(EAGAIN) && result != AVERROR_EOF) fail("encoding failed", result);
   }
-  result = av_write_trailer(raw_format);
+  result = api().av_write_trailer(raw_format);
   if (result < 0) fail("cannot finish the file", result);
 }
 

@@ -18,6 +18,10 @@
 
 namespace tune::data {
 
+#ifdef TUNE_HAVE_FFMPEG
+using libav::api;  // FFmpeg's functions, loaded on first use (libav_api.h)
+#endif
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -55,34 +59,34 @@ class DecodePass {
     // The image demuxer (image files, frames) reads a name as a pattern (frame%05d.png); a '%' in a real file's
     // name must stay a character. Other demuxers leave the option unused.
     AVDictionary* options = nullptr;
-    av_dict_set(&options, "pattern_type", "none", 0);
-    int result = avformat_open_input(&raw_format, path.string().c_str(), nullptr, &options);
-    av_dict_free(&options);
+    api().av_dict_set(&options, "pattern_type", "none", 0);
+    int result = api().avformat_open_input(&raw_format, path.string().c_str(), nullptr, &options);
+    api().av_dict_free(&options);
     if (result < 0) fail("not a video (libavformat cannot open it: {})", libav::error_string(result));
     format_.reset(raw_format);
-    result = avformat_find_stream_info(format_.get(), nullptr);
+    result = api().avformat_find_stream_info(format_.get(), nullptr);
     if (result < 0) fail("not a video (cannot read stream information: {})", libav::error_string(result));
     const AVCodec* decoder = nullptr;
-    stream_index_ = av_find_best_stream(format_.get(), AVMEDIA_TYPE_VIDEO, -1, -1, &decoder, 0);
+    stream_index_ = api().av_find_best_stream(format_.get(), AVMEDIA_TYPE_VIDEO, -1, -1, &decoder, 0);
     if (stream_index_ == AVERROR_STREAM_NOT_FOUND) fail("no video stream (the file has {} streams, none video)",
                                                         format_->nb_streams);
     const AVStream* stream = stream_index_ >= 0 ? format_->streams[stream_index_] : nullptr;
     if (stream_index_ < 0 || decoder == nullptr) {
-      const char* name = stream != nullptr ? avcodec_get_name(stream->codecpar->codec_id) : "unknown";
+      const char* name = stream != nullptr ? api().avcodec_get_name(stream->codecpar->codec_id) : "unknown";
       fail("no decoder for its video codec '{}' in this FFmpeg build", name);
     }
-    codec_.reset(avcodec_alloc_context3(decoder));
+    codec_.reset(api().avcodec_alloc_context3(decoder));
     if (!codec_) fail("cannot allocate a decoder");
-    result = avcodec_parameters_to_context(codec_.get(), stream->codecpar);
+    result = api().avcodec_parameters_to_context(codec_.get(), stream->codecpar);
     if (result < 0) fail("cannot configure the decoder: {}", libav::error_string(result));
     codec_->thread_count = threads;
-    result = avcodec_open2(codec_.get(), decoder, nullptr);
+    result = api().avcodec_open2(codec_.get(), decoder, nullptr);
     if (result < 0) fail("cannot open the '{}' decoder: {}", decoder->name, libav::error_string(result));
     if (stream->codecpar->width <= 0 || stream->codecpar->height <= 0) {
       fail("no video stream (stream {} has no frame size)", stream_index_);
     }
-    frame_.reset(av_frame_alloc());
-    packet_.reset(av_packet_alloc());
+    frame_.reset(api().av_frame_alloc());
+    packet_.reset(api().av_packet_alloc());
     if (!frame_ || !packet_) fail("cannot allocate decoding buffers");
     if (info != nullptr) {
       info->header_frame_count = std::max<int64_t>(stream->nb_frames, 0);
@@ -98,25 +102,25 @@ class DecodePass {
   // The next decoded frame (owned by the pass, valid until the next call), or nullptr at the end of the stream.
   const AVFrame* next() {
     while (true) {
-      int result = avcodec_receive_frame(codec_.get(), frame_.get());
+      int result = api().avcodec_receive_frame(codec_.get(), frame_.get());
       if (result == 0) return frame_.get();
       if (result == AVERROR_EOF) return nullptr;
       if (result != AVERROR(EAGAIN)) corrupt(result);
       if (flushing_) return nullptr;
-      result = av_read_frame(format_.get(), packet_.get());
+      result = api().av_read_frame(format_.get(), packet_.get());
       if (result == AVERROR_EOF) {
         flushing_ = true;
-        result = avcodec_send_packet(codec_.get(), nullptr);
+        result = api().avcodec_send_packet(codec_.get(), nullptr);
         if (result < 0 && result != AVERROR_EOF) corrupt(result);
         continue;
       }
       if (result < 0) corrupt(result);
       if (packet_->stream_index == stream_index_) {
-        result = avcodec_send_packet(codec_.get(), packet_.get());
-        av_packet_unref(packet_.get());
+        result = api().avcodec_send_packet(codec_.get(), packet_.get());
+        api().av_packet_unref(packet_.get());
         if (result < 0 && result != AVERROR(EAGAIN)) corrupt(result);
       } else {
-        av_packet_unref(packet_.get());
+        api().av_packet_unref(packet_.get());
       }
     }
   }
@@ -151,7 +155,7 @@ void convert_frame(const fs::path& path, libav::RgbConverter& converter, const A
   }
   if (!converter.convert(frame, destination)) {
     throw InputError(fmt::format("{}: cannot convert frame {} from pixel format '{}' to RGB", path.string(),
-                                 frame_index, av_get_pix_fmt_name(static_cast<AVPixelFormat>(frame->format))));
+                                 frame_index, api().av_get_pix_fmt_name(static_cast<AVPixelFormat>(frame->format))));
   }
 }
 
@@ -270,7 +274,7 @@ const std::vector<std::string>& image_file_extensions() {
   static const std::vector<std::string> extensions = [] {
     std::vector<std::string> found = {".png", ".jpg", ".jpeg", ".bmp"};
 #ifdef TUNE_HAVE_FFMPEG
-    if (avcodec_find_decoder(AV_CODEC_ID_WEBP) != nullptr) found.push_back(".webp");
+    if (api().avcodec_find_decoder(AV_CODEC_ID_WEBP) != nullptr) found.push_back(".webp");
 #endif
     return found;
   }();

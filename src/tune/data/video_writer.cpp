@@ -17,6 +17,10 @@
 
 namespace tune::data {
 
+#ifdef TUNE_HAVE_FFMPEG
+using libav::api;  // FFmpeg's functions, loaded on first use (libav_api.h)
+#endif
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -35,8 +39,8 @@ inline int value_of(int level, int levels) { return (level * 255 + (levels - 1) 
 
 std::string mp4_encoder_name() {
 #ifdef TUNE_HAVE_FFMPEG
-  if (avcodec_find_encoder_by_name("libx264") != nullptr) return "libx264";
-  if (avcodec_find_encoder_by_name("mpeg4") != nullptr) return "mpeg4";
+  if (api().avcodec_find_encoder_by_name("libx264") != nullptr) return "libx264";
+  if (api().avcodec_find_encoder_by_name("mpeg4") != nullptr) return "mpeg4";
 #endif
   return "";
 }
@@ -99,20 +103,20 @@ VideoWriter::VideoWriter(fs::path path, int64_t width, int64_t height, VideoWrit
 
   const char* muxer = state.gif ? "gif" : "mp4";
   const std::string encoder_name = state.gif ? "gif" : mp4_encoder_name();
-  const AVCodec* encoder = avcodec_find_encoder_by_name(encoder_name.c_str());
+  const AVCodec* encoder = api().avcodec_find_encoder_by_name(encoder_name.c_str());
   if (encoder == nullptr) {
     throw Error(fmt::format("{}: this FFmpeg build has no '{}' encoder", path_.string(), encoder_name));
   }
   AVFormatContext* raw_format = nullptr;
-  int result = avformat_alloc_output_context2(&raw_format, nullptr, muxer, temporary_path_.string().c_str());
+  int result = api().avformat_alloc_output_context2(&raw_format, nullptr, muxer, temporary_path_.string().c_str());
   if (result < 0 || raw_format == nullptr) fail(fmt::format("cannot create the {} muxer", muxer), result);
   state.format.reset(raw_format);
-  state.stream = avformat_new_stream(raw_format, nullptr);
-  state.codec.reset(avcodec_alloc_context3(encoder));
+  state.stream = api().avformat_new_stream(raw_format, nullptr);
+  state.codec.reset(api().avcodec_alloc_context3(encoder));
   if (state.stream == nullptr || !state.codec) fail("cannot allocate the encoder", AVERROR(ENOMEM));
 
   AVCodecContext* codec = state.codec.get();
-  const AVRational rate = av_d2q(options.fps, 100000);
+  const AVRational rate = api().av_d2q(options.fps, 100000);
   codec->width = static_cast<int>(width);
   codec->height = static_cast<int>(height);
   codec->time_base = av_inv_q(rate);
@@ -120,36 +124,37 @@ VideoWriter::VideoWriter(fs::path path, int64_t width, int64_t height, VideoWrit
   codec->pix_fmt = state.gif ? AV_PIX_FMT_PAL8 : AV_PIX_FMT_YUV420P;
   codec->thread_count = 1;
   if (encoder_name == "libx264") {
-    av_opt_set(codec->priv_data, "crf", std::to_string(options.mp4_crf).c_str(), 0);
-    av_opt_set(codec->priv_data, "preset", "medium", 0);
+    api().av_opt_set(codec->priv_data, "crf", std::to_string(options.mp4_crf).c_str(), 0);
+    api().av_opt_set(codec->priv_data, "preset", "medium", 0);
   } else if (encoder_name == "mpeg4") {
     codec->gop_size = 12;
     codec->flags |= AV_CODEC_FLAG_QSCALE;
     codec->global_quality = FF_QP2LAMBDA * std::clamp(options.mp4_crf / 6, 1, 31);
   }
   if (raw_format->oformat->flags & AVFMT_GLOBALHEADER) codec->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
-  result = avcodec_open2(codec, encoder, nullptr);
+  result = api().avcodec_open2(codec, encoder, nullptr);
   if (result < 0) fail(fmt::format("cannot open the '{}' encoder", encoder_name), result);
-  result = avcodec_parameters_from_context(state.stream->codecpar, codec);
+  result = api().avcodec_parameters_from_context(state.stream->codecpar, codec);
   if (result < 0) fail("cannot configure the stream", result);
   state.stream->time_base = codec->time_base;
   state.stream->avg_frame_rate = rate;
-  result = avio_open(&raw_format->pb, temporary_path_.string().c_str(), AVIO_FLAG_WRITE);
+  result = api().avio_open(&raw_format->pb, temporary_path_.string().c_str(), AVIO_FLAG_WRITE);
   if (result < 0) fail(fmt::format("cannot create {}", temporary_path_.string()), result);
-  result = avformat_write_header(raw_format, nullptr);
+  result = api().avformat_write_header(raw_format, nullptr);
   if (result < 0) fail("cannot write the header", result);
 
-  state.frame.reset(av_frame_alloc());
-  state.packet.reset(av_packet_alloc());
+  state.frame.reset(api().av_frame_alloc());
+  state.packet.reset(api().av_packet_alloc());
   if (!state.frame || !state.packet) fail("cannot allocate frames", AVERROR(ENOMEM));
   state.frame->format = codec->pix_fmt;
   state.frame->width = codec->width;
   state.frame->height = codec->height;
-  result = av_frame_get_buffer(state.frame.get(), 0);
+  result = api().av_frame_get_buffer(state.frame.get(), 0);
   if (result < 0) fail("cannot allocate frames", result);
   if (!state.gif) {
-    state.scaler.reset(sws_getContext(codec->width, codec->height, AV_PIX_FMT_RGB24, codec->width, codec->height,
-                                      codec->pix_fmt, SWS_BICUBIC | SWS_ACCURATE_RND, nullptr, nullptr, nullptr));
+    state.scaler.reset(api().sws_getContext(codec->width, codec->height, AV_PIX_FMT_RGB24, codec->width,
+                                            codec->height, codec->pix_fmt, SWS_BICUBIC | SWS_ACCURATE_RND, nullptr,
+                                            nullptr, nullptr));
     if (!state.scaler) fail("cannot create the RGB to YUV converter", AVERROR(EINVAL));
   }
 #else
@@ -175,17 +180,17 @@ namespace {
 // Sends one frame (nullptr flushes) and writes every packet the encoder hands back.
 void encode(const fs::path& path, AVFormatContext* format, AVCodecContext* codec, AVStream* stream, AVPacket* packet,
             const AVFrame* frame) {
-  int result = avcodec_send_frame(codec, frame);
+  int result = api().avcodec_send_frame(codec, frame);
   if (result < 0) throw Error(fmt::format("{}: encoding failed: {}", path.string(), libav::error_string(result)));
   while (true) {
-    result = avcodec_receive_packet(codec, packet);
+    result = api().avcodec_receive_packet(codec, packet);
     if (result == AVERROR(EAGAIN) || result == AVERROR_EOF) return;
     if (result < 0) throw Error(fmt::format("{}: encoding failed: {}", path.string(), libav::error_string(result)));
     // Encoders may leave durations unset; the mp4 muxer then cuts the last frame from its edit list.
     if (packet->duration <= 0) packet->duration = 1;
-    av_packet_rescale_ts(packet, codec->time_base, stream->time_base);
+    api().av_packet_rescale_ts(packet, codec->time_base, stream->time_base);
     packet->stream_index = stream->index;
-    result = av_interleaved_write_frame(format, packet);  // takes the packet's reference
+    result = api().av_interleaved_write_frame(format, packet);  // takes the packet's reference
     if (result < 0) throw Error(fmt::format("{}: writing failed: {}", path.string(), libav::error_string(result)));
   }
 }
@@ -207,7 +212,7 @@ void VideoWriter::write(const torch::Tensor& frames) {
   const int64_t row_bytes = width_ * 3;
   for (int64_t f = 0; f < rgb.size(0); ++f) {
     const uint8_t* source = data + f * height_ * row_bytes;
-    int result = av_frame_make_writable(frame);
+    int result = api().av_frame_make_writable(frame);
     if (result < 0) throw Error(fmt::format("{}: cannot allocate frames: {}", path_.string(), libav::error_string(result)));
     if (state.gif) {
       auto* palette = reinterpret_cast<uint32_t*>(frame->data[1]);
@@ -233,7 +238,7 @@ void VideoWriter::write(const torch::Tensor& frames) {
     } else {
       const uint8_t* sources[4] = {source, nullptr, nullptr, nullptr};
       const int strides[4] = {static_cast<int>(row_bytes), 0, 0, 0};
-      sws_scale(state.scaler.get(), sources, strides, 0, static_cast<int>(height_), frame->data, frame->linesize);
+      api().sws_scale(state.scaler.get(), sources, strides, 0, static_cast<int>(height_), frame->data, frame->linesize);
     }
     frame->pts = frames_written_;
     encode(path_, state.format.get(), state.codec.get(), state.stream, state.packet.get(), frame);
@@ -248,9 +253,9 @@ void VideoWriter::finish() {
   State& state = *state_;
   if (frames_written_ == 0) throw Error(fmt::format("{}: no frames were written", path_.string()));
   encode(path_, state.format.get(), state.codec.get(), state.stream, state.packet.get(), nullptr);
-  int result = av_write_trailer(state.format.get());
+  int result = api().av_write_trailer(state.format.get());
   if (result < 0) throw Error(fmt::format("{}: cannot finish the file: {}", path_.string(), libav::error_string(result)));
-  result = avio_closep(&state.format->pb);
+  result = api().avio_closep(&state.format->pb);
   if (result < 0) throw Error(fmt::format("{}: cannot close the file: {}", path_.string(), libav::error_string(result)));
   state_.reset();
   std::error_code error;
