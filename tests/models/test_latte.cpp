@@ -104,23 +104,32 @@ struct BlockCall {
 // moves: a spatial block mixes patches within a frame, a temporal block mixes frames at a patch.
 class CountingRunner : public nn::BlockRunner {
  public:
-  explicit CountingRunner(int64_t frames) : frames_(frames) {}
+  CountingRunner(int64_t frames, int64_t patches, int64_t blocks)
+      : frames_(frames), patches_(patches), blocks_(blocks) {}
   torch::Tensor run(int64_t block_index, const nn::BlockFunction& block, const torch::Tensor& input,
                     const std::vector<torch::Tensor>& params) override {
+    // A block's output is in the layout of the block after it (the last block's spatial).
+    const bool spatial_out = block_index + 1 == blocks_ ||
+                             models::LatteImpl::block_kind(block_index + 1) == models::LatteBlockKind::spatial;
     const torch::Tensor output = block(input);
     torch::Tensor perturbed = input.clone();
-    perturbed[0][0] += 1.0;  // frame 0 of sample 0, patch 0
-    const torch::Tensor moved = (block(perturbed) - output).abs().sum(-1);  // [B*F, T + 1]
-    const int64_t patches = input.size(1) - 1;
+    perturbed[0][0] += 1.0;  // sample 0, frame 0, patch 0 in either layout
+    const torch::Tensor moved =
+        (frames_by_patches(block(perturbed), spatial_out) - frames_by_patches(output, spatial_out)).abs().sum(-1)[0];
     calls.push_back({block_index, input.sizes().vec(), params.size(),
-                     moved[0].narrow(0, 1, patches - 1).sum().item<double>() > 0,
-                     moved.narrow(0, 1, frames_ - 1).select(1, 0).sum().item<double>() > 0});
+                     moved[0].narrow(0, 1, patches_ - 1).sum().item<double>() > 0,    // frame 0's other patches
+                     moved.narrow(0, 1, frames_ - 1).select(1, 0).sum().item<double>() > 0});  // patch 0's frames
     return output;
   }
   std::vector<BlockCall> calls;
 
  private:
-  int64_t frames_;
+  // The stack's state as [B, F, T, D], from (b f) t d (spatial layout) or (b t) f d (temporal).
+  torch::Tensor frames_by_patches(const torch::Tensor& state, bool spatial) const {
+    return spatial ? state.reshape({-1, frames_, patches_, state.size(-1)})
+                   : state.reshape({-1, patches_, frames_, state.size(-1)}).transpose(1, 2);
+  }
+  int64_t frames_, patches_, blocks_;
 };
 
 // Behaves as a checkpointing runner does in forward: runs the block without grad and keeps the function, its
@@ -301,7 +310,8 @@ TEST_CASE("Latte initialisation follows the official initialize_weights", "[mode
 TEST_CASE("Latte runs its blocks through the runner, alternating spatial and temporal", "[models][latte]") {
   torch::NoGradGuard no_grad;
   auto fixture = load_latte_fixture();
-  auto runner = std::make_shared<CountingRunner>(fixture.config.num_frames);
+  auto runner = std::make_shared<CountingRunner>(fixture.config.num_frames, fixture.config.num_patches(),
+                                                 fixture.model->num_blocks());
   fixture.model->set_block_runner(runner);
   const auto output = fixture.model->forward(fixture.x, fixture.t, fixture.y);
   CHECK(max_abs_diff(output, fixture.output) < 1e-4);
@@ -315,14 +325,17 @@ TEST_CASE("Latte runs its blocks through the runner, alternating spatial and tem
     // qkv, proj, fc1, fc2, adaLN linear: weight + bias each (the conditioning, needing no gradient here, is not
     // listed)
     CHECK(call.param_count == 10);
-    // The stack state: the tokens, (b f) t d.
-    CHECK(call.input_sizes ==
-          std::vector<int64_t>{batch * config.num_frames, config.num_patches(), config.hidden_size});
+    // The stack state, in the layout of the block receiving it: (b f) t d for a spatial block, (b t) f d for a
+    // temporal one (the block before it hands its output over so).
     if (i % 2 == 0) {
+      CHECK(call.input_sizes ==
+            std::vector<int64_t>{batch * config.num_frames, config.num_patches(), config.hidden_size});
       CHECK(models::LatteImpl::block_kind(call.index) == models::LatteBlockKind::spatial);
       CHECK(call.mixes_patches);
       CHECK_FALSE(call.mixes_frames);
     } else {
+      CHECK(call.input_sizes ==
+            std::vector<int64_t>{batch * config.num_patches(), config.num_frames, config.hidden_size});
       CHECK(models::LatteImpl::block_kind(call.index) == models::LatteBlockKind::temporal);
       CHECK_FALSE(call.mixes_patches);
       CHECK(call.mixes_frames);

@@ -131,21 +131,31 @@ torch::Tensor LatteImpl::forward(const torch::Tensor& x, const torch::Tensor& t,
 
   std::vector<std::shared_ptr<LatteBlockImpl>> layers;
   for (int64_t i = 0; i < config_.depth; ++i) layers.push_back(blocks_->ptr<LatteBlockImpl>(i));
+  // (b f) t d <-> (b t) f d: the residual stream between a spatial and a temporal block.
+  const auto to_temporal = [batch, frames, patches, hidden](const torch::Tensor& spatial) {
+    return spatial.reshape({batch, frames, patches, hidden}).transpose(1, 2).reshape({batch * patches, frames, hidden});
+  };
+  const auto to_spatial = [batch, frames, patches, hidden](const torch::Tensor& temporal) {
+    return temporal.reshape({batch, patches, frames, hidden}).transpose(1, 2).reshape(
+        {batch * frames, patches, hidden});
+  };
+  const int64_t depth = config_.depth;
+  // Each block hands its output over in the layout of the block after it (the last one in the spatial layout), so
+  // the state a block receives, and a checkpoint keeps, is already in its own layout: a temporal block's recompute
+  // then starts from its checkpoint instead of a relayout copy of it (6 MiB at Latte-S/2's 4096 tokens, held through
+  // its backward). The same relayouts happen, once between each spatial and temporal block; the values are the same.
   // Captured by value: a checkpointing runner calls the blocks again in backward, after this frame is gone.
-  auto block = [layers, runner = runner_, temp_embed = temp_embed, c, batch, frames, patches, hidden](
+  auto block = [layers, runner = runner_, temp_embed = temp_embed, c, frames, patches, depth, to_temporal, to_spatial](
                    int64_t i, const torch::Tensor& states) {
     const auto& layer = layers[static_cast<size_t>(i)];
-    if (block_kind(i) == LatteBlockKind::spatial) {
-      // (b f) rows: each sample's modulation repeated over its frames.
-      return layer->forward(states, c, runner.get(), frames);
-    }
-    // (b f) t d -> (b t) f d; c once per sample, conditioning its rows of every patch ((b t) order).
-    torch::Tensor temporal =
-        states.reshape({batch, frames, patches, hidden}).transpose(1, 2).reshape({batch * patches, frames, hidden});
-    if (i == 1) temporal = temporal + temp_embed;  // the official adds temp_embed before the first temporal block
-    const torch::Tensor out = layer->forward(temporal, c, runner.get(), patches);
-    // (b t) f d -> (b f) t d
-    return out.reshape({batch, patches, frames, hidden}).transpose(1, 2).reshape({batch * frames, patches, hidden});
+    const bool spatial = block_kind(i) == LatteBlockKind::spatial;
+    const bool next_spatial = i + 1 == depth || block_kind(i + 1) == LatteBlockKind::spatial;
+    // Spatial: (b f) rows, each sample's modulation repeated over its frames. Temporal: (b t) rows, c once per sample
+    // conditioning its rows of every patch; the official adds temp_embed before the first temporal block.
+    const torch::Tensor out = spatial ? layer->forward(states, c, runner.get(), frames)
+                                      : layer->forward(i == 1 ? states + temp_embed : states, c, runner.get(), patches);
+    if (spatial == next_spatial) return out;
+    return spatial ? to_temporal(out) : to_spatial(out);
   };
   // c is listed with every block's parameters: a recomputing runner then returns its gradient, so the timestep
   // and label embedders train under checkpointing (a runner takes a tensor shared by the blocks of one segment
