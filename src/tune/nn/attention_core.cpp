@@ -453,11 +453,16 @@ torch::Tensor run_attention_core(BlockRunner* runner, const torch::Tensor& query
     case AttentionCoreForm::fused:
       return attention_core_fused(query, key, value, mask, scale, causal);
     case AttentionCoreForm::recomputing:
-      return attention_core_recomputing_probabilities(query, key, value, mask, scale, softcap);
+      // Laid out as [B, H, T, D] once here: every product below, forward and the recompute in backward, takes them
+      // as [B * H, T, D] batches, which a head-transposed view (the usual [B, T, H, D] projection output) cannot give
+      // without a copy inside each product, per chunk (causal chunks copy overlapping key ranges again). The
+      // copies are what gets saved instead of the views, the same bytes; already-contiguous inputs pass as they are.
+      return attention_core_recomputing_probabilities(query.contiguous(), key.contiguous(), value.contiguous(), mask,
+                                                      scale, softcap);
     case AttentionCoreForm::plain:
       break;
   }
-  return attention_core(query, key, value, mask, scale, softcap);
+  return attention_core(query.contiguous(), key.contiguous(), value.contiguous(), mask, scale, softcap);
 }
 
 }  // namespace tune::nn

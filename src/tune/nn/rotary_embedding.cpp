@@ -41,7 +41,10 @@ torch::Tensor rotate_half(const torch::Tensor& x) {
 torch::Tensor apply_rotary_embedding(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   const torch::Tensor c = cos.unsqueeze(1).to(x.scalar_type());  // broadcast over heads
   const torch::Tensor s = sin.unsqueeze(1).to(x.scalar_type());
-  return x * c + rotate_half(x) * s;
+  // The contiguous term first: an elementwise op lays its output out like its first operand, so the sum comes out
+  // as [B, H, T, D] (what the attention core's products take) even from a head-transposed x, with no copy. The
+  // same bits as x * c + rotate_half(x) * s (an addition commutes exactly).
+  return rotate_half(x) * s + x * c;
 }
 
 RotaryEmbeddingImpl::RotaryEmbeddingImpl(const RotaryEmbeddingOptions& options_) : options(options_) { reset(); }
