@@ -7,11 +7,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <string_view>
 #include <vector>
 
 #include "tune/core/parallel.h"
 #include "tune/nn/cpu_vector_math.h"
+#include "tune/nn/rms_norm_cpu.h"
 
 namespace tune::nn {
 namespace {
@@ -146,14 +146,6 @@ TUNE_VECTOR_CLONES void flush_block(float* __restrict total, float* __restrict b
   }
 }
 
-bool libtorch_forced() {
-  static const bool forced = [] {
-    const char* value = std::getenv("TUNE_CPU_NORM");
-    return value != nullptr && std::string_view(value) == "libtorch";
-  }();
-  return forced;
-}
-
 bool is_rows_of(const torch::Tensor& t, const torch::Tensor& like, torch::ScalarType dtype) {
   return t.defined() && t.device().is_cpu() && t.scalar_type() == dtype && t.sizes() == like.sizes() &&
          t.is_contiguous();
@@ -190,7 +182,7 @@ torch::Tensor group_sums(const torch::Tensor& partial) {
 }  // namespace
 
 bool gated_residual_fits(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& branch) {
-  return !libtorch_forced() && x.defined() && x.device().is_cpu() && x.dim() == 3 &&
+  return cpu_norm_kernels_enabled() && x.defined() && x.device().is_cpu() && x.dim() == 3 &&
          x.scalar_type() == torch::kFloat && x.is_contiguous() && x.numel() > 0 && is_per_group(gate, x) &&
          gate.scalar_type() == torch::kBFloat16 && is_rows_of(branch, x, torch::kBFloat16);
 }
@@ -252,7 +244,7 @@ GatedResidualGradients gated_residual_backward_cpu(const torch::Tensor& grad_sum
 
 bool modulated_norm_forward_fits(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
                                  torch::ScalarType out_dtype, const GatedResidualInputs* gated) {
-  if (libtorch_forced() || !x.defined() || !x.device().is_cpu() || x.dim() != 3 ||
+  if (!cpu_norm_kernels_enabled() || !x.defined() || !x.device().is_cpu() || x.dim() != 3 ||
       x.scalar_type() != torch::kFloat || !x.is_contiguous() || x.numel() == 0) {
     return false;
   }
@@ -320,7 +312,7 @@ ModulatedNormForward modulated_norm_forward_cpu(const torch::Tensor& x, const to
 bool modulated_norm_backward_fits(const torch::Tensor& grad_normed, const torch::Tensor& x, const torch::Tensor& mean,
                                   const torch::Tensor& rstd, const torch::Tensor& scale,
                                   const GatedResidualInputs* gated) {
-  if (libtorch_forced() || !x.defined() || !x.device().is_cpu() || x.dim() != 3 ||
+  if (!cpu_norm_kernels_enabled() || !x.defined() || !x.device().is_cpu() || x.dim() != 3 ||
       x.scalar_type() != torch::kFloat || !x.is_contiguous() || x.numel() == 0) {
     return false;
   }

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "tune/compat/torch_compat.h"
+#include "tune/nn/rms_norm_cpu.h"
 
 namespace tune::nn {
 
@@ -37,6 +38,9 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& input) {
     const torch::Tensor scale = options.zero_centred() ? weight + 1.0 : weight;
     if (auto fused = compat::fused_rms_norm(input, scale, options.eps())) return *fused;
   }
+  // On the CPU, tune's kernels for fp32 inputs and weights (nn/rms_norm_cpu.h: LibTorch has no CPU kernel), one
+  // pass over each row each way, keeping the input and a per-row rstd.
+  if (rms_norm_cpu_fits(input, weight)) return rms_norm_cpu(input, weight, options.eps(), options.zero_centred());
   // Wider inputs (fp64 in tests) keep their precision; narrower ones are promoted to fp32.
   const auto compute_dtype = torch::promote_types(input_dtype, torch::kFloat32);
   const torch::Tensor x = input.to(compute_dtype);

@@ -11,6 +11,7 @@
 
 #include "tune/memory/checkpoint.h"
 #include "tune/nn/attention_core.h"
+#include "tune/nn/rms_norm_cpu.h"
 
 namespace tune::recipes {
 
@@ -118,6 +119,9 @@ RunnerStacks stacks_with_attention_cores(Shape shape, c10::DeviceType device, c1
   }
   if constexpr (requires(Shape each) { each.fused_softmax_backward; }) {
     shape.fused_softmax_backward = nn::recomputing_core_fuses_softmax_backward(device, compute_dtype, softcapped);
+  }
+  if constexpr (requires(Shape each) { each.cpu_rms_norm_kernel; }) {
+    shape.cpu_rms_norm_kernel = device == c10::DeviceType::CPU && nn::cpu_norm_kernels_enabled();
   }
   RunnerStacks stacks;
   shape.attention_core = nn::attention_core_form(device, compute_dtype, /*kept_until_backward=*/true, false, softcapped);

@@ -21,6 +21,7 @@ struct Sizes {
   bool low_precision, fused_attention, frozen, qk_norm;
   bool recomputing_attention;  // the cross-attention in tune's core, recomputing its probabilities in backward
   bool fused_softmax_backward;  // the recomputing core's backward: 8 bytes per score, not 12
+  bool norm_kernel;  // the qk-norms take nn/rms_norm_cpu's kernels (fp32 inputs: no autocast)
   int64_t td() const { return tokens * hidden; }
   int64_t caption() const { return batch * text * hidden; }
   // The linear core's [B, H, N, d + 1] tensors: v padded with ones, and the product holding the normaliser.
@@ -47,6 +48,7 @@ Sizes sizes_of(const models::SanaConfig& config, const SanaActivationShape& shap
   s.fused_attention = shape.attention_core == nn::AttentionCoreForm::fused;
   s.recomputing_attention = shape.attention_core == nn::AttentionCoreForm::recomputing;
   s.fused_softmax_backward = shape.fused_softmax_backward;
+  s.norm_kernel = shape.cpu_rms_norm_kernel && shape.compute_bytes == kFloat32;
   s.frozen = !shape.training_loss;
   s.qk_norm = config.qk_norm;
   return s;
@@ -55,10 +57,12 @@ Sizes sizes_of(const models::SanaConfig& config, const SanaActivationShape& shap
 using Part = BlockPart;
 
 // The qk-norms (nn::RMSNorm over all heads' channels) on q and k: each keeps its input, an fp32 1/rms per token and,
-// for its weight's gradient, the normalised input ([tokens, width] compute dtype each).
+// for its weight's gradient, the normalised input ([tokens, width] compute dtype each); nn/rms_norm_cpu's kernels
+// keep no normalised input.
 int64_t qk_norms(const Sizes& s, int64_t query_tokens, int64_t key_tokens, int64_t width) {
   if (!s.qk_norm) return 0;
-  return (query_tokens + key_tokens) * (2 * width * s.c + kFloat32);
+  const int64_t tensors = s.norm_kernel ? 1 : 2;
+  return (query_tokens + key_tokens) * (tensors * width * s.c + kFloat32);
 }
 
 // attn1, the ReLU linear self-attention: to_q / to_k / to_v on the modulated norm's output, the linear core

@@ -26,6 +26,8 @@ struct SanaActivationShape {
   nn::AttentionCoreForm attention_core = nn::AttentionCoreForm::plain;
   // The recomputing core's backward fuses its softmax's (nn::recomputing_core_fuses_softmax_backward; set with it).
   bool fused_softmax_backward = false;
+  // RMSNorms of fp32 inputs take nn/rms_norm_cpu's kernels (set with the attention core).
+  bool cpu_rms_norm_kernel = false;
 };
 
 // The counts follow what autograd saves in models/sana.cpp, sana_layers.cpp, diffusers_layers.cpp and nn/ (LibTorch

@@ -23,6 +23,7 @@ struct Sizes {
   bool fused_attention;        // LibTorch's kernel (nn::AttentionCoreForm::fused)
   bool recomputing_attention;  // tune's core recomputing its probabilities (nn::AttentionCoreForm::recomputing)
   bool fused_softmax_backward;  // the recomputing core's backward: 8 bytes per score, not 12
+  bool norm_kernel;  // RMSNorms of fp32 inputs take nn/rms_norm_cpu's kernels (the residual stream's, at least)
   bool qk_norm;  // Qwen3's per-head query/key norms
   bool sandwich_norms;    // Gemma 2: post_attention_layernorm on the attention output, pre_/post_feedforward_layernorm
   bool softcapped_scores;  // Gemma 2: tanh soft cap on the attention scores (always tune's own core)
@@ -53,6 +54,9 @@ Sizes sizes_of(const models::LlamaConfig& config, const ActivationShape& shape) 
   s.fused_attention = shape.attention_core == nn::AttentionCoreForm::fused;
   s.recomputing_attention = shape.attention_core == nn::AttentionCoreForm::recomputing;
   s.fused_softmax_backward = shape.fused_softmax_backward;
+  // The kernels take fp32 inputs and weights: not a bf16 residual stream, bf16 stored weights or an fp64 run.
+  s.norm_kernel = shape.cpu_rms_norm_kernel && !shape.bf16_residual && !shape.base_weights_in_compute_dtype &&
+                  shape.compute_bytes <= kFloat32;
   s.qk_norm = config.has_qk_norm();
   s.sandwich_norms = config.is_gemma2();
   s.softcapped_scores = config.attn_logit_softcapping > 0;
@@ -61,20 +65,31 @@ Sizes sizes_of(const models::LlamaConfig& config, const ActivationShape& shape) 
   return s;
 }
 
-// RMSNorm (nn/rms_norm.cpp) computes in fp32 and keeps: its input (pow's backward), the normalised tensor (the
-// weight multiply's backward) and the per-token rsqrt. (LibTorch 1.13's mean kept the squares too; 2.x's mean
-// backward needs only the shape: measured, one [tokens, hidden] fp32 tensor less per norm.)
+// The [tokens, width] tensors an RMSNorm keeps besides its per-row rsqrt: op by op (nn/rms_norm.cpp) its input
+// (pow's backward) and the normalised tensor (the weight multiply's backward; not for a frozen weight, LoRA); with
+// nn/rms_norm_cpu's kernels (fp32 input on the CPU) the input only. (LibTorch 1.13's mean kept the squares too;
+// 2.x's mean backward needs only the shape: measured, one [tokens, hidden] fp32 tensor less per norm.)
+int64_t rms_norm_tensors(const Sizes& s, bool fp32_input) {
+  return s.lora.lora.rank > 0 || (s.norm_kernel && fp32_input) ? 1 : 2;
+}
+
+// The residual stream's RMSNorms (input_layernorm, post_attention_layernorm, the final norm) compute in fp32 and
+// keep rms_norm_tensors' tensors and the per-token rsqrt.
 int64_t rms_norm_saved(const Sizes& s) {
-  // A frozen weight (LoRA) needs no gradient, so the weight multiply keeps no normalised tensor.
-  const int64_t tensors = s.lora.lora.rank > 0 ? 1 : 2;
-  return tensors * s.tokens * s.hidden * kFloat32 + s.tokens * kFloat32;
+  return rms_norm_tensors(s, s.residual == kFloat32) * s.tokens * s.hidden * kFloat32 + s.tokens * kFloat32;
+}
+
+// Gemma 2's post-attention and post-feedforward norms, on o_proj's and down_proj's outputs: fp32 inputs only
+// without autocast.
+int64_t sandwich_norm_saved(const Sizes& s) {
+  return rms_norm_tensors(s, !s.low_precision) * s.tokens * s.hidden * kFloat32 + s.tokens * kFloat32;
 }
 
 // Qwen3's q_norm and k_norm (RMSNorm over head_dim of [tokens, heads, head_dim]): rms_norm_saved's tensors at the
 // query and key widths, with one rsqrt per token and head. (Not yet checked against the tracking allocator.)
 int64_t qk_norm_saved(const Sizes& s) {
   if (!s.qk_norm) return 0;
-  const int64_t tensors = s.lora.lora.rank > 0 ? 1 : 2;
+  const int64_t tensors = rms_norm_tensors(s, !s.low_precision);
   return tensors * s.tokens * (s.q_width + s.kv_width) * kFloat32 + s.tokens * (s.heads + s.kv_heads) * kFloat32;
 }
 
@@ -256,7 +271,7 @@ LayerFootprint plain_layer_footprint(const models::LlamaConfig& config, const Ac
   LayerFootprint layer;
   layer.saved = estimate_layer_activation_bytes(config, shape);
   const int64_t mlp_phase = layer.saved + gradients_in_flight(s) + 3 * s.tokens * s.intermediate * s.c;
-  const int64_t mlp_half = mlp_half_saved(s, 3, mlp_norms_saved(s, rms_norm_saved(s), rms_norm_saved(s)));
+  const int64_t mlp_half = mlp_half_saved(s, 3, mlp_norms_saved(s, rms_norm_saved(s), sandwich_norm_saved(s)));
   layer.backward_peak = std::max(mlp_phase, attention_phase(s, layer.saved - mlp_half));
   return layer;
 }
@@ -327,7 +342,7 @@ int64_t estimate_layer_activation_bytes(const models::LlamaConfig& config, const
   // Gemma 2's post-attention (on o_proj's output) and post-feedforward norms save what any RMSNorm does (the
   // zero-centred form keeps the same tensors: fp32 input, normalised tensor, rsqrt); their outputs only join the
   // residual stream.
-  if (s.sandwich_norms) bytes += 2 * rms_norm_saved(s);
+  if (s.sandwich_norms) bytes += 2 * sandwich_norm_saved(s);
   // Their outputs as matmul inputs: q, k, v read the first; gate and up read the second.
   bytes += base_inputs_from_norm(s, 3) + base_inputs_from_norm(s, 2);
   // RoPE multiplies by cos and sin cast to the compute dtype, once each for q and for k; the products keep the

@@ -35,6 +35,9 @@ struct ActivationShape {
   nn::AttentionCoreForm attention_core = nn::AttentionCoreForm::plain;
   // The recomputing core's backward fuses its softmax's (nn::recomputing_core_fuses_softmax_backward; set with it).
   bool fused_softmax_backward = false;
+  // The norms of fp32 inputs take nn/rms_norm_cpu's kernels (the CPU, unless TUNE_CPU_NORM=libtorch; set with the
+  // attention core), which keep no normalised tensor.
+  bool cpu_rms_norm_kernel = false;
 };
 
 // What one decoder layer holds (recipes/activation_estimate.h).
