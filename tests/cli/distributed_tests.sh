@@ -365,15 +365,18 @@ case_full_shard_latte() {
 case_full_shard_latte_t2v() {
   t2v_prepared "$WORK/zero3-t2v"
   local yaml="$WORK/zero3-t2v/t2v.yaml" files="model.safetensors ema.safetensors"
-  # With caption dropout (the recipe's 0.25) and no clipping, the EMA kept as flat shards and saved whole: ddp's, to
-  # the Latte case's tolerance (measured: equal, losses and every weight).
-  FILES=$files full_shard_matches_ddp "$WORK/runs/zero3-t2v" "$yaml" 4 training.clip_grad_norm=0
+  # With caption dropout (the recipe's 0.25) and no clipping, the EMA kept as flat shards and saved whole: ddp's
+  # losses (measured: equal). The weights were equal too until the attention core took q, k and v laid out once
+  # (its products now take k transposed in place, and their last bits follow where the operands sit in memory,
+  # which the flat shards change): every tensor within 6e-8, but AdamW turns those bits into larger steps on the
+  # zero-gradient key biases, as with clipping below (to_k.bias: 2.9e-4 relative).
+  WEIGHT_TOL=1e-3 FILES=$files full_shard_matches_ddp "$WORK/runs/zero3-t2v" "$yaml" 4 training.clip_grad_norm=0
   # Clipping (1.0, active at every step here): full_shard sums the gradient norm over flat shards, ddp per tensor, so
   # the clip coefficients differ in the last bit (losses 1e-7) and, as in the ddp case, AdamW turns that into
   # larger steps on the zero-gradient key biases (to_k.bias, measured 5.8e-5 relative; every other tensor 1e-7).
   WEIGHT_TOL=1e-3 FILES=$files full_shard_matches_ddp "$WORK/runs/zero3-t2v-clip" "$yaml" 4
   # Spatial blocks only wrapped: the temporal blocks' parameters are part of the rest unit.
-  FILES=$files full_shard_matches_ddp "$WORK/runs/zero3-t2v-spatial" "$yaml" 4 training.clip_grad_norm=0 \
+  WEIGHT_TOL=1e-3 FILES=$files full_shard_matches_ddp "$WORK/runs/zero3-t2v-spatial" "$yaml" 4 training.clip_grad_norm=0 \
     'distributed.shard_blocks=[LatteSpatialBlock]'
   contains "$ERR" "2 of 4 blocks wrapped"
   # Resumed from step 2 with the same two processes (with clipping): the uninterrupted run's steps to 1e-6.
