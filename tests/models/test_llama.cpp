@@ -7,6 +7,8 @@
 
 #include "llama_fixture.h"
 #include "tune/compat/torch_compat.h"
+#include "tune/models/llama.h"
+#include "tune/models/llama_layers.h"
 
 using namespace tune;
 using tune::test::load_llama_fixture;
@@ -195,4 +197,35 @@ TEST_CASE("bf16 autocast forward gives finite logits close to fp32", "[models][l
     CHECK(diff > 0.0);            // autocast really ran in bf16
     CHECK(diff < 0.08 * scale);   // bf16 has ~3 significant digits: measured 3-4% of the largest logit
   }
+}
+
+TEST_CASE("The Llama MLP's SwiGLU product takes the CPU kernel on bf16 projections, as the op-by-op form",
+          "[models][llama][swiglu]") {
+  torch::manual_seed(7);
+  models::LlamaConfig config;
+  config.hidden_size = 16;
+  config.intermediate_size = 40;
+  models::LlamaMLP mlp(config, models::LlamaLoraOptions{});
+  mlp->to(torch::kBFloat16);  // bf16 projection outputs, as autocast's
+  const auto hidden = torch::randn({2, 5, 16}).to(torch::kBFloat16);
+  const auto output = mlp->forward(hidden, nullptr);
+  // The product's node, a few edges behind down_proj's.
+  bool kernel_node = false;
+  std::vector<torch::autograd::Node*> frontier = {output.grad_fn().get()};
+  for (int depth = 0; depth < 4 && !kernel_node; ++depth) {
+    std::vector<torch::autograd::Node*> next;
+    for (auto* node : frontier) {
+      if (std::string(node->name()).find("CpuSwiglu") != std::string::npos) kernel_node = true;
+      for (const auto& edge : node->next_edges()) {
+        if (edge.function) next.push_back(edge.function.get());
+      }
+    }
+    frontier = std::move(next);
+  }
+  CHECK(kernel_node);
+  torch::NoGradGuard no_grad;
+  const auto by_ops = mlp->down_proj->forward(torch::silu(mlp->gate_proj->forward(hidden)) *
+                                              mlp->up_proj->forward(hidden));
+  CHECK(max_abs_diff(output.to(torch::kFloat), by_ops.to(torch::kFloat)) <=
+        0.02 * by_ops.abs().max().item<double>());
 }

@@ -318,19 +318,20 @@ std::map<Policy, int64_t> measure_policies(const models::LlamaConfig& config, co
 
 }  // namespace
 
-TEST_CASE("selective: measured activation memory at least 5% under off and above full",
-          "[models][checkpoint][memory]") {
+TEST_CASE("selective: measured activation memory at least 10% under off and above full", "[models][checkpoint][memory]") {
   // Selective's region recomputes (the norms keep their inputs alone, the SwiGLU product its gate and up) against
   // off's layers. Both take tune's recomputing attention core here (nn::attention_core_form: off's layers keep their
-  // graphs until backward too), so the attention probabilities are in neither: measured 0.83x off on LibTorch 2.13,
-  // and 0.92x since off's norms take nn/rms_norm_cpu's kernels, which keep no normalised tensor either (the
-  // saving left is the SwiGLU region's).
+  // graphs until backward too), so the attention probabilities are in neither: measured 0.83x off on LibTorch 2.13.
+  // The norms and the SwiGLU product as ATen's ops: tune's CPU kernels for them keep what selective's regions keep,
+  // so with them (the default on the CPU) selective runs those parts as off does.
   const testing::ScopedEnv plain_core("TUNE_CPU_ATTENTION", "plain");
+  const testing::ScopedEnv aten_norms("TUNE_CPU_NORM", "libtorch");
+  const testing::ScopedEnv aten_swiglu("TUNE_CPU_SWIGLU", "libtorch");
   memory_tracker::install();
   const auto config = testing::activation_heavy_llama_config();
   auto measured = measure_policies(config, {Policy::off, Policy::full, Policy::selective});
   CHECK(measured[Policy::full] > 0);
-  CHECK(static_cast<double>(measured[Policy::selective]) <= 0.95 * static_cast<double>(measured[Policy::off]));
+  CHECK(static_cast<double>(measured[Policy::selective]) <= 0.9 * static_cast<double>(measured[Policy::off]));
   CHECK(measured[Policy::selective] > measured[Policy::full]);
 }
 

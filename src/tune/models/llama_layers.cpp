@@ -11,6 +11,8 @@
 #include "tune/models/llama.h"
 #include "tune/nn/attention_core.h"
 #include "tune/nn/gelu_tanh.h"
+#include "tune/nn/rms_norm_cpu.h"
+#include "tune/nn/swiglu_cpu.h"
 
 namespace tune::models {
 
@@ -59,6 +61,8 @@ std::vector<torch::Tensor> trainable(const torch::Tensor& weight) {
 
 // `norm(hidden)` as a norm region of `runner`.
 torch::Tensor run_norm(const nn::RMSNorm& norm, const torch::Tensor& hidden, nn::BlockRunner* runner) {
+  // The CPU kernel keeps the input alone (and a per-row rstd), what selective's region would keep: no recompute.
+  if (nn::rms_norm_cpu_fits(hidden, norm->weight)) return norm.ptr()->forward(hidden);
   std::shared_ptr<nn::RMSNormImpl> module = norm.ptr();  // owned by the region: it may run again in backward
   auto region = [module](const std::vector<torch::Tensor>& inputs) { return module->forward(inputs[0]); };
   return nn::run_region(runner, nn::RegionKind::norm, region, {hidden}, trainable(module->weight));
@@ -157,10 +161,16 @@ LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& config, const LlamaLoraOptions& lo
 }
 
 torch::Tensor LlamaMLPImpl::forward(const torch::Tensor& hidden, nn::BlockRunner* runner) {
+  const torch::Tensor gate = gate_proj(hidden), up = up_proj(hidden);
+  // bf16 on the CPU (autocast's projection outputs): one kernel each way, keeping gate and up alone, what
+  // selective's region would keep, so it runs as it is (no recompute).
+  if (activation == HiddenActivation::silu && nn::swiglu_cpu_fits(gate, up)) {
+    return down_proj(nn::swiglu_cpu(gate, up));
+  }
   auto gated = [activation = activation](const std::vector<torch::Tensor>& inputs) {
     return apply_hidden_activation(activation, inputs[0]) * inputs[1];
   };
-  return down_proj(nn::run_region(runner, nn::RegionKind::activation, gated, {gate_proj(hidden), up_proj(hidden)}));
+  return down_proj(nn::run_region(runner, nn::RegionKind::activation, gated, {gate, up}));
 }
 
 LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& config, const LlamaLoraOptions& lora) {

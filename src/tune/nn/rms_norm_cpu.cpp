@@ -165,11 +165,9 @@ struct CpuRmsNorm : public torch::autograd::Function<CpuRmsNorm> {
 }  // namespace
 
 bool cpu_norm_kernels_enabled() {
-  static const bool enabled = [] {
-    const char* value = std::getenv("TUNE_CPU_NORM");
-    return value == nullptr || std::string_view(value) != "libtorch";
-  }();
-  return enabled;
+  // Read at each call (a few hundred a step): tests switch it within one process.
+  const char* value = std::getenv("TUNE_CPU_NORM");
+  return value == nullptr || std::string_view(value) != "libtorch";
 }
 
 bool rms_norm_cpu_fits(const torch::Tensor& input, const torch::Tensor& weight) {

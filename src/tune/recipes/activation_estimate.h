@@ -12,6 +12,7 @@
 #include "tune/memory/checkpoint.h"
 #include "tune/nn/attention_core.h"
 #include "tune/nn/rms_norm_cpu.h"
+#include "tune/nn/swiglu_cpu.h"
 
 namespace tune::recipes {
 
@@ -122,6 +123,10 @@ RunnerStacks stacks_with_attention_cores(Shape shape, c10::DeviceType device, c1
   }
   if constexpr (requires(Shape each) { each.cpu_rms_norm_kernel; }) {
     shape.cpu_rms_norm_kernel = device == c10::DeviceType::CPU && nn::cpu_norm_kernels_enabled();
+  }
+  if constexpr (requires(Shape each) { each.cpu_swiglu_kernel; }) {
+    shape.cpu_swiglu_kernel = device == c10::DeviceType::CPU && compute_dtype == c10::kBFloat16 &&
+                              nn::swiglu_cpu_enabled();
   }
   RunnerStacks stacks;
   shape.attention_core = nn::attention_core_form(device, compute_dtype, /*kept_until_backward=*/true, false, softcapped);

@@ -3,6 +3,8 @@
 // by tests/recipes/test_checkpointing_memory.cpp.
 #include "tune/recipes/sft/memory_report.h"
 
+#include "tune/models/llama_layers.h"
+
 #include <algorithm>
 #include <set>
 #include <string>
@@ -24,6 +26,7 @@ struct Sizes {
   bool recomputing_attention;  // tune's core recomputing its probabilities (nn::AttentionCoreForm::recomputing)
   bool fused_softmax_backward;  // the recomputing core's backward: 8 bytes per score, not 12
   bool norm_kernel;  // RMSNorms of fp32 inputs take nn/rms_norm_cpu's kernels (the residual stream's, at least)
+  int64_t swiglu_tensors;  // what a plainly run SwiGLU product keeps: gate, silu(gate), up; nn/swiglu_cpu: gate, up
   bool qk_norm;  // Qwen3's per-head query/key norms
   bool sandwich_norms;    // Gemma 2: post_attention_layernorm on the attention output, pre_/post_feedforward_layernorm
   bool softcapped_scores;  // Gemma 2: tanh soft cap on the attention scores (always tune's own core)
@@ -57,6 +60,10 @@ Sizes sizes_of(const models::LlamaConfig& config, const ActivationShape& shape) 
   // The kernels take fp32 inputs and weights: not a bf16 residual stream, bf16 stored weights or an fp64 run.
   s.norm_kernel = shape.cpu_rms_norm_kernel && !shape.bf16_residual && !shape.base_weights_in_compute_dtype &&
                   shape.compute_bytes <= kFloat32;
+  s.swiglu_tensors = shape.cpu_swiglu_kernel && models::hidden_activation_from_name(config.hidden_act) ==
+                                                    models::HiddenActivation::silu
+                         ? 2
+                         : 3;
   s.qk_norm = config.has_qk_norm();
   s.sandwich_norms = config.is_gemma2();
   s.softcapped_scores = config.attn_logit_softcapping > 0;
@@ -271,7 +278,8 @@ LayerFootprint plain_layer_footprint(const models::LlamaConfig& config, const Ac
   LayerFootprint layer;
   layer.saved = estimate_layer_activation_bytes(config, shape);
   const int64_t mlp_phase = layer.saved + gradients_in_flight(s) + 3 * s.tokens * s.intermediate * s.c;
-  const int64_t mlp_half = mlp_half_saved(s, 3, mlp_norms_saved(s, rms_norm_saved(s), sandwich_norm_saved(s)));
+  const int64_t mlp_half =
+      mlp_half_saved(s, s.swiglu_tensors, mlp_norms_saved(s, rms_norm_saved(s), sandwich_norm_saved(s)));
   layer.backward_peak = std::max(mlp_phase, attention_phase(s, layer.saved - mlp_half));
   return layer;
 }
@@ -349,9 +357,9 @@ int64_t estimate_layer_activation_bytes(const models::LlamaConfig& config, const
   // casts. (q and k themselves are not kept: cos and sin need no gradient.) fp32 uses the shared tables.
   if (s.low_precision) bytes += 4 * s.tokens * s.head_dim * s.c;
   bytes += attention_core_saved(s);
-  // SwiGLU: gate output (silu's input), silu output and up output (the product's inputs), and the product
-  // (down_proj's input).
-  bytes += 3 * s.tokens * s.intermediate * s.c + base_input(s, s.intermediate);
+  // SwiGLU: gate output (silu's input), silu output and up output (the product's inputs; nn/swiglu_cpu's kernel
+  // keeps gate and up alone), and the product (down_proj's input).
+  bytes += s.swiglu_tensors * s.tokens * s.intermediate * s.c + base_input(s, s.intermediate);
   bytes += weight_copies(s) + lora_saved(s);
   return bytes;
 }

@@ -38,6 +38,9 @@ struct ActivationShape {
   // The norms of fp32 inputs take nn/rms_norm_cpu's kernels (the CPU, unless TUNE_CPU_NORM=libtorch; set with the
   // attention core), which keep no normalised tensor.
   bool cpu_rms_norm_kernel = false;
+  // The SwiGLU product of bf16 projections takes nn/swiglu_cpu's kernel (the CPU under bf16 autocast, unless
+  // TUNE_CPU_SWIGLU=libtorch), which keeps gate and up but not silu's output.
+  bool cpu_swiglu_kernel = false;
 };
 
 // What one decoder layer holds (recipes/activation_estimate.h).
