@@ -462,6 +462,15 @@ torch::Tensor run_attention_core(BlockRunner* runner, const torch::Tensor& query
     case AttentionCoreForm::plain:
       break;
   }
+  if (!torch::GradMode::is_enabled()) {
+    // Without gradients (inference, a checkpointed block's first forward) nothing is kept, so the scores need not
+    // exist whole: the recomputing form's forward chunks (query rows, batch entries, hidden keys skipped), the same
+    // values, with transients of one chunk's scores as the activation estimates count them.
+    const torch::Tensor q = query.contiguous(), k = key.contiguous(), v = value.contiguous();
+    const std::vector<KeyRange> ranges = visible_key_ranges(mask, q.size(2), k.size(2));
+    const std::vector<BatchRange> entries = batch_ranges(q.size(0), q.size(1), widest_rows(ranges), k.size(2));
+    return chunked_attention(q, k, v, mask, scale, softcap, ranges, entries);
+  }
   return attention_core(query.contiguous(), key.contiguous(), value.contiguous(), mask, scale, softcap);
 }
 
