@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <functional>
 
 #include "common/scoped_env.h"
 #include "tune/core/cpu_gemm_mode.h"
@@ -453,5 +454,41 @@ TEST_CASE("recomputing attention: a padding mask broadcast over the queries, acr
   for (size_t i = 0; i < 3; ++i) {
     INFO("input " << i);
     CHECK(max_diff(got[i], expected[i]) < 1e-12);
+  }
+}
+
+TEST_CASE("without gradients run_attention_core never holds a whole batch of scores, and gives the plain form's values",
+          "[nn][attention][memory]") {
+  // tune's core (not LibTorch's fused kernel), as a checkpointed block's first forward or inference runs it.
+  const tune::testing::ScopedEnv plain_core("TUNE_CPU_ATTENTION", "plain");
+  tune::memory_tracker::install();
+  torch::manual_seed(11);
+  // 8 x 4 heads x 512 x 512: 8.4M scores, 16 MiB in bf16 whole; the chunks hold at most 2M.
+  const auto query = torch::randn({8, 4, 512, 16}).to(torch::kBFloat16);
+  const auto key = torch::randn({8, 4, 512, 16}).to(torch::kBFloat16);
+  const auto value = torch::randn({8, 4, 512, 16}).to(torch::kBFloat16);
+  const int64_t whole_scores_bytes = 8 * 4 * 512 * 512 * 2;
+  torch::NoGradGuard no_grad;
+  for (const bool causal : {false, true}) {
+    INFO((causal ? "causal mask" : "no mask"));
+    const torch::Tensor mask =
+        causal ? tune::nn::make_causal_mask(512, 0, torch::Tensor(), torch::kCPU) : torch::Tensor();
+    auto transient_of = [](const std::function<torch::Tensor()>& run, torch::Tensor* out) {
+      tune::memory_tracker::reset_cpu_peak();
+      const int64_t before = tune::memory_tracker::cpu_live_bytes();
+      *out = run();
+      return tune::memory_tracker::cpu_peak_bytes() - before;
+    };
+    torch::Tensor whole, chunked;
+    const int64_t whole_transient =
+        transient_of([&] { return attention_core(query, key, value, mask, 0.25, 0.0); }, &whole);
+    const int64_t chunked_transient = transient_of(
+        [&] { return tune::nn::run_attention_core(nullptr, query, key, value, mask, 0.25, causal); }, &chunked);
+    INFO("transient " << chunked_transient << " bytes against the whole form's " << whole_transient
+                      << " (scores alone " << whole_scores_bytes << ")");
+    CHECK(whole_transient >= whole_scores_bytes);
+    CHECK(chunked_transient < whole_transient / 3);
+    // The same rows from the same products (a causal chunk skips keys whose probabilities are exactly 0).
+    CHECK((chunked.to(torch::kFloat) - whole.to(torch::kFloat)).abs().max().item<double>() <= 1e-2);
   }
 }
