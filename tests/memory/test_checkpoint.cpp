@@ -21,6 +21,16 @@ namespace {
 
 constexpr int64_t kBlocks = 3, kDim = 8, kHidden = 16, kBatch = 4;
 
+// Counts a parameter's post-accumulate-grad hook calls (the hook tune's gradient reducers and compact gradients use).
+class CountingHook final : public torch::autograd::PostAccumulateGradHook {
+ public:
+  explicit CountingHook(int* count) : count_(count) {}
+  void operator()(const torch::autograd::Variable& /*param*/) override { ++*count_; }
+
+ private:
+  int* count_;
+};
+
 struct Result {
   torch::Tensor output;
   torch::Tensor input_grad;
@@ -135,10 +145,11 @@ TEST_CASE("backward puts the caller's RNG state back after the recompute", "[che
   CHECK(torch::equal(cpu_rng_state(), before));
 }
 
-// "Exactly once" is counted where gradients land: post-hooks of each parameter's AccumulateGrad node, which is
-// where a data-parallel reducer hooks (PyTorch's DDP does). Tensor hooks from register_hook are not a measure
-// of it on LibTorch 2.x: its engine also runs a leaf's tensor hooks when autograd::grad captures the leaf's
-// gradient, as the recompute's inner autograd::grad does, so they fire twice while the gradient is accumulated once.
+// "Exactly once" is counted where gradients land: post-hooks of each parameter's AccumulateGrad node called with a
+// gradient, which is where a data-parallel reducer hooks (PyTorch's DDP does; tune's reducers use the
+// post-accumulate-grad hook, counted too). Tensor hooks from register_hook are not a measure of it on LibTorch 2.x:
+// its engine also runs a leaf's tensor hooks when autograd::grad captures the leaf's gradient, so they can fire
+// twice while the gradient is accumulated once.
 TEST_CASE("frozen input: params still get grads equal to the plain run, accumulated exactly once", "[checkpoint]") {
   // shared_ptr or intrusive_ptr depending on the LibTorch version.
   using AccumulatorPtr = decltype(torch::autograd::impl::grad_accumulator(std::declval<const torch::Tensor&>()));
@@ -153,20 +164,29 @@ TEST_CASE("frozen input: params still get grads equal to the plain run, accumula
   for (size_t i = 0; i < params.size(); ++i) {
     auto accumulator = torch::autograd::impl::grad_accumulator(params[i]);
     const uintptr_t key = accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-        [&accumulations, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
-          ++accumulations[i];
+        [&accumulations, i](const torch::autograd::variable_list& outputs,
+                            const torch::autograd::variable_list& inputs) {
+          // A plain backward accumulates inside the recompute's backward; the outer pass then still calls the
+          // node, with no gradient (the checkpoint returned none for it), which accumulates nothing.
+          if (!inputs.empty() && inputs[0].defined()) ++accumulations[i];
           return outputs;
         }));
     hooks.emplace_back(std::move(accumulator), key);
   }
+  std::vector<int> post_accumulate(params.size(), 0);
+  for (size_t i = 0; i < params.size(); ++i) {
+    torch::autograd::impl::set_post_acc_grad_hooks(params[i], std::make_unique<CountingHook>(&post_accumulate[i]));
+  }
   const Result got = run_once(stack, runner, false);
   for (auto& [accumulator, key] : hooks) accumulator->del_post_hook(key);
+  for (const auto& param : params) torch::autograd::impl::set_post_acc_grad_hooks(param, nullptr);
 
   CHECK_FALSE(got.input_grad.defined());
   CHECK(all_equal(got.grads, expected.grads));
   for (size_t i = 0; i < accumulations.size(); ++i) {
     INFO("param " << i);
     CHECK(accumulations[i] == 1);
+    CHECK(post_accumulate[i] == 1);
   }
 }
 
@@ -241,6 +261,26 @@ TEST_CASE("autograd::grad w.r.t. the input only equals the plain run and leaves 
   const torch::Tensor expected = grad_of_input(plain);
   const torch::Tensor got = grad_of_input(runner);
   CHECK(torch::equal(got, expected));
+  for (const auto& p : stack.params()) CHECK_FALSE(p.grad().defined());
+}
+
+// autograd::grad (a pruned graph) takes the parameters' gradients as the checkpoint's returned values; a plain
+// backward has them accumulated into .grad inside the recompute's backward (memory/checkpoint.cpp).
+TEST_CASE("autograd::grad w.r.t. the parameters returns them through checkpointed blocks and leaves .grad alone",
+          "[checkpoint]") {
+  TestStack stack(kBlocks, kDim, kHidden);
+  auto grads_of_params = [&](tune::nn::BlockRunner& runner) {
+    stack.zero_grad();
+    torch::manual_seed(7);
+    const torch::Tensor input = torch::randn({kBatch, kDim});
+    const torch::Tensor output = stack.forward(runner, input);
+    return torch::autograd::grad({output.pow(2).sum()}, stack.params());
+  };
+  PlainBlockRunner plain;
+  auto runner = full_runner(kBlocks);
+  const std::vector<torch::Tensor> expected = grads_of_params(plain);
+  const std::vector<torch::Tensor> got = grads_of_params(runner);
+  CHECK(all_equal(got, expected));
   for (const auto& p : stack.params()) CHECK_FALSE(p.grad().defined());
 }
 

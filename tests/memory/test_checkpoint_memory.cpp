@@ -85,3 +85,46 @@ TEST_CASE("sqrt on 16 blocks peaks between full and off, well under off", "[chec
   CHECK(sqrt_peak < 0.6 * static_cast<double>(off_peak));
   CHECK(sqrt_peak > full_peak);
 }
+
+// Under gradient accumulation .grad already holds the earlier micro-batches' gradients when a checkpointed block's
+// backward makes its own. Returned to the outer pass at the end of that backward, all of the block's fresh weight
+// gradients would be alive at once beside .grad (the MLP's and o_proj's through a Llama layer's attention backward);
+// memory/checkpoint.cpp adds each into .grad as it is made.
+TEST_CASE("under gradient accumulation a checkpointed block adds each weight gradient to .grad as it is made",
+          "[checkpoint][memory]") {
+  tune::memory_tracker::install();
+  constexpr int64_t kWidth = 256, kRows = 8, kWeights = 4;
+  constexpr int64_t kWeightBytes = kWidth * kWidth * 4;
+  torch::manual_seed(3);
+  std::vector<torch::Tensor> weights, plain_weights;
+  for (int64_t i = 0; i < kWeights; ++i) {
+    weights.push_back((torch::randn({kWidth, kWidth}) / 16).requires_grad_(true));
+    plain_weights.push_back(weights.back().detach().clone().requires_grad_(true));
+  }
+  // One block of four [W, W] products in a row: its backward makes four weight gradients, one after the other.
+  auto block_of = [](const std::vector<torch::Tensor>& ws) {
+    return [ws](const torch::Tensor& x) {
+      torch::Tensor h = x;
+      for (const auto& w : ws) h = torch::tanh(h.mm(w));
+      return h;
+    };
+  };
+  auto runner = tune::test::full_runner(1);
+  tune::nn::PlainBlockRunner plain;
+  auto micro_batch = [&](tune::nn::BlockRunner& r, const std::vector<torch::Tensor>& ws, int64_t seed) {
+    torch::manual_seed(seed);
+    return r.run(0, block_of(ws), torch::randn({kRows, kWidth}), ws).pow(2).sum();
+  };
+  micro_batch(runner, weights, 1).backward();  // .grad exists from here on, as after a first micro-batch
+  micro_batch(plain, plain_weights, 1).backward();
+  const int64_t before = tune::memory_tracker::cpu_live_bytes();
+  tune::memory_tracker::reset_cpu_peak();
+  micro_batch(runner, weights, 2).backward();
+  const int64_t peak = tune::memory_tracker::cpu_peak_bytes() - before;
+  micro_batch(plain, plain_weights, 2).backward();
+  INFO("second micro-batch's peak above its start: " << peak << " bytes; one weight gradient " << kWeightBytes);
+  // Held to the end, four fresh gradients (4 x 256 KiB) would be alive at once; added as made, one at a time (the
+  // activations, [8, 256] each, are small beside them).
+  CHECK(peak < 2 * kWeightBytes);
+  for (int64_t i = 0; i < kWeights; ++i) CHECK(torch::equal(weights[i].grad(), plain_weights[i].grad()));
+}

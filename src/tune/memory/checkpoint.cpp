@@ -9,6 +9,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/cuda.h>
 
 #include <algorithm>
@@ -26,6 +27,70 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+// A parameter's post-accumulate-grad hook (what tune's gradient reducers and compact gradients hook) must run once
+// per backward. With the gradients accumulated inside the recompute's backward, the outer pass still calls each
+// parameter's AccumulateGrad node, with no gradient (the checkpoint returns none for it); LibTorch 2.x calls the
+// hook then too, after accumulating nothing. Whether it does is probed once, through the engine, on a one-element
+// graph: where it does, the hooks are parked during the recompute's backward and run once in that outer call (with
+// .grad complete); where it does not, they run inside.
+struct ReturnsNoGradient : public torch::autograd::Function<ReturnsNoGradient> {
+  static torch::Tensor forward(AutogradContext* /*ctx*/, const torch::Tensor& input) { return input.clone(); }
+  static variable_list backward(AutogradContext* /*ctx*/, variable_list /*grad_outputs*/) { return {torch::Tensor()}; }
+};
+
+class SetsFlag final : public torch::autograd::PostAccumulateGradHook {
+ public:
+  explicit SetsFlag(bool* flag) : flag_(flag) {}
+  void operator()(const torch::autograd::Variable& /*param*/) override { *flag_ = true; }
+
+ private:
+  bool* flag_;
+};
+
+bool post_accumulate_hooks_run_without_gradient() {
+  static const bool runs = [] {
+    torch::AutoGradMode grad_mode(true);
+    bool ran = false;
+    torch::Tensor leaf = torch::zeros({1}).requires_grad_(true);
+    torch::autograd::impl::set_post_acc_grad_hooks(leaf, std::make_unique<SetsFlag>(&ran));
+    ReturnsNoGradient::apply(leaf).sum().backward();
+    torch::autograd::impl::set_post_acc_grad_hooks(leaf, nullptr);
+    return ran;
+  }();
+  return runs;
+}
+
+// Takes the post-accumulate-grad hooks off `params` for its lifetime (see above); puts them back on exit.
+class ParkedPostAccumulateHooks {
+ public:
+  explicit ParkedPostAccumulateHooks(const std::vector<torch::Tensor>& params) {
+    for (const auto& param : params) {
+      auto& hook = torch::autograd::impl::post_acc_grad_hooks(param);
+      if (hook != nullptr) parked_.emplace_back(param, std::move(hook));
+    }
+  }
+  ~ParkedPostAccumulateHooks() {
+    for (auto& [param, hook] : parked_) torch::autograd::impl::set_post_acc_grad_hooks(param, std::move(hook));
+  }
+  ParkedPostAccumulateHooks(const ParkedPostAccumulateHooks&) = delete;
+  ParkedPostAccumulateHooks& operator=(const ParkedPostAccumulateHooks&) = delete;
+
+ private:
+  std::vector<std::pair<torch::Tensor, std::unique_ptr<torch::autograd::PostAccumulateGradHook>>> parked_;
+};
+
+// Whether the backward running now accumulates every leaf's gradient into .grad (a plain `backward()`: its graph
+// task runs the whole graph, so its exec_info is empty) and every parameter among `saved` from `params_begin` on is a
+// leaf: then a checkpointed block's parameter gradients may be accumulated inside its recompute's backward, exactly
+// as the outer pass would. autograd::grad, or backward with `inputs`, runs a pruned graph (non-empty exec_info) and
+// takes the gradients as returned values.
+bool accumulates_every_leaf(const variable_list& saved, size_t params_begin) {
+  const auto* exec_info = torch::autograd::get_current_graph_task_exec_info();
+  if (exec_info == nullptr || !exec_info->empty()) return false;
+  return std::all_of(saved.begin() + static_cast<std::ptrdiff_t>(params_begin), saved.end(),
+                     [](const torch::Tensor& param) { return param.is_leaf(); });
+}
 
 // saved_data holds IValues only; a capsule ties the function's lifetime to the autograd node, so a graph that is
 // dropped without backward frees it too. (Capsules are an internal IValue kind, but stable from 1.13 to 2.x.)
@@ -265,9 +330,29 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
       torch::autograd::edge_list wanted;
       wanted.reserve(wrt.size());
       for (const auto& tensor : wrt) wanted.push_back(torch::autograd::impl::gradient_edge(tensor));
-      const variable_list computed = torch::autograd::Engine::get_default_engine().execute(
-          roots, {grad_outputs[0]}, /*keep_graph=*/false, /*create_graph=*/false, /*accumulate_grad=*/false, wanted);
-      for (size_t i = 0; i < wrt.size(); ++i) grads[wrt_edge[i] + 1] = computed[i];
+      auto& engine = torch::autograd::Engine::get_default_engine();
+      if (accumulates_every_leaf(saved, params_begin)) {
+        // The parameters' gradients go into .grad inside this backward, each as soon as it is made (their
+        // AccumulateGrad nodes, hooks and all, are the ones the outer pass would run): returned to the outer pass
+        // they would all be held until the block's backward ends, beside .grad's earlier micro-batches under
+        // gradient accumulation (the MLP's and o_proj's through the attention core's backward). The inputs'
+        // gradients accumulate into their detached leaves and are returned.
+        std::vector<torch::Tensor> params;
+        for (size_t i = 0; i < wrt.size(); ++i) {
+          if (wrt_edge[i] >= num_inputs) params.push_back(wrt[i]);
+        }
+        std::optional<ParkedPostAccumulateHooks> parked;
+        if (post_accumulate_hooks_run_without_gradient()) parked.emplace(params);
+        engine.execute(roots, {grad_outputs[0]}, /*keep_graph=*/false, /*create_graph=*/false,
+                       /*accumulate_grad=*/true, wanted);
+        for (size_t i = 0; i < wrt.size(); ++i) {
+          if (wrt_edge[i] < num_inputs) grads[wrt_edge[i] + 1] = detached[wrt_edge[i]].grad();
+        }
+      } else {
+        const variable_list computed = engine.execute(roots, {grad_outputs[0]}, /*keep_graph=*/false,
+                                                      /*create_graph=*/false, /*accumulate_grad=*/false, wanted);
+        for (size_t i = 0; i < wrt.size(); ++i) grads[wrt_edge[i] + 1] = computed[i];
+      }
     }
     return grads;
   }
@@ -283,6 +368,8 @@ torch::Tensor checkpoint(const nn::RegionFunction& function, const std::vector<t
   for (const auto& param : params) any_requires_grad = any_requires_grad || param.requires_grad();
   // Nothing to differentiate: checkpointing would only add the recompute bookkeeping.
   if (!any_requires_grad) return function(inputs);
+  // Probed here, under gradients and outside any backward, rather than in the first backward that needs it.
+  post_accumulate_hooks_run_without_gradient();
   return CheckpointFunction::apply(function, at::TensorList(inputs), at::TensorList(params), saved);
 }
 

@@ -247,8 +247,9 @@ int64_t attention_core_saved(const Sizes& s) {
 // one more compute-dtype score tensor while tanh's saved output is still alive. Recomputing core: one chunk of query
 // rows (nn::recompute_chunk_rows: T/4, at least the measured minimum) of a chunk of sequences
 // (nn::recompute_chunk_batch) against at most every key, 12 bytes per score
-// as above (a soft cap adds the chunk's tanh), plus the scaled queries and their gradient, the fp32 key and value
-// gradient accumulators and, under grouped-query attention, the repeated keys and values.
+// as above (a soft cap adds the chunk's tanh), plus the context's gradient and its head-major copy, the scaled
+// queries and their gradient, the fp32 key and value gradient accumulators and, under grouped-query attention, the
+// repeated keys and values.
 int64_t attention_phase(const Sizes& s, int64_t layer_saved_without_mlp) {
   if (s.fused_attention) return fused_attention_phase(s, layer_saved_without_mlp);
   if (!s.recomputing_attention) {
@@ -261,8 +262,10 @@ int64_t attention_phase(const Sizes& s, int64_t layer_saved_without_mlp) {
   // The fused softmax backward (bf16 on the CPU): the logits, the probabilities' gradient, the bf16 probabilities and
   // the logits' gradient at once, 4 compute-dtype tensors per score instead of 3 fp32 ones.
   const int64_t per_score = s.fused_softmax_backward ? 4 * s.c : 3 * kFloat32;
+  // The context's incoming gradient (o_proj's input gradient, [B, T, heads * head_dim]) and the head-major copy
+  // backward makes of it once for its products; the scaled queries and their gradient.
   int64_t bytes = layer_saved_without_mlp + per_score * chunk_scores + (s.softcapped_scores ? chunk_scores * s.c : 0) +
-                  gradients_in_flight(s) + s.tokens * s.q_width * (s.c + s.c) +  // scaled queries, their gradient
+                  gradients_in_flight(s) + 2 * s.tokens * s.q_width * s.c + s.tokens * s.q_width * (s.c + s.c) +
                   2 * s.tokens * s.repeated_kv_width * kFloat32;
   if (s.repeated_kv_width != s.kv_width) bytes += 2 * s.tokens * s.repeated_kv_width * s.c;
   return bytes;
