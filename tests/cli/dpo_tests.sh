@@ -116,10 +116,15 @@ case_dpo_full_reference_and_losses() {
 close_losses() {
   "$PYTHON" - "$1" "$2" "$3" <<'PY' || fail "losses of $1 and $2 differ"
 import json, sys
-a, b = ([json.loads(l)["loss"] for l in open(f) if l.strip()] for f in sys.argv[1:3])
-assert len(a) == len(b) and len(a) > 0, (a, b)
+runs = [[json.loads(l) for l in open(f) if l.strip()] for f in sys.argv[1:3]]
+a, b = ([r["loss"] for r in records] for records in runs)
+keys = ["loss", "logps/chosen", "logps/rejected", "rewards/chosen", "rewards/rejected", "rewards/margins"]
+# On a mismatch, each run's first step in full: its policy log-probs and its rewards (the policy's against the
+# reference's) tell a packing difference from a reference pass that differs from the first policy pass.
+first_steps = [{k: records[0].get(k) for k in keys} for records in runs if records]
+assert len(a) == len(b) and len(a) > 0, (a, b, first_steps)
 for x, y in zip(a, b):
-    assert abs(x - y) <= float(sys.argv[3]) * max(1.0, abs(y)), (a, b)
+    assert abs(x - y) <= float(sys.argv[3]) * max(1.0, abs(y)), (a, b, first_steps)
 PY
 }
 
