@@ -463,7 +463,8 @@ int run(const BenchOptions& options) {
   result["rss_delta_bytes"] = rss_peak - rss_before;
   const auto blocks = tune::memory_tracker::cpu_block_cache_stats();
   result["cpu_block_cache"] = {{"mapped_bytes", blocks.mapped_bytes}, {"hits", blocks.hits},
-                               {"misses", blocks.misses}, {"evictions", blocks.evictions}};
+                               {"misses", blocks.misses}, {"evictions", blocks.evictions},
+                               {"reuses", blocks.reuses}};
 
   // The floor of full checkpointing, measured rather than estimated: the same model cut to one layer under full
   // checkpointing holds one block input, the recompute's whole working set (attention backward temporaries

@@ -100,6 +100,39 @@ TEST_CASE("cpu block cache: a miss unmaps the least recently freed blocks to sta
   cache.free(large);
 }
 
+TEST_CASE("cpu block cache: a miss that must make room cuts a larger cached block down to the request") {
+  const int64_t slack = 1 * kMiB;
+  CpuBlockCache cache(128 << 10, slack);
+  const CpuBlockCache::Block big = cache.allocate(8 * kMiB);
+  const CpuBlockCache::Block mid = cache.allocate(6 * kMiB);
+  std::memset(mid.data, 5, 6 * kMiB);
+  const CpuBlockCache::Block other = cache.allocate(2 * kMiB);  // live peak 16 MiB
+  cache.free(big);
+  cache.free(mid);
+  // 3 MiB: no hit (6 MiB is more than a quarter above it). Mapped beside the cached 14 MiB it would make 19 MiB,
+  // past the 16 MiB peak plus max(1 MiB, 14 MiB / 8) of slack: the smallest larger block serves, cut to 3 MiB.
+  const CpuBlockCache::Block piece = cache.allocate(3 * kMiB);
+  CHECK(piece.data == mid.data);
+  CHECK(piece.size == 3 * kMiB);
+  CHECK(static_cast<unsigned char*>(piece.data)[3 * kMiB - 1] == 5);  // its pages stayed: nothing faulted afresh
+  std::memset(piece.data, 6, 3 * kMiB);                               // and the whole request is writable
+  auto stats = cache.stats();
+  CHECK(stats.reuses == 1);
+  CHECK(stats.evictions == 0);
+  CHECK(stats.misses == 4);
+  CHECK(stats.mapped_bytes == 13 * static_cast<int64_t>(kMiB));
+  CHECK(stats.cached_bytes == 8 * static_cast<int64_t>(kMiB));
+  // The 8 MiB block is still cached whole: a request of its size is a hit.
+  const CpuBlockCache::Block again = cache.allocate(8 * kMiB);
+  CHECK(again.data == big.data);
+  cache.free(again);
+  cache.free(piece);
+  cache.free(other);
+  stats = cache.stats();
+  CHECK(stats.cached_bytes == 13 * static_cast<int64_t>(kMiB));
+  CHECK(stats.mapped_bytes <= stats.peak_live_bytes + std::max<int64_t>(slack, stats.churn_bytes / 8));
+}
+
 TEST_CASE("cpu block cache: the slack follows what churns, not the blocks that stay live") {
   const int64_t min_slack = 1 * kMiB;
   CpuBlockCache cache(128 << 10, min_slack);

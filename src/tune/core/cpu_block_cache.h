@@ -9,7 +9,8 @@
 // block is its own mapping, so nothing fragments; a freed block waits in the cache for the next allocation of its
 // size (a training step asks for the same sizes again, so most requests are hits and fault in nothing), and a miss
 // first unmaps the least recently freed blocks until mapping the new one keeps the total within the live peak so far
-// plus a slack. So RSS from large tensors stays within one slack of their peak. The slack scales with what churns,
+// plus a slack (or, before that, cuts the smallest larger cached block down to the request, whose pages are in
+// memory already). So RSS from large tensors stays within one slack of their peak. The slack scales with what churns,
 // not with the peak: an eighth of the most the live total has fallen below its peak (at least 64 MiB). Weights,
 // gradients' buffers and optimizer moments stay live all run and are never asked for again, so spare blocks beside
 // them buy nothing; only the activations and temporaries freed and re-made each step need room to be matched by
@@ -39,6 +40,7 @@ class CpuBlockCache {
     int64_t peak_live_bytes = 0;    // the largest total of live blocks so far (what bounds mapped_bytes)
     int64_t churn_bytes = 0;        // the most the live total has fallen below that peak: what a step frees and re-makes
     int64_t hits = 0, misses = 0, evictions = 0;
+    int64_t reuses = 0;  // misses served by cutting a larger cached block down where room had to be made
   };
 
   // Blocks of at least `min_bytes` are this cache's (smaller ones stay with malloc, which packs them well);
@@ -58,7 +60,9 @@ class CpuBlockCache {
     size_t size;  // the mapping's bytes: at least the request, at most a quarter more (a reused larger block)
   };
   // A page-aligned block of at least `bytes` bytes (>= min_bytes()): a cached one of the smallest size from the
-  // request's to a quarter above it, or a fresh mapping; throws std::bad_alloc when the kernel refuses one.
+  // request's to a quarter above it; else, where mapping it would pass the bound, the smallest larger cached block
+  // cut down to the request (its pages already in memory); else a fresh mapping (first unmapping the blocks freed
+  // longest ago as far as the bound needs). Throws std::bad_alloc when the kernel refuses one.
   Block allocate(size_t bytes);
   // Gives back a block allocate() returned.
   void free(Block block);
@@ -66,16 +70,19 @@ class CpuBlockCache {
   Stats stats() const;
 
  private:
-  using Order = std::list<Block>;  // least recently freed first
+  using Order = std::list<Block>;                                   // least recently freed first
+  using BySize = std::map<size_t, std::vector<Order::iterator>>;  // each size's cached blocks, newest last
 
   void evict_oldest();         // mutex_ held
+  // mutex_ held: the least recently freed block of `larger`'s size (>= size), its tail past `size` unmapped.
+  Block take_cut_to(BySize::iterator larger, size_t size);
   int64_t slack_bytes() const;  // mutex_ held: how far mapped bytes may pass the live peak
 
   const size_t min_bytes_;
   const int64_t min_slack_bytes_;
   mutable std::mutex mutex_;
   Order order_;
-  std::map<size_t, std::vector<Order::iterator>> by_size_;  // each size's cached blocks, newest last
+  BySize by_size_;
   int64_t live_bytes_ = 0;
   Stats stats_;
 };

@@ -39,10 +39,10 @@ void log_block_cache(int64_t step) {
   const memory_tracker::CpuBlockCache::Stats now = memory_tracker::cpu_block_cache_stats();
   if (now.mapped_bytes == 0) return;
   auto bytes = [](int64_t value) { return format_bytes(static_cast<double>(value)); };
-  log::debug("step {}: CPU block cache maps {} ({} cached; at most {} so far), live peak {}; {} hits, {} misses, {} "
-             "evictions since the last log", step, bytes(now.mapped_bytes), bytes(now.cached_bytes),
-             bytes(now.peak_mapped_bytes), bytes(now.peak_live_bytes), now.hits - last.hits, now.misses - last.misses,
-             now.evictions - last.evictions);
+  log::debug("step {}: CPU block cache maps {} ({} cached; at most {} so far), live peak {}; {} hits, {} misses ({} "
+             "of them served by cutting down a cached block), {} evictions since the last log", step,
+             bytes(now.mapped_bytes), bytes(now.cached_bytes), bytes(now.peak_mapped_bytes), bytes(now.peak_live_bytes),
+             now.hits - last.hits, now.misses - last.misses, now.reuses - last.reuses, now.evictions - last.evictions);
   last = now;
 }
 
