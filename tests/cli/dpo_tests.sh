@@ -72,10 +72,13 @@ assert records[-1]["rewards/margins"] > 0, records[-1]
 assert all("eval_" + n in records[-1] for n in names) and "eval_loss" in records[-1], records[-1]
 PY
   # data.packing (the default) packs a batch's sequences without padding: the same training as one padded row per
-  # sequence (TRL's layout), to fp32 summation order.
+  # sequence (TRL's layout), to fp32 summation order. 1e-4 relative: CI once saw the padded run's first reference
+  # pass differ from its first policy pass (a first loss of ln 2 + 3.9e-5, later losses within 1.4e-5; not
+  # reproduced here, see close_losses); a sequence attending to the one packed before it moves the losses by 3.3e-3
+  # at step 2 and 10% by step 5 (measured by making the packed rows one segment).
   contains "$ERR" "packed without padding"
   expect_exit 0 "$TUNE" train "$yaml" --output-dir "$WORK/runs/dpo-lora-padded" data.packing=false
-  close_losses "$run/metrics.jsonl" "$WORK/runs/dpo-lora-padded/metrics.jsonl" 1e-5
+  close_losses "$run/metrics.jsonl" "$WORK/runs/dpo-lora-padded/metrics.jsonl" 1e-4
   # Resume from step 3: the same losses and adapter as the uninterrupted run.
   local resumed="$WORK/runs/dpo-lora-resume"
   cp -r "$run" "$resumed"; rm -rf "$resumed/checkpoints/step-6"
