@@ -104,20 +104,15 @@ struct BlockCall {
 // moves: a spatial block mixes patches within a frame, a temporal block mixes frames at a patch.
 class CountingRunner : public nn::BlockRunner {
  public:
-  CountingRunner(int64_t frames, int64_t patches, int64_t blocks)
-      : frames_(frames), patches_(patches), blocks_(blocks) {}
+  CountingRunner(int64_t frames, int64_t patches) : frames_(frames), patches_(patches) {}
   torch::Tensor run(int64_t block_index, const nn::BlockFunction& block, const torch::Tensor& input,
                     const std::vector<torch::Tensor>& params) override {
-    // A block's output is in the layout of the block after it (the last block's spatial).
-    const bool spatial_out = block_index + 1 == blocks_ ||
-                             models::LatteImpl::block_kind(block_index + 1) == models::LatteBlockKind::spatial;
     const torch::Tensor output = block(input);
     torch::Tensor perturbed = input.clone();
     // Sample 0, frame 0, patch 0 in either layout; by a ramp, not a constant, which the blocks' LayerNorm would
     // subtract away (the branches would never see it).
     perturbed[0][0] += torch::linspace(-1.0, 1.0, input.size(-1), input.options());
-    const torch::Tensor moved =
-        (frames_by_patches(block(perturbed), spatial_out) - frames_by_patches(output, spatial_out)).abs().sum(-1)[0];
+    const torch::Tensor moved = (frames_by_patches(block(perturbed)) - frames_by_patches(output)).abs().sum(-1)[0];
     // Moved means more than rounding: the same row can round differently between two calls when the BLAS takes
     // another path for another alignment of its operands.
     calls.push_back({block_index, input.sizes().vec(), params.size(),
@@ -128,12 +123,11 @@ class CountingRunner : public nn::BlockRunner {
   std::vector<BlockCall> calls;
 
  private:
-  // The stack's state as [B, F, T, D], from (b f) t d (spatial layout) or (b t) f d (temporal).
-  torch::Tensor frames_by_patches(const torch::Tensor& state, bool spatial) const {
-    return spatial ? state.reshape({-1, frames_, patches_, state.size(-1)})
-                   : state.reshape({-1, patches_, frames_, state.size(-1)}).transpose(1, 2);
+  // The stack's state as [B, F, T, D], from (b f) t d, the layout every block takes and returns.
+  torch::Tensor frames_by_patches(const torch::Tensor& state) const {
+    return state.reshape({-1, frames_, patches_, state.size(-1)});
   }
-  int64_t frames_, patches_, blocks_;
+  int64_t frames_, patches_;
 };
 
 // Behaves as a checkpointing runner does in forward: runs the block without grad and keeps the function, its
@@ -314,8 +308,7 @@ TEST_CASE("Latte initialisation follows the official initialize_weights", "[mode
 TEST_CASE("Latte runs its blocks through the runner, alternating spatial and temporal", "[models][latte]") {
   torch::NoGradGuard no_grad;
   auto fixture = load_latte_fixture();
-  auto runner = std::make_shared<CountingRunner>(fixture.config.num_frames, fixture.config.num_patches(),
-                                                 fixture.model->num_blocks());
+  auto runner = std::make_shared<CountingRunner>(fixture.config.num_frames, fixture.config.num_patches());
   fixture.model->set_block_runner(runner);
   fixture.model->to(torch::kFloat64);
   // In float64, where a token the probe's perturbation reaches moves by ~0.2-0.6 and rounding by ~1e-15.
@@ -331,17 +324,14 @@ TEST_CASE("Latte runs its blocks through the runner, alternating spatial and tem
     // qkv, proj, fc1, fc2, adaLN linear: weight + bias each (the conditioning, needing no gradient here, is not
     // listed)
     CHECK(call.param_count == 10);
-    // The stack state, in the layout of the block receiving it: (b f) t d for a spatial block, (b t) f d for a
-    // temporal one (the block before it hands its output over so).
+    // The stack state in the spatial layout, (b f) t d, for both kinds of block: a temporal block attends over
+    // the frames without rearranging it.
+    CHECK(call.input_sizes == std::vector<int64_t>{batch * config.num_frames, config.num_patches(), config.hidden_size});
     if (i % 2 == 0) {
-      CHECK(call.input_sizes ==
-            std::vector<int64_t>{batch * config.num_frames, config.num_patches(), config.hidden_size});
       CHECK(models::LatteImpl::block_kind(call.index) == models::LatteBlockKind::spatial);
       CHECK(call.mixes_patches);
       CHECK_FALSE(call.mixes_frames);
     } else {
-      CHECK(call.input_sizes ==
-            std::vector<int64_t>{batch * config.num_patches(), config.num_frames, config.hidden_size});
       CHECK(models::LatteImpl::block_kind(call.index) == models::LatteBlockKind::temporal);
       CHECK_FALSE(call.mixes_patches);
       CHECK(call.mixes_frames);

@@ -125,37 +125,32 @@ torch::Tensor LatteImpl::forward(const torch::Tensor& x, const torch::Tensor& t,
   const int64_t patches = config_.num_patches();
   const int64_t hidden = config_.hidden_size;
 
-  // (b f) frames -> tokens [B*F, T, D]: the stack's state, in the spatial layout.
-  const torch::Tensor tokens = x_embedder(x.flatten(0, 1)) + pos_embed;
+  // (b f) frames -> tokens [B*F, T, D]: the stack's state, in the spatial layout. Laid out in token order once here:
+  // the patch embedding is a transposed view of its convolution's output, which the sum with pos_embed keeps, and
+  // every block's output would keep it too (tune's CPU norm kernels take contiguous rows only).
+  const torch::Tensor tokens = (x_embedder(x.flatten(0, 1)) + pos_embed).contiguous();
   const torch::Tensor c = condition(t.reshape({-1}).to(x.device()), y, force_drop_ids).to(tokens.scalar_type());
 
   std::vector<std::shared_ptr<LatteBlockImpl>> layers;
   for (int64_t i = 0; i < config_.depth; ++i) layers.push_back(blocks_->ptr<LatteBlockImpl>(i));
-  // (b f) t d <-> (b t) f d: the residual stream between a spatial and a temporal block.
-  const auto to_temporal = [batch, frames, patches, hidden](const torch::Tensor& spatial) {
-    return spatial.reshape({batch, frames, patches, hidden}).transpose(1, 2).reshape({batch * patches, frames, hidden});
-  };
-  const auto to_spatial = [batch, frames, patches, hidden](const torch::Tensor& temporal) {
-    return temporal.reshape({batch, patches, frames, hidden}).transpose(1, 2).reshape(
-        {batch * frames, patches, hidden});
-  };
-  const int64_t depth = config_.depth;
-  // Each block hands its output over in the layout of the block after it (the last one in the spatial layout), so
-  // the state a block receives, and a checkpoint keeps, is already in its own layout: a temporal block's recompute
-  // then starts from its checkpoint instead of a relayout copy of it (6 MiB at Latte-S/2's 4096 tokens, held through
-  // its backward). The same relayouts happen, once between each spatial and temporal block; the values are the same.
+  // Every block takes and returns the stack's state in the spatial layout, (b f) t d: a temporal block attends over
+  // the frames at each token by laying out its q, k and v so (LatteAttentionImpl::forward), in the copies it makes
+  // of them anyway. The official code rearranges the residual stream to (b t) f d and back around each temporal
+  // block instead; per token the maths is the same, and the relayout copies (each a pass over the fp32 stream:
+  // 6 MiB at Latte-S/2's 4096 tokens, once in forward, again in a recompute and again for the gradient) are gone,
+  // one of them from the last block's recompute at the start of backward, where `full`'s peak is.
   // Captured by value: a checkpointing runner calls the blocks again in backward, after this frame is gone.
-  auto block = [layers, runner = runner_, temp_embed = temp_embed, c, frames, patches, depth, to_temporal, to_spatial](
+  auto block = [layers, runner = runner_, temp_embed = temp_embed, c, batch, frames, patches, hidden](
                    int64_t i, const torch::Tensor& states) {
     const auto& layer = layers[static_cast<size_t>(i)];
-    const bool spatial = block_kind(i) == LatteBlockKind::spatial;
-    const bool next_spatial = i + 1 == depth || block_kind(i + 1) == LatteBlockKind::spatial;
-    // Spatial: (b f) rows, each sample's modulation repeated over its frames. Temporal: (b t) rows, c once per sample
-    // conditioning its rows of every patch; the official adds temp_embed before the first temporal block.
-    const torch::Tensor out = spatial ? layer->forward(states, c, runner.get(), frames)
-                                      : layer->forward(i == 1 ? states + temp_embed : states, c, runner.get(), patches);
-    if (spatial == next_spatial) return out;
-    return spatial ? to_temporal(out) : to_spatial(out);
+    // Each sample's conditioning repeated over its frames' rows.
+    if (block_kind(i) == LatteBlockKind::spatial) return layer->forward(states, c, runner.get(), frames);
+    // The official adds temp_embed (one row per frame) before the first temporal block.
+    const torch::Tensor input =
+        i == 1 ? (states.reshape({batch, frames, patches, hidden}) + temp_embed.view({1, frames, 1, hidden}))
+                     .view({batch * frames, patches, hidden})
+               : states;
+    return layer->forward(input, c, runner.get(), frames, /*temporal_frames=*/frames);
   };
   // c is listed with every block's parameters: a recomputing runner then returns its gradient, so the timestep
   // and label embedders train under checkpointing (a runner takes a tensor shared by the blocks of one segment

@@ -49,9 +49,9 @@ class LatteImpl : public torch::nn::Module {
   // layout (b f) t d, so a sqrt-policy runner can cut segments anywhere. The conditioning c [B, D] is captured by
   // the block function and listed with every block's parameters (when it needs a gradient), so a recomputing runner
   // returns its gradient (the timestep and label embedders train under checkpointing); each block repeats its
-  // modulation over a sample's frames or patch positions. A temporal block (odd index) rearranges to (b t) f d
-  // inside its function (adding temp_embed first when it is block 1) and back; norms, attention cores and GELUs are
-  // runner regions.
+  // modulation over a sample's frames. A temporal block (odd index) attends over the frames at each token without
+  // rearranging the state (adding temp_embed first when it is block 1); norms, attention cores and GELUs are runner
+  // regions.
   int64_t num_blocks() const { return config_.depth; }
   std::vector<std::shared_ptr<torch::nn::Module>> blocks() const;
   static LatteBlockKind block_kind(int64_t block_index) {

@@ -11,6 +11,7 @@
 #include "tune/nn/adaln.h"
 #include "tune/nn/attention_core.h"
 #include "tune/nn/block_runner.h"
+#include "tune/nn/frame_attention.h"
 #include "tune/nn/gelu_linear.h"
 #include "tune/nn/linear.h"
 
@@ -37,22 +38,46 @@ LatteAttentionImpl::LatteAttentionImpl(int64_t hidden_size, int64_t num_heads_)
   proj = register_module("proj", torch::nn::Linear(torch::nn::LinearOptions(hidden_size, hidden_size).bias(true)));
 }
 
-torch::Tensor LatteAttentionImpl::forward(torch::Tensor x, nn::BlockRunner* runner) {
-  const int64_t batch = x.size(0);
+torch::Tensor LatteAttentionImpl::forward(torch::Tensor x, nn::BlockRunner* runner, int64_t frames) {
+  const int64_t rows = x.size(0);
   const int64_t length = x.size(1);
   torch::Tensor projected = nn::linear(qkv, x);
   x.reset();  // the norm's fp32 output: what backward needs of it, the product keeps (header comment)
-  // [N, T, 3, H, hd] -> [3, N, H, T, hd]
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  const int64_t samples = frames > 0 ? rows / frames : rows;
+  if (frames > 0) {
+    // On the CPU, attention over the frames straight from the projection into token rows (nn/frame_attention.h):
+    // none of the copies below, and no batches of tiny products.
+    torch::Tensor by_frames = projected.reshape({samples, frames, length, 3 * num_heads * head_dim});
+    projected.reset();
+    if (nn::frame_attention_applies(by_frames)) {
+      const torch::Tensor context = nn::frame_attention(by_frames, num_heads, scale);
+      by_frames.reset();
+      return nn::linear(proj, context.view({rows, length, num_heads * head_dim}));
+    }
+    projected = std::move(by_frames);
+  }
+  // Spatial: [N, T, 3, H, hd] -> [3, N, H, T, hd]. Temporal: [B, F, T, 3, H, hd] -> [3, B, T, H, F, hd], the
+  // sequences being the frames at one token of one sample.
   // unbind rather than three selects: its backward stacks the three gradients into one tensor, where each select's
   // would fill a zero tensor of the whole qkv output. Laid out contiguously once (what autograd keeps instead of the
-  // product, the same bytes): every attention product, forward and backward, takes q, k and v as [N * H, T, hd]
-  // batches, which the permuted view cannot give without a copy inside each product.
+  // product, the same bytes): every attention product, forward and backward, takes q, k and v as [sequences * H,
+  // length, hd] batches, which the permuted view cannot give without a copy inside each product.
   const auto q_k_v =
-      projected.reshape({batch, length, 3, num_heads, head_dim}).permute({2, 0, 3, 1, 4}).contiguous().unbind(0);
+      frames > 0
+          ? projected.reshape({samples, frames, length, 3, num_heads, head_dim})
+                .permute({3, 0, 2, 4, 1, 5})
+                .contiguous()
+                .reshape({3, samples * length, num_heads, frames, head_dim})
+                .unbind(0)
+          : projected.reshape({rows, length, 3, num_heads, head_dim}).permute({2, 0, 3, 1, 4}).contiguous().unbind(0);
   projected.reset();
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   const torch::Tensor context = nn::run_attention_core(runner, q_k_v[0], q_k_v[1], q_k_v[2], torch::Tensor(), scale);
-  return nn::linear(proj, context.transpose(1, 2).reshape({batch, length, num_heads * head_dim}));
+  // Back to [N, T, H * hd] rows for proj, in the same copy that gathers the heads.
+  const torch::Tensor rows_of_tokens =
+      frames > 0 ? context.view({samples, length, num_heads, frames, head_dim}).permute({0, 3, 1, 2, 4})
+                 : context.transpose(1, 2);
+  return nn::linear(proj, rows_of_tokens.reshape({rows, length, num_heads * head_dim}));
 }
 
 LatteMlpImpl::LatteMlpImpl(int64_t hidden_size, int64_t inner_size) {
@@ -74,13 +99,14 @@ LatteBlockImpl::LatteBlockImpl(const LatteConfig& config) {
 }
 
 torch::Tensor LatteBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& c, nn::BlockRunner* runner,
-                                      int64_t rows_per_condition) {
+                                      int64_t rows_per_condition, int64_t temporal_frames) {
   torch::Tensor modulation = nn::adaln_modulate(adaLN_modulation, c);
   if (rows_per_condition > 1) modulation = modulation.repeat_interleave(rows_per_condition, 0);
   const auto chunks = modulation.chunk(6, 1);
   const auto &shift_msa = chunks[0], &scale_msa = chunks[1], &gate_msa = chunks[2];
   const auto &shift_mlp = chunks[3], &scale_mlp = chunks[4], &gate_mlp = chunks[5];
-  const torch::Tensor attention = attn->forward(run_modulated_norm(x, shift_msa, scale_msa, runner), runner);
+  const torch::Tensor attention =
+      attn->forward(run_modulated_norm(x, shift_msa, scale_msa, runner), runner, temporal_frames);
   if (runner != nullptr && runner->recomputes(nn::RegionKind::norm)) {
     // Selective checkpointing recomputes each norm region from its inputs: the residual sum is one of them.
     const torch::Tensor attended = nn::gated_residual(x, gate_msa, attention);

@@ -21,8 +21,11 @@ class LatteAttentionImpl : public torch::nn::Module {
  public:
   LatteAttentionImpl(int64_t hidden_size, int64_t num_heads);
   // x by value: the block hands over its normalised input, freed once the first product has read (under autocast,
-  // cast) it rather than held through the branch. [N, T, D] -> [N, T, D]
-  torch::Tensor forward(torch::Tensor x, nn::BlockRunner* runner = nullptr);
+  // cast) it rather than held through the branch. [N, T, D] -> [N, T, D], attending over each row's T tokens; with
+  // `frames` > 0 (a temporal block) the rows are (b f) with f = frames instead, and each token attends over the
+  // same token of its sample's frames: the layout change is made by the copies that lay out q, k and v and that
+  // gather the heads' context anyway, so the residual stream never changes layout.
+  torch::Tensor forward(torch::Tensor x, nn::BlockRunner* runner = nullptr, int64_t frames = 0);
 
   int64_t num_heads, head_dim;
   torch::nn::Linear qkv{nullptr}, proj{nullptr};
@@ -46,12 +49,12 @@ TORCH_MODULE(LatteMlp);
 class LatteBlockImpl : public torch::nn::Module {
  public:
   explicit LatteBlockImpl(const LatteConfig& config);
-  // x [N, T, D] (T = patches of a frame for a spatial block, frames at a patch for a temporal one), c [N / r, D]
-  // with r = rows_per_condition: row i of c conditions rows i*r .. i*r + r-1 of x. The official code repeats c per
-  // row before the modulation linear; the result is the same, computed once per condition (a temporal block's
-  // rows are every patch of a sample: 256 times fewer modulation products at Latte-S/2's size).
+  // x [N, T, D], c [N / r, D] with r = rows_per_condition: row i of c conditions rows i*r .. i*r + r-1 of x. The
+  // official code repeats c per row before the modulation linear; the result is the same, computed once per
+  // condition. Attention over each row's T tokens, or with `temporal_frames` > 0 over the frames at each token
+  // (LatteAttentionImpl::forward's `frames`): a spatial block and a temporal one both take (b f) t d.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& c, nn::BlockRunner* runner = nullptr,
-                        int64_t rows_per_condition = 1);
+                        int64_t rows_per_condition = 1, int64_t temporal_frames = 0);
 
   LatteAttention attn{nullptr};
   LatteMlp mlp{nullptr};

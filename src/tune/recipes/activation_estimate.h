@@ -11,6 +11,7 @@
 
 #include "tune/memory/checkpoint.h"
 #include "tune/nn/attention_core.h"
+#include "tune/nn/frame_attention.h"
 #include "tune/nn/rms_norm_cpu.h"
 #include "tune/nn/swiglu_cpu.h"
 
@@ -123,6 +124,9 @@ RunnerStacks stacks_with_attention_cores(Shape shape, c10::DeviceType device, c1
   }
   if constexpr (requires(Shape each) { each.cpu_rms_norm_kernel; }) {
     shape.cpu_rms_norm_kernel = device == c10::DeviceType::CPU && nn::cpu_norm_kernels_enabled();
+  }
+  if constexpr (requires(Shape each) { each.cpu_frame_attention; }) {
+    shape.cpu_frame_attention = device == c10::DeviceType::CPU && nn::frame_attention_enabled();
   }
   if constexpr (requires(Shape each) { each.cpu_swiglu_kernel; }) {
     shape.cpu_swiglu_kernel = device == c10::DeviceType::CPU && compute_dtype == c10::kBFloat16 &&

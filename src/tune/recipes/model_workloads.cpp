@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "tune/nn/frame_attention.h"
+
 namespace tune::recipes {
 
 CpuWorkload llama_workload(const models::LlamaConfig& config, int64_t batch, int64_t sequence, c10::ScalarType dtype,
@@ -55,9 +57,12 @@ CpuWorkload latte_workload(const models::LatteConfig& config, int64_t batch, c10
                           {tokens, hidden, hidden},
                           {tokens, hidden, config.mlp_hidden_size()},
                           {tokens, config.mlp_hidden_size(), hidden}};
-  // One clip's heads: the choice must not depend on the micro-batch split (cpu_kernel_choice.h).
-  workload.attentions = {{frames * config.num_heads, patches, patches, head_dim, false},
-                         {patches * config.num_heads, frames, frames, head_dim, false}};
+  // One clip's heads: the choice must not depend on the micro-batch split (cpu_kernel_choice.h). The temporal
+  // blocks' attention over frames runs nn::frame_attention on the CPU, not the core being chosen.
+  workload.attentions = {{frames * config.num_heads, patches, patches, head_dim, false}};
+  if (frames > nn::kFrameAttentionMaxFrames || !nn::frame_attention_enabled()) {
+    workload.attentions.push_back({patches * config.num_heads, frames, frames, head_dim, false});
+  }
   return workload;
 }
 

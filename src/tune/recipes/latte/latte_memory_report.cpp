@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "tune/nn/attention_core.h"
+#include "tune/nn/frame_attention.h"
 #include "tune/nn/gelu_linear.h"
 #include "tune/nn/linear.h"
 
@@ -26,6 +27,7 @@ struct Sizes {
   bool keeping_gelu;      // fc2 keeps GELU's output, dropped in backward before GELU's input gradient (a recompute)
   bool recasting_linears;  // qkv, proj, fc1 and adaLN keep their fp32 weights, not copies (nn::linear)
   bool frozen;  // infer --grad (LatteActivationShape::frozen)
+  bool frame_attention;  // the temporal blocks' attention is nn::frame_attention
 };
 
 Sizes sizes_of(const models::LatteConfig& config, const LatteActivationShape& shape) {
@@ -44,6 +46,7 @@ Sizes sizes_of(const models::LatteConfig& config, const LatteActivationShape& sh
   s.recomputing_attention = shape.attention_core == nn::AttentionCoreForm::recomputing;
   s.fused_softmax_backward = shape.fused_softmax_backward;
   s.frozen = shape.frozen;
+  s.frame_attention = shape.cpu_frame_attention && config.num_frames <= nn::kFrameAttentionMaxFrames;
   s.recomputing_gelu = nn::gelu_linear_recomputes(shape.kept_until_backward, !shape.frozen);
   s.keeping_gelu = nn::gelu_linear_keeps(true, shape.kept_until_backward, !shape.frozen);
   s.recasting_linears = nn::linear_recasts_weight(s.low_precision, shape.kept_until_backward, !shape.frozen);
@@ -52,15 +55,18 @@ Sizes sizes_of(const models::LatteConfig& config, const LatteActivationShape& sh
 
 // One block attending over sequences of `length` tokens (patches of a frame, or frames of a patch position),
 // `sequences` of them, modulated from `conditions` rows of conditioning (a sample's: models::LatteBlockImpl repeats
-// the modulation over a sample's frames or patch positions, not the conditioning).
-BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t conditions, int64_t length, bool selective) {
+// the modulation over a sample's frames, not the conditioning).
+// `over_frames`: a temporal block under nn::frame_attention, whose core keeps no probabilities (the projection's
+// output stands for q, k and v) and whose backward writes q's, k's and v's gradients into one tensor of that size.
+BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t conditions, int64_t length, bool selective,
+                               bool over_frames = false) {
   const int64_t td = s.tokens * s.hidden;
   const int64_t scores = sequences * s.heads * length * length;
   BlockFootprint block;
-  // fp32: the block input kept by the first modulated LayerNorm (a spatial block normalises the stack's state, a
-  // temporal block its rearranged copy) and, under
-  // selective only, the residual after attention (the second norm region's input): otherwise the gated residual
-  // and the second norm are one node that recomputes that sum in backward (nn::gated_residual_modulated_layer_norm).
+  // fp32: the block input kept by the first modulated LayerNorm (the stack's state, which both kinds of block take
+  // in one layout) and, under selective only, the residual after attention (the second norm region's input):
+  // otherwise the gated residual and the second norm are one node that recomputes that sum in backward
+  // (nn::gated_residual_modulated_layer_norm).
   // The modulated norms keep no normalised copy (per-row statistics only, negligible).
   const int64_t residual_kept = selective ? td * kFloat32 : 0;
   int64_t saved = td * kFloat32 + residual_kept;
@@ -77,13 +83,16 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t condit
   // recomputing core keeps q, k and v, as the plain core's matmuls keep them). The fused
   // core keeps none: instead the qkv output whose views are its q, k and v (one more than the three the plain
   // core's matmuls keep, which is the scaled q), its output beside proj's copy, and an fp32 log-sum-exp per row.
-  const int64_t probabilities = s.fused_attention ? 0 : scores * (kFloat32 + (s.low_precision ? s.c : 0));
+  const int64_t probabilities =
+      s.fused_attention || over_frames ? 0 : scores * (kFloat32 + (s.low_precision ? s.c : 0));
   if (!s.recomputing_attention) saved += probabilities;
-  if (s.fused_attention) saved += td * s.c + sequences * s.heads * length * kFloat32;
+  if (s.fused_attention && !over_frames) saved += td * s.c + sequences * s.heads * length * kFloat32;
   // adaLN: SiLU keeps the conditioning [conditions, D] (fp32), the linear its cast (for its weight's gradient); the
   // two shifts are free, the two gates and (outside selective's recomputed norms) the two scales (1 + scale),
-  // [sequences, D] once repeated, are kept by their multiplies.
-  saved += conditions * s.hidden * (kFloat32 + (s.frozen ? 0 : s.c)) + sequences * s.hidden * (selective ? 2 : 4) * s.c;
+  // [B * F, D] once repeated over a sample's frames (both kinds of block take the state's (b f) rows), are kept by
+  // their multiplies.
+  saved += conditions * s.hidden * (kFloat32 + (s.frozen ? 0 : s.c)) +
+           s.frame_rows * s.hidden * (selective ? 2 : 4) * s.c;
   // Weight copies under autocast: qkv, proj, fc1, fc2 (unless it recomputes or keeps GELU: it keeps the fp32 weight
   // and casts it again in backward) and the adaLN linear; none where those keep their fp32 weights (nn::linear: a
   // plainly run block's trainable layers).
@@ -120,7 +129,9 @@ BlockFootprint block_footprint(const Sizes& s, int64_t sequences, int64_t condit
   const int64_t core_scores =
       s.recomputing_attention ? nn::recompute_chunk_batch(sequences, s.heads, length, length) * s.heads * length * length
                               : scores;
-  const int64_t core_backward = s.fused_attention ? 3 * td * s.c + td * kFloat32 : per_score * core_scores;
+  const int64_t core_backward = over_frames         ? 3 * td * s.c
+                                : s.fused_attention ? 3 * td * s.c + td * kFloat32
+                                                    : per_score * core_scores;
   const int64_t attention_phase =
       saved - mlp_half - (s.recomputing_attention ? 0 : probabilities) + core_backward + in_flight + td * s.c;
   block.backward_peak = std::max(mlp_phase, attention_phase);
@@ -167,11 +178,14 @@ StackMemory latte_stack(const models::LatteConfig& config, const LatteActivation
     const bool spatial = i % 2 == 0;  // models::LatteImpl::block_kind
     stack.blocks.push_back(spatial ? block_footprint(s, s.frame_rows, shape.batch, patches, selective)
                                    : block_footprint(s, shape.batch * patches, shape.batch, config.num_frames,
-                                                     selective));
+                                                     selective, s.frame_attention));
   }
-  // A checkpointed block keeps its input, the stack's fp32 state.
+  // A checkpointed block keeps its input, the stack's fp32 state. Its recomputed output is freed before its
+  // backward starts (memory/checkpoint), and since the blocks no longer rearrange the state no relayout copy of it or
+  // of its gradient stands in: nothing counted for it (measured with the relayouts gone: the estimate read 0.87-0.91
+  // of the checkpointed peaks with one output counted).
   stack.block_input = s.tokens * s.hidden * kFloat32;
-  stack.block_output = stack.block_input;
+  stack.block_output = 0;
   stack.head_peak = head_peak(s);
   stack.alive_throughout = alive_throughout(s);
   return stack;

@@ -33,6 +33,9 @@ struct LatteActivationShape {
   bool fp32_accumulate_products = true;
   // The recomputing core's backward fuses its softmax's (nn::recomputing_core_fuses_softmax_backward; set with it).
   bool fused_softmax_backward = false;
+  // The temporal blocks attend over the frames through nn::frame_attention (the CPU, up to its frame limit), not the
+  // core above: set by stacks_with_attention_cores.
+  bool cpu_frame_attention = false;
 };
 
 // The counts follow what autograd saves in models/latte.cpp, latte_layers.cpp and nn/ (LibTorch 1.13), for fp32
