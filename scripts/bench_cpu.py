@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tune against PyTorch eager on this CPU, side by side in one run: the LLM step and the Latte step.
 
-    .venv/bin/python scripts/bench_cpu.py [--threads 1,0] [--repeat 2] [--steps 3] [--policies off,full,every_k,sqrt]
+    .venv/bin/python scripts/bench_cpu.py [--threads 1,0] [--repeat 3] [--steps 3] [--policies off,full,every_k,sqrt]
         [--compile] [--no-latte] [--latte-policies off,full] [--official LATTE_CLONE] [--cache-dir DIR]
         [--out FILE.json]
 
@@ -9,8 +9,9 @@ LLM (issue 22's configuration): a random Llama, 8 layers x hidden 256, 4 heads, 
 4 x 512 tokens, bf16 autocast over fp32 weights, one AdamW update per step; tune-bench (apps/bench) against
 scripts/bench_pytorch_llama.py (the same model in PyTorch eager, torch.utils.checkpoint per checkpointed block).
 Each (threads, policy, tool) runs in a fresh process, the tools alternating within a repeat so they share the
-machine's noise; the ratio uses each tool's median over repeats of its best step (step_s_min). Memory: peak RSS of
-each process. --compile adds the PyTorch model under torch.compile (Inductor, compiled in the warm-up step).
+machine's noise; the ratio uses each tool's median over repeats of its best step (step_s_min): three repeats by
+default, so that one repeat slowed by a shared machine (steps 1.5x apart have been seen) moves no median. Memory:
+peak RSS of each process. --compile adds the PyTorch model under torch.compile (Inductor, compiled in the warm-up step).
 Latte: scripts/bench_latte_official.py (tune train against diffusers' LatteTransformer3DModel, Latte-S/2 sizes, and
 with --official a clone of github.com/Vchitect/Latte, the official model code; needs einops) at each thread count,
 its own interleaving.
@@ -64,7 +65,7 @@ def kernel_lines(stderr):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", default="1,0", help="comma-separated thread counts (0: all of this machine's)")
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--policies", default="off,full,every_k,sqrt")
     parser.add_argument("--compile", action="store_true", help="also PyTorch under torch.compile")
@@ -73,7 +74,7 @@ def main():
     parser.add_argument("--no-latte", action="store_true")
     parser.add_argument("--official", help="a clone of github.com/Vchitect/Latte (Latte's official-math reference)")
     parser.add_argument("--latte-policies", default="off,full")
-    parser.add_argument("--latte-repeat", type=int, default=1, help="Latte's repeats (a step takes seconds)")
+    parser.add_argument("--latte-repeat", type=int, default=3, help="Latte's repeats (medians of them, as --repeat)")
     parser.add_argument("--tune-bench", default=os.path.join(ROOT, "build/apps/bench/tune-bench"))
     parser.add_argument("--cache-dir", help="tune's kernel choice cache (TUNE_CACHE_DIR); default: a fresh one")
     parser.add_argument("--out", help="write every result as JSON here")
