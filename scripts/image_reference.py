@@ -9,6 +9,11 @@
                                                  spelled out with Pillow (torchvision itself is not installed):
                                                  short side to SIZE, long side int(SIZE * long / short), bilinear;
                                                  crop offsets round((H - SIZE) / 2); raw RGB bytes as for decode
+    image_reference.py bucket_resize_crop IN HEIGHT WIDTH RAW
+                                                 the official Sana multi-scale transform (SanaWebDatasetMS):
+                                                 Resize to cover HEIGHT x WIDTH (the side with the larger scale
+                                                 exact, the other int(side * target / other)), bicubic, then
+                                                 CenterCrop((HEIGHT, WIDTH)); raw RGB bytes as for decode
 
 Pillow comes with diffusers (scripts/requirements.txt). Exit status 3 when Pillow is missing, so a test can skip.
 """
@@ -49,6 +54,22 @@ def resize_crop(path, size, raw):
     print(image.width, image.height)
 
 
+def bucket_resize_crop(path, height, width, raw):
+    image = Image.open(path).convert("RGB")
+    ori_w, ori_h = image.size
+    if height / ori_h > width / ori_w:
+        new_h, new_w = height, int(ori_w * height / ori_h)
+    else:
+        new_h, new_w = int(ori_h * width / ori_w), width
+    image = image.resize((new_w, new_h), Image.BICUBIC)
+    top = int(round((new_h - height) / 2.0))
+    left = int(round((new_w - width) / 2.0))
+    image = image.crop((left, top, left + width, top + height))
+    with open(raw, "wb") as out:
+        out.write(image.tobytes())
+    print(image.width, image.height)
+
+
 def main(argv):
     if len(argv) == 3 and argv[0] == "decode":
         decode(argv[1], argv[2])
@@ -56,6 +77,8 @@ def main(argv):
         gradient(argv[1], int(argv[2]), int(argv[3]))
     elif len(argv) == 4 and argv[0] == "resize_crop":
         resize_crop(argv[1], int(argv[2]), argv[3])
+    elif len(argv) == 5 and argv[0] == "bucket_resize_crop":
+        bucket_resize_crop(argv[1], int(argv[2]), int(argv[3]), argv[4])
     else:
         print(__doc__, file=sys.stderr)
         return 2

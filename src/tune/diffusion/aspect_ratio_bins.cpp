@@ -36,31 +36,47 @@ constexpr Entry kBin2048[] = {
     {"3.11", 3584, 1152}, {"3.62", 3712, 1024}, {"3.75", 3840, 1024}, {"3.88", 3968, 1024}, {"4.0", 4096, 1024}};
 
 template <size_t N>
-BinnedSize nearest(const Entry (&table)[N], int64_t scale, double ratio) {
-  const Entry* best = nullptr;
-  double best_distance = 0;
+std::vector<BinnedSize> scaled(const Entry (&table)[N], int64_t numerator, int64_t denominator, int64_t unit) {
+  std::vector<BinnedSize> sizes;
+  sizes.reserve(N);
   for (const Entry& entry : table) {
-    // The key as Python's float(key); ties keep the first (min over the dict's order).
-    const double distance = std::abs(std::strtod(entry.key, nullptr) - ratio);
-    if (best == nullptr || distance < best_distance) {
-      best = &entry;
-      best_distance = distance;
-    }
+    // Integer arithmetic: the official tables' sizes exactly, a floor to the unit elsewhere. The key as float(key).
+    const auto side = [&](int64_t pixels) {
+      return std::max<int64_t>(1, pixels * numerator / (denominator * unit)) * unit;
+    };
+    sizes.push_back({side(entry.height), side(entry.width), std::strtod(entry.key, nullptr)});
   }
-  return {scale * best->height, scale * best->width, std::strtod(best->key, nullptr)};
+  return sizes;
 }
 
 }  // namespace
 
-std::optional<BinnedSize> aspect_ratio_bin(int64_t sample_size, int64_t height, int64_t width) {
+BinnedSize nearest_bucket(const std::vector<BinnedSize>& buckets, int64_t height, int64_t width) {
   const double ratio = static_cast<double>(height) / static_cast<double>(width);
+  const BinnedSize* best = nullptr;
+  double best_distance = 0;
+  for (const BinnedSize& bucket : buckets) {
+    const double distance = std::abs(bucket.ratio - ratio);
+    if (best == nullptr || distance < best_distance) {  // ties keep the first, as Python's min
+      best = &bucket;
+      best_distance = distance;
+    }
+  }
+  return *best;
+}
+
+std::optional<BinnedSize> aspect_ratio_bin(int64_t sample_size, int64_t height, int64_t width) {
   switch (sample_size) {
-    case 16: return nearest(kBin512, 1, ratio);
-    case 32: return nearest(kBin512, 2, ratio);
-    case 64: return nearest(kBin2048, 1, ratio);
-    case 128: return nearest(kBin2048, 2, ratio);
+    case 16: return nearest_bucket(scaled(kBin512, 1, 1, 1), height, width);
+    case 32: return nearest_bucket(scaled(kBin512, 2, 1, 1), height, width);
+    case 64: return nearest_bucket(scaled(kBin2048, 1, 1, 1), height, width);
+    case 128: return nearest_bucket(scaled(kBin2048, 2, 1, 1), height, width);
     default: return std::nullopt;
   }
+}
+
+std::vector<BinnedSize> training_buckets(int64_t resolution, int64_t unit) {
+  return scaled(kBin2048, resolution, 2048, unit);
 }
 
 torch::Tensor resize_and_crop(const torch::Tensor& images, int64_t height, int64_t width) {

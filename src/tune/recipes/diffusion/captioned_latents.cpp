@@ -3,7 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "tune/core/error.h"
+#include "tune/core/log.h"
 #include "tune/data/video_dataset.h"
 #include "tune/io/safetensors.h"
 
@@ -47,22 +50,27 @@ namespace {
 
 class CaptionedLatentClips final : public ClipSource {
  public:
-  CaptionedLatentClips(const std::filesystem::path& root, std::vector<int64_t> shape, int64_t tokens, int64_t channels,
-                       bool skip_bad)
+  CaptionedLatentClips(const std::filesystem::path& root, std::vector<std::vector<int64_t>> shapes, int64_t tokens,
+                       int64_t channels, bool skip_bad)
       : root_(root),
         latents_(root / "clips", skip_bad ? data::OnBadVideo::skip : data::OnBadVideo::fail),
-        shape_(std::move(shape)),
+        shapes_(std::move(shapes)),
         tokens_(tokens),
-        channels_(channels) {}
+        channels_(channels) {
+    if (shapes_.size() > 1) group_by_shape(skip_bad);
+  }
 
-  int64_t size() const override { return latents_.size(); }
+  int64_t size() const override { return files_.empty() ? latents_.size() : static_cast<int64_t>(files_.size()); }
+  int64_t group(int64_t index) const override { return groups_.empty() ? 0 : groups_[static_cast<size_t>(index)]; }
 
   Clip get(int64_t index, std::mt19937_64& /*crop and flip were drawn when prepared*/) const override {
-    const auto example = latents_.get(index);
-    if (example.latent.sizes() != c10::IntArrayRef(shape_)) {
-      throw InputError(fmt::format("{}: tensor 'latent' has shape {}, but the model takes {} (frames, channels, "
-                                   "height, width)", latents_.item_path(example.index).string(),
-                                   c10::str(example.latent.sizes()), c10::str(c10::IntArrayRef(shape_))));
+    const auto example = latents_.get(files_.empty() ? index : files_[static_cast<size_t>(index)]);
+    const auto& shape = shapes_[static_cast<size_t>(group(index))];
+    if (example.latent.sizes() != c10::IntArrayRef(shape)) {
+      throw InputError(fmt::format("{}: tensor 'latent' has shape {}, but {} (frames, channels, height, width)",
+                                   latents_.item_path(example.index).string(), c10::str(example.latent.sizes()),
+                                   shapes_.size() == 1 ? "the model takes " + c10::str(c10::IntArrayRef(shape))
+                                                       : "this clip's bucket is " + c10::str(c10::IntArrayRef(shape))));
     }
     const auto caption = load_caption(caption_file(root_, example.label), tokens_, channels_);
     Clip clip;
@@ -73,10 +81,44 @@ class CaptionedLatentClips final : public ClipSource {
   }
 
  private:
+  // Several allowed shapes (aspect-ratio buckets): every file's latent shape from its header alone, so that the
+  // batcher can group them before any is read. A shape outside the set is an error naming the file; an unreadable
+  // header is skipped (logged) under skip_bad.
+  void group_by_shape(bool skip_bad) {
+    for (int64_t file = 0; file < latents_.size(); ++file) {
+      const auto& path = latents_.item_path(file);
+      std::vector<int64_t> shape;
+      try {
+        const auto tensors = io::SafetensorsFile::open(path);
+        if (!tensors.contains("latent")) {
+          throw InputError(fmt::format("{}: no tensor 'latent' (a latent file written by `tune prepare` has one)",
+                                       path.string()));
+        }
+        shape = tensors.entries().at("latent").shape;
+      } catch (const InputError& error) {
+        if (!skip_bad) throw;
+        log::warn("skipping an unreadable latent file: {}", error.what());
+        continue;
+      }
+      const auto found = std::find(shapes_.begin(), shapes_.end(), shape);
+      if (found == shapes_.end()) {
+        throw InputError(fmt::format("{}: tensor 'latent' has shape {}, which is none of the {} bucket shapes the "
+                                     "model takes here (frames, channels, height, width; latents.json's settings)",
+                                     path.string(), c10::str(c10::IntArrayRef(shape)), shapes_.size()));
+      }
+      files_.push_back(file);
+      groups_.push_back(found - shapes_.begin());
+    }
+    if (files_.empty()) {
+      throw InputError(fmt::format("{}: every latent file was skipped as unreadable", (root_ / "clips").string()));
+    }
+  }
+
   std::filesystem::path root_;
   data::LatentDataset latents_;
-  std::vector<int64_t> shape_;
+  std::vector<std::vector<int64_t>> shapes_;
   int64_t tokens_, channels_;
+  std::vector<int64_t> files_, groups_;  // with several shapes: the readable files and each one's shape
 };
 
 class ImageJoinedClips final : public ClipSource {
@@ -85,6 +127,7 @@ class ImageJoinedClips final : public ClipSource {
       : videos_(std::move(videos)), images_(std::move(images)), count_(count) {}
 
   int64_t size() const override { return videos_->size(); }
+  int64_t group(int64_t index) const override { return videos_->group(index); }
 
   Clip get(int64_t index, std::mt19937_64& generator) const override {
     Clip clip = videos_->get(index, generator);
@@ -115,9 +158,10 @@ std::shared_ptr<const ClipSource> join_images(std::shared_ptr<const ClipSource> 
 }
 
 std::shared_ptr<const ClipSource> captioned_latent_clips(const std::filesystem::path& root,
-                                                                          std::vector<int64_t> shape, int64_t tokens,
-                                                                          int64_t channels, bool skip_bad) {
-  return std::make_shared<CaptionedLatentClips>(root, std::move(shape), tokens, channels, skip_bad);
+                                                        std::vector<std::vector<int64_t>> shapes, int64_t tokens,
+                                                        int64_t channels, bool skip_bad) {
+  if (shapes.empty()) throw Error("captioned_latent_clips: no shape allowed");
+  return std::make_shared<CaptionedLatentClips>(root, std::move(shapes), tokens, channels, skip_bad);
 }
 
 std::pair<torch::Tensor, torch::Tensor> drop_captions(const Conditioning& condition, const torch::Tensor& drop,

@@ -30,11 +30,13 @@ struct CaptionTensors {
 // Throws InputError naming the file when a tensor is missing or not [L, D] / [L] (`tokens` = L, `channels` = D).
 CaptionTensors load_caption(const std::filesystem::path& file, int64_t tokens, int64_t channels);
 
-// The clips under ROOT/clips with their captions; every latent must have `shape` [F, C, h, w] (an InputError naming
-// the file otherwise). `skip_bad`: an unreadable file is skipped (logged, counted) rather than fatal.
+// The clips under ROOT/clips with their captions; every latent must have one of `shapes` [F, C, h, w] (an InputError
+// naming the file otherwise). With several (Sana's aspect-ratio buckets) each file's shape is read from its header
+// up front and is the clip's group (the index into `shapes`; the batcher stacks one group at a time).
+// `skip_bad`: an unreadable file is skipped (logged, counted) rather than fatal.
 std::shared_ptr<const ClipSource> captioned_latent_clips(const std::filesystem::path& root,
-                                                                          std::vector<int64_t> shape, int64_t tokens,
-                                                                          int64_t channels, bool skip_bad);
+                                                        std::vector<std::vector<int64_t>> shapes, int64_t tokens,
+                                                        int64_t channels, bool skip_bad);
 
 // Image-video joint training (text-to-video Latte's use_image_num): each clip of `videos` with `count` images of
 // `images` (one-frame clips) drawn uniformly at random with replacement, from the clip's own generator (a resumed

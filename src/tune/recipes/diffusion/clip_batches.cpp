@@ -1,6 +1,12 @@
 // Seeded, resumable batching of training clips with their conditioning.
 #include "tune/recipes/diffusion/clip_batches.h"
 
+#include <fmt/format.h>
+
+#include <map>
+#include <utility>
+
+#include "tune/core/error.h"
 #include "tune/data/seeded_shuffle.h"
 
 namespace tune::recipes::diffusion_common {
@@ -25,9 +31,31 @@ Conditioning Conditioning::to(const torch::Device& device) const {
 }
 
 ClipBatcher::ClipBatcher(std::shared_ptr<const ClipSource> source, int64_t batch_size, uint64_t seed)
-    : source_(std::move(source)), batch_size_(batch_size), seed_(seed) {}
+    : source_(std::move(source)), batch_size_(batch_size), seed_(seed) {
+  std::map<int64_t, int64_t> counts;
+  groups_.reserve(static_cast<size_t>(source_->size()));
+  for (int64_t index = 0; index < source_->size(); ++index) {
+    groups_.push_back(source_->group(index));
+    ++counts[groups_.back()];
+  }
+  if (counts.size() <= 1) {
+    groups_.clear();  // one group: the plain order
+    return;
+  }
+  int64_t largest = 0;
+  for (const auto& [group, count] : counts) {
+    grouped_batches_ += count / batch_size_;
+    largest = std::max(largest, count);
+  }
+  if (grouped_batches_ == 0) {
+    throw InputError(fmt::format("no aspect-ratio bucket of the training data holds a whole batch of {} (the {} "
+                                 "buckets hold at most {} clips each); lower training.batch_size or add data",
+                                 batch_size_, counts.size(), largest));
+  }
+}
 
 int64_t ClipBatcher::batches_per_epoch() const {
+  if (!groups_.empty()) return grouped_batches_;
   // Incomplete last batches are dropped, as Latte's DataLoader(drop_last=True): every batch has batch_size clips.
   return std::max<int64_t>(1, source_->size() / batch_size_);
 }
@@ -40,14 +68,27 @@ ClipBatch ClipBatcher::next() {
   if (planned_epoch_ != position_.epoch) {
     order_ = data::seeded_permutation(source_->size(), seed_ * 1000003ULL + static_cast<uint64_t>(position_.epoch));
     planned_epoch_ = position_.epoch;
+    grouped_plan_.clear();
+    if (!groups_.empty()) {
+      std::map<int64_t, std::vector<int64_t>> filling;
+      for (const int64_t index : order_) {
+        auto& bucket = filling[groups_[static_cast<size_t>(index)]];
+        bucket.push_back(index);
+        if (static_cast<int64_t>(bucket.size()) == batch_size_) grouped_plan_.push_back(std::exchange(bucket, {}));
+      }
+    }
   }
+  const bool grouped = !groups_.empty();
   std::vector<torch::Tensor> clips, texts, masks;
   std::vector<int64_t> labels;
   for (int64_t i = 0; i < batch_size_; ++i) {
-    const int64_t slot = (position_.batch_in_epoch * batch_size_ + i) % source_->size();
+    const int64_t slot = grouped ? position_.batch_in_epoch * batch_size_ + i
+                                 : (position_.batch_in_epoch * batch_size_ + i) % source_->size();
+    const int64_t index = grouped ? grouped_plan_[static_cast<size_t>(position_.batch_in_epoch)][static_cast<size_t>(i)]
+                                  : order_[static_cast<size_t>(slot)];
     // A generator per clip, from where the clip sits in the stream: resuming reproduces crops and flips exactly.
     std::mt19937_64 generator(seed_ ^ (static_cast<uint64_t>(position_.epoch) << 32) ^ static_cast<uint64_t>(slot));
-    auto clip = source_->get(order_[static_cast<size_t>(slot)], generator);
+    auto clip = source_->get(index, generator);
     clips.push_back(clip.frames);
     labels.push_back(clip.label);
     if (clip.text.defined()) {

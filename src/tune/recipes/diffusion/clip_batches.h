@@ -36,6 +36,9 @@ class ClipSource {
   virtual int64_t size() const = 0;
   // Clip `index`; `generator` decides its random crop and flip (unused where clips are fixed).
   virtual Clip get(int64_t index, std::mt19937_64& generator) const = 0;
+  // Clips of one group share a shape and may be stacked into a batch (Sana's aspect-ratio buckets); clips of
+  // different groups never meet in one. Known without reading the clip.
+  virtual int64_t group(int64_t /*index*/) const { return 0; }
 };
 
 struct ClipBatch {
@@ -43,8 +46,12 @@ struct ClipBatch {
   Conditioning condition;
 };
 
+// With one group, each epoch's permutation is cut into consecutive batches (a dataset smaller than a batch wraps
+// around). With several, the permutation is dealt into per-group buckets in order and a batch is emitted whenever a
+// bucket fills (the official AspectRatioBatchSampler's way); a bucket's remainder at the epoch's end is dropped.
 class ClipBatcher {
  public:
+  // Throws InputError when several groups exist and none holds a whole batch.
   ClipBatcher(std::shared_ptr<const ClipSource> source, int64_t batch_size, uint64_t seed);
 
   ClipBatch next();
@@ -59,6 +66,10 @@ class ClipBatcher {
   data::LoaderPosition position_;
   int64_t planned_epoch_ = -1;
   std::vector<int64_t> order_;
+  // Several groups: each clip's group, the batches per epoch, and this epoch's batches (clip indices).
+  std::vector<int64_t> groups_;
+  int64_t grouped_batches_ = 0;
+  std::vector<std::vector<int64_t>> grouped_plan_;
 };
 
 }  // namespace tune::recipes::diffusion_common

@@ -32,6 +32,7 @@ void write_latent_manifest(const std::filesystem::path& directory, const LatentM
                     {"dtype", manifest.text->dtype}};
   }
   if (manifest.images) json["images"] = *manifest.images;
+  if (manifest.aspect_ratio_buckets) json["aspect_ratio_buckets"] = true;
   io::write_json_file(directory / kLatentManifestName, json);
 }
 
@@ -40,7 +41,7 @@ bool same_preparation(const LatentManifest& a, const LatentManifest& b) {
          a.frame_interval == b.frame_interval && a.image_size == b.image_size && a.flip == b.flip &&
          a.latent_channels == b.latent_channels && a.latent_size == b.latent_size &&
          a.scaling_factor == b.scaling_factor && a.shift_factor == b.shift_factor && a.seed == b.seed &&
-         a.text == b.text && a.images == b.images;
+         a.text == b.text && a.images == b.images && a.aspect_ratio_buckets == b.aspect_ratio_buckets;
 }
 
 LatentManifest read_latent_manifest(const std::filesystem::path& directory) {
@@ -87,6 +88,7 @@ LatentManifest read_latent_manifest(const std::filesystem::path& directory) {
     manifest.text = parsed;
   }
   if (json.contains("images")) manifest.images = fields.string("images");
+  manifest.aspect_ratio_buckets = fields.boolean("aspect_ratio_buckets", false);
   return manifest;
 }
 

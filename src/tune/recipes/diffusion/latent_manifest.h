@@ -41,6 +41,9 @@ struct LatentManifest {
   // data.images as given (text-to-video's use_image_num): its captioned images prepared under images/ in the same
   // layout (captions/, clips/ of one-frame latents), numbered in the image list's order.
   std::optional<std::string> images;
+  // Sana's multi-scale latents: each image at its aspect-ratio bucket of image_size's table (latent_size is then
+  // the square bucket's), so the clips' shapes differ. Absent from the file = false.
+  bool aspect_ratio_buckets = false;
   bool complete = false;             // false while `tune prepare` runs (or after it was interrupted)
 };
 

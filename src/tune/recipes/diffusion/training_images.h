@@ -17,4 +17,9 @@ namespace tune::recipes::diffusion_common {
 std::optional<torch::Tensor> read_training_image_or_skip(const std::filesystem::path& image, int64_t size, bool skip,
                                                          const std::string& skip_setting);
 
+// The decoded image (uint8 [H, W, 3]) under the same rule, for callers that choose its training size from it (Sana's
+// aspect-ratio buckets).
+std::optional<torch::Tensor> read_decoded_image_or_skip(const std::filesystem::path& image, bool skip,
+                                                        const std::string& skip_setting);
+
 }  // namespace tune::recipes::diffusion_common

@@ -73,10 +73,9 @@ PreparedData open_prepared_data(const T2VSettings& settings, const ComponentPath
                                  "(caption_channels)", source, manifest.text->channels, paths.transformer.string(),
                                  transformer.caption_channels));
   }
-  prepared.clips = diffusion_common::captioned_latent_clips(directory, {manifest.num_frames, manifest.latent_channels,
-                                                      manifest.latent_size, manifest.latent_size},
-                                          manifest.text->max_tokens, manifest.text->channels,
-                                          settings.data.skip_bad_videos);
+  prepared.clips = diffusion_common::captioned_latent_clips(
+      directory, {{manifest.num_frames, manifest.latent_channels, manifest.latent_size, manifest.latent_size}},
+      manifest.text->max_tokens, manifest.text->channels, settings.data.skip_bad_videos);
   const int64_t images = settings.data.use_image_num;
   if (images > 0) {
     if (manifest.images != settings.data.images) {
@@ -87,7 +86,7 @@ PreparedData open_prepared_data(const T2VSettings& settings, const ComponentPath
     }
     const auto joined = diffusion_common::captioned_latent_clips(
         directory / diffusion_common::kJoinedImagesFolder,
-        {1, manifest.latent_channels, manifest.latent_size, manifest.latent_size}, manifest.text->max_tokens,
+        {{1, manifest.latent_channels, manifest.latent_size, manifest.latent_size}}, manifest.text->max_tokens,
         manifest.text->channels, settings.data.skip_bad_videos);
     if (joined->size() == 0) {
       throw InputError(fmt::format("{}: no prepared image latents for data.use_image_num",

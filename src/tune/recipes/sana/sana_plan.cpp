@@ -11,6 +11,7 @@
 #include "tune/recipes/sana/sana_memory_report.h"
 #include "tune/recipes/sana/sana_model.h"
 #include "tune/recipes/sana/sana_recipe.h"
+#include "tune/recipes/sana/sana_training_sizes.h"
 
 namespace tune::recipes::sana {
 
@@ -22,11 +23,8 @@ BudgetPlan plan(const PlanRequest& request) {
   const SanaComponents paths = resolve_sana_components(settings.model);
   const auto transformer = models::read_sana_config(paths.transformer / "config.json");
   const int64_t factor = models::load_autoencoder_dc_config(paths.vae).spatial_compression_ratio();
-  if (settings.data.image_size % (factor * transformer.patch_size) != 0) {
-    config.fail("data.image_size", fmt::format("({}) must be a multiple of {} (the VAE's factor {} x patch size {})",
-                                               settings.data.image_size, factor * transformer.patch_size, factor,
-                                               transformer.patch_size));
-  }
+  // With aspect-ratio buckets, the table's bucket with the most pixels (the plan reads no data): the step that peaks.
+  const auto largest = largest_training_size(sana_training_sizes(settings.data, factor, transformer.patch_size, config));
   diffusion_common::DenoiserPlanInputs inputs;
   {  // counted on a one-block model (a few hundred MB for Sana-1600M, freed here)
     models::SanaConfig one = transformer;
@@ -40,7 +38,8 @@ BudgetPlan plan(const PlanRequest& request) {
   const auto compute_dtype = precision::compute_dtype(run.mixed_precision);
   const torch::Device device(run.device);
   SanaActivationShape shape;
-  shape.latent_height = shape.latent_width = settings.data.image_size / factor;
+  shape.latent_height = largest.height / factor;
+  shape.latent_width = largest.width / factor;
   shape.text_tokens = settings.sampling.max_text_tokens;
   shape.compute_bytes = run.mixed_precision == precision::MixedPrecision::no ? 4 : 2;
   shape.training_loss = true;
@@ -52,16 +51,17 @@ BudgetPlan plan(const PlanRequest& request) {
   BudgetPlan result = diffusion_common::plan_denoiser_training(config, request, inputs);
   const auto& counts = inputs.parameters;
   result.recipe = "sana";
-  result.model = fmt::format("SanaTransformer2DModel {} blocks, hidden {}, {} parameters ({}); images {}x{} -> {}x{} "
-                             "latents, {} caption tokens; optimizer state includes the EMA copy",
+  result.model = fmt::format("SanaTransformer2DModel {} blocks, hidden {}, {} parameters ({}); images {}x{}{} -> "
+                             "{}x{} latents, {} caption tokens; optimizer state includes the EMA copy",
                              transformer.num_layers, transformer.inner_dim(), format_count(static_cast<double>(counts.total)),
                              settings.lora.options.rank > 0
                                  ? fmt::format("LoRA rank {}, {} trainable", settings.lora.options.rank,
                                                format_count(static_cast<double>(counts.trainable)))
                                  : std::string("full fine-tuning"),
-                             settings.data.image_size, settings.data.image_size, settings.data.image_size / factor,
-                             settings.data.image_size / factor, settings.sampling.max_text_tokens);
-  result.sequence = (settings.data.image_size / factor) * (settings.data.image_size / factor);
+                             largest.width, largest.height,
+                             settings.data.aspect_ratio_buckets ? " (the table's largest aspect-ratio bucket)" : "",
+                             shape.latent_width, shape.latent_height, settings.sampling.max_text_tokens);
+  result.sequence = shape.latent_height * shape.latent_width;
   return result;
 }
 

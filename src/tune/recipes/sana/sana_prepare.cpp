@@ -1,7 +1,8 @@
 // `tune prepare` for Sana: the captioned images of data.path -> (1) every caption and the empty prompt through
 // Gemma 2, as sampling encodes prompts (sana_prompt.h: the complex human instruction when
 // data.complex_human_instruction, the empty prompt without it, as SanaPipeline's negative prompt), then the encoder
-// is freed; (2) each image resized and center-cropped to data.image_size -> DC-AE latents (deterministic: DC-AE has
+// is freed; (2) each image resized and center-cropped to data.image_size (or, with data.aspect_ratio_buckets, to the
+// bucket nearest its shape: sana_training_sizes.h) -> DC-AE latents (deterministic: DC-AE has
 // no posterior to sample). Written as diffusion/captioned_latents.h lays out (an image is a clip of one frame), with
 // latents.json; training with data.latents then loads neither Gemma 2 nor DC-AE. Interrupted runs continue: files
 // already written are kept and skipped; a folder holding other latents or anything else is never written into.
@@ -11,6 +12,7 @@
 #include "tune/core/log.h"
 #include "tune/core/threads.h"
 #include "tune/data/captioned_images.h"
+#include "tune/data/image_transform.h"
 #include "tune/data/tokenizer.h"
 #include "tune/data/video_dataset.h"
 #include "tune/io/json_file.h"
@@ -23,6 +25,7 @@
 #include "tune/recipes/sana/sana_model.h"
 #include "tune/recipes/sana/sana_prompt.h"
 #include "tune/recipes/sana/sana_recipe.h"
+#include "tune/recipes/sana/sana_training_sizes.h"
 
 namespace tune::recipes::sana {
 namespace {
@@ -68,6 +71,20 @@ void encode_all_captions(const std::filesystem::path& out, const data::Captioned
             instruction.empty() ? "" : ", with the complex human instruction");
 }
 
+// The image as training sees it, [3, h, w] in [-1, 1]: the square, or its aspect-ratio bucket; nullopt when unreadable
+// and data.on_bad_image is skip.
+std::optional<torch::Tensor> training_pixels(const std::filesystem::path& image, const SanaDataSettings& data,
+                                             const std::vector<diffusion::BinnedSize>& sizes) {
+  constexpr const char* kSkipSetting = "data.on_bad_image: skip";
+  if (!data.aspect_ratio_buckets) {
+    return diffusion_common::read_training_image_or_skip(image, data.image_size, data.skip_bad_images, kSkipSetting);
+  }
+  const auto rgb = diffusion_common::read_decoded_image_or_skip(image, data.skip_bad_images, kSkipSetting);
+  if (!rgb) return std::nullopt;
+  const auto bucket = diffusion::nearest_bucket(sizes, rgb->size(0), rgb->size(1));
+  return data::transform_image_to(*rgb, bucket.height, bucket.width);
+}
+
 }  // namespace
 
 int prepare(const PrepareRequest& request) {
@@ -91,11 +108,7 @@ int prepare(const PrepareRequest& request) {
   const auto vae_config = models::load_autoencoder_dc_config(paths.vae);
   const int64_t factor = vae_config.spatial_compression_ratio();
   const auto transformer_config = models::read_sana_config(paths.transformer / "config.json");
-  if (data.image_size % (factor * transformer_config.patch_size) != 0) {
-    config.fail("data.image_size", fmt::format("({}) must be a multiple of {} (the VAE's factor {} x patch size {})",
-                                               data.image_size, factor * transformer_config.patch_size, factor,
-                                               transformer_config.patch_size));
-  }
+  const auto sizes = sana_training_sizes(data, factor, transformer_config.patch_size, config);
   const auto text_config_file = paths.text_encoder / "config.json";
   const auto text_config = io::read_json_file(text_config_file, "the text encoder's config");
   if (!text_config.contains("hidden_size") || !text_config.at("hidden_size").is_number_integer()) {
@@ -121,15 +134,19 @@ int prepare(const PrepareRequest& request) {
   manifest.scaling_factor = vae_config.scaling_factor;
   manifest.shift_factor = 0.0;
   manifest.seed = run.seed;
+  manifest.aspect_ratio_buckets = data.aspect_ratio_buckets;
   manifest.text = diffusion_common::TextManifest{
       *data.path, paths.text_encoder.string(), settings.sampling.max_text_tokens,
       text_config.at("hidden_size").get<int64_t>(), text_dtype == torch::kBFloat16 ? "bf16" : "fp32"};
   diffusion_common::check_prepare_output_folder(out, manifest);
   std::filesystem::create_directories(out / "clips");
   diffusion_common::write_latent_manifest(out, manifest);
-  log::info("preparing Sana latents: {} captioned images from {} ({} skipped) -> {} ({}x{} -> {} x {}x{} latents; "
-            "device {}, {} threads)", list.images.size(), *data.path, list.skipped, out.string(), data.image_size,
-            data.image_size, manifest.latent_channels, manifest.latent_size, manifest.latent_size, run.device, threads);
+  log::info("preparing Sana latents: {} captioned images from {} ({} skipped) -> {} ({} -> {} channels at 1/{} "
+            "the size; device {}, {} threads)", list.images.size(), *data.path, list.skipped, out.string(),
+            data.aspect_ratio_buckets
+                ? fmt::format("each at the nearest of {} aspect-ratio buckets of {}", sizes.size(), data.image_size)
+                : fmt::format("{}x{}", data.image_size, data.image_size),
+            manifest.latent_channels, factor, run.device, threads);
 
   // ---- phase 1: text (Gemma 2 freed before DC-AE loads)
   encode_all_captions(out, list, paths, text_dtype, device, settings);
@@ -147,9 +164,7 @@ int prepare(const PrepareRequest& request) {
     const auto file = diffusion_common::clip_file(out, index, 0, 1);
     if (std::filesystem::exists(file)) {
       ++kept;
-    } else if (auto pixels = diffusion_common::read_training_image_or_skip(
-                   list.images[static_cast<size_t>(index)].image, data.image_size, data.skip_bad_images,
-                   "data.on_bad_image: skip")) {
+    } else if (auto pixels = training_pixels(list.images[static_cast<size_t>(index)].image, data, sizes)) {
       const auto latent = vae->encode_latents(pixels->unsqueeze(0).to(device));  // [1, C, h, w]: one frame
       data::save_latent(file, latent.cpu(), index);
       ++written;

@@ -38,7 +38,13 @@ config::Schema sana_schema() {
   schema.path("data.path", "captioned images: a JSONL of {\"image\": PATH, \"caption\": TEXT} rows, or a folder of "
                            "images each with a same-named .txt caption");
   schema.path("data.latents", "tune prepare's output (DC-AE latents and Gemma 2 caption embeddings); training reads it");
-  schema.integer("data.image_size", 1024, "square training size in pixels (short side resized, then center-cropped)");
+  schema.integer("data.image_size", 1024,
+                 "training size in pixels: the square (short side resized, then center-cropped), or with "
+                 "data.aspect_ratio_buckets the resolution of the bucket table (ASPECT_RATIO_<size>)");
+  schema.boolean("data.aspect_ratio_buckets", false,
+                 "multi-scale training as the official trainer's model.multi_scale: each image resized (bicubic) and "
+                 "center-cropped to the bucket of data.image_size's aspect-ratio table nearest its shape, each batch "
+                 "from one bucket; tune prepare encodes the latents at those sizes");
   schema.real("data.caption_dropout", 0.1, "probability an image trains on the empty prompt (for classifier-free guidance)");
   schema.choice("data.on_bad_image", {"fail", "skip"}, "fail",
                 "an image that is missing, unreadable or without a caption: stop naming it, or skip it (logged)");
@@ -82,6 +88,7 @@ SanaSettings read_sana_settings(const config::Config& config) {
   if (config.has("data.path")) data.path = config.get_string("data.path");
   if (config.has("data.latents")) data.latents = config.get_string("data.latents");
   data.image_size = get_int_at_least(config, "data.image_size", 1);
+  data.aspect_ratio_buckets = config.get_bool("data.aspect_ratio_buckets");
   data.caption_dropout = config.get_real("data.caption_dropout");
   if (data.caption_dropout < 0 || data.caption_dropout >= 1) config.fail("data.caption_dropout", "must be in [0, 1)");
   data.skip_bad_images = config.get_string("data.on_bad_image") == "skip";

@@ -41,6 +41,9 @@ struct SanaDataSettings {
   std::optional<std::string> path;
   std::optional<std::string> latents;
   int64_t image_size = 1024;             // square: the short side resized to it, then center-cropped
+  // The official multi-scale training (model.multi_scale): each image at the aspect-ratio bucket of image_size's
+  // table nearest its own shape (sana_training_sizes.h), batches drawn from one bucket at a time.
+  bool aspect_ratio_buckets = false;
   double caption_dropout = 0.1;          // probability an image trains on the empty prompt (for guidance)
   bool skip_bad_images = false;          // data.on_bad_image: skip (logged and counted) or fail
   bool complex_human_instruction = true; // captions encoded with the instruction, as the official trainer and sampling

@@ -31,6 +31,7 @@
 #include "tune/recipes/sana/sana_memory_report.h"
 #include "tune/recipes/sana/sana_model.h"
 #include "tune/recipes/sana/sana_recipe.h"
+#include "tune/recipes/sana/sana_training_sizes.h"
 
 namespace tune::recipes::sana {
 namespace {
@@ -39,11 +40,30 @@ struct PreparedData {
   diffusion_common::LatentManifest manifest;
   std::shared_ptr<const diffusion_common::ClipSource> clips;
   diffusion_common::CaptionTensors null_caption;
+  std::vector<diffusion::BinnedSize> sizes;  // the latents' pixel sizes (each once); clip group = index here
+  diffusion::BinnedSize largest;             // the most pixels of those the data uses: the memory estimate's shape
 };
+
+// "1024x1024: 12, 768x1344: 5, ..." (width x height, as image sizes are said) over the buckets that hold clips.
+std::string describe_buckets(const PreparedData& prepared) {
+  std::vector<int64_t> counts(prepared.sizes.size(), 0);
+  for (int64_t index = 0; index < prepared.clips->size(); ++index) ++counts[static_cast<size_t>(prepared.clips->group(index))];
+  std::vector<std::string> parts;
+  for (size_t group = 0; group < counts.size(); ++group) {
+    if (counts[group] > 0) {
+      parts.push_back(fmt::format("{}x{}: {}", prepared.sizes[group].width, prepared.sizes[group].height, counts[group]));
+    }
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
 
 // data.latents as `tune prepare` wrote them, checked against the recipe, the pipeline's DC-AE and the transformer.
 PreparedData open_prepared_data(const SanaSettings& settings, const SanaComponents& paths,
                                 const models::SanaConfig& transformer, const config::Config& config) {
+  const auto vae = models::load_autoencoder_dc_config(paths.vae);
+  const int64_t factor = vae.spatial_compression_ratio();
+  PreparedData prepared;
+  prepared.sizes = distinct_sizes(sana_training_sizes(settings.data, factor, transformer.patch_size, config));
   const auto& data = settings.data;
   if (!data.latents) {
     config.fail("data.latents", "or data.path is required: Sana training reads the latents and caption embeddings "
@@ -54,7 +74,6 @@ PreparedData open_prepared_data(const SanaSettings& settings, const SanaComponen
   if (!std::filesystem::exists(directory)) {
     config.fail("data.latents", fmt::format("names '{}', which does not exist; run `tune prepare` first", directory.string()));
   }
-  PreparedData prepared;
   auto& manifest = prepared.manifest;
   manifest = diffusion_common::read_latent_manifest(directory);
   const std::string source = (directory / diffusion_common::kLatentManifestName).string();
@@ -74,7 +93,13 @@ PreparedData open_prepared_data(const SanaSettings& settings, const SanaComponen
   as_clips.frame_interval = 1;
   as_clips.image_size = data.image_size;
   as_clips.flip = false;
-  const auto vae = models::load_autoencoder_dc_config(paths.vae);
+  if (manifest.aspect_ratio_buckets != data.aspect_ratio_buckets) {
+    config.fail("data.aspect_ratio_buckets",
+                fmt::format("is {} but the latents in {} were prepared {} (see {}); prepare them again with this "
+                            "recipe or set data.aspect_ratio_buckets: {}", data.aspect_ratio_buckets,
+                            directory.string(), manifest.aspect_ratio_buckets ? "at aspect-ratio buckets" : "square",
+                            source, manifest.aspect_ratio_buckets));
+  }
   diffusion_common::check_latents_match(manifest, directory, as_clips, "model.vae", paths.vae.string(),
                                         {vae.latent_channels, vae.spatial_compression_ratio(), vae.scaling_factor, 0.0},
                                         config);
@@ -83,9 +108,21 @@ PreparedData open_prepared_data(const SanaSettings& settings, const SanaComponen
                                  "(caption_channels)", source, manifest.text->channels, paths.transformer.string(),
                                  transformer.caption_channels));
   }
-  prepared.clips = diffusion_common::captioned_latent_clips(
-      directory, {1, manifest.latent_channels, manifest.latent_size, manifest.latent_size}, manifest.text->max_tokens,
-      manifest.text->channels, data.skip_bad_images);
+  std::vector<std::vector<int64_t>> shapes;
+  for (const auto& size : prepared.sizes) {
+    shapes.push_back({1, manifest.latent_channels, size.height / factor, size.width / factor});
+  }
+  prepared.clips = diffusion_common::captioned_latent_clips(directory, std::move(shapes), manifest.text->max_tokens,
+                                                            manifest.text->channels, data.skip_bad_images);
+  std::vector<diffusion::BinnedSize> present;
+  std::vector<bool> seen(prepared.sizes.size(), false);
+  for (int64_t index = 0; index < prepared.clips->size(); ++index) {
+    seen[static_cast<size_t>(prepared.clips->group(index))] = true;
+  }
+  for (size_t group = 0; group < seen.size(); ++group) {
+    if (seen[group]) present.push_back(prepared.sizes[group]);
+  }
+  prepared.largest = largest_training_size(present);
   prepared.null_caption = diffusion_common::load_caption(directory / diffusion_common::kNullCaptionName,
                                                          manifest.text->max_tokens, manifest.text->channels);
   return prepared;
@@ -133,18 +170,22 @@ int train(const TrainRequest& request) {
   const auto& manifest = prepared.manifest;
   const int64_t tokens = manifest.text->max_tokens;
   const auto compute_dtype = precision::compute_dtype(run.mixed_precision);
-  choose_cpu_kernels(sana_workload(transformer_config, training.batch_size, manifest.latent_size, manifest.latent_size,
-                                   tokens, compute_dtype, /*training=*/true),
+  const int64_t factor = manifest.image_size / manifest.latent_size;
+  const int64_t latent_height = prepared.largest.height / factor, latent_width = prepared.largest.width / factor;
+  choose_cpu_kernels(sana_workload(transformer_config, training.batch_size, latent_height, latent_width, tokens,
+                                   compute_dtype, /*training=*/true),
                      device);
 
   // ---- the transformer as the shared loop trains it
   diffusion_common::DiffusionTrainee trainee;
   trainee.model = model.ptr();
   trainee.description = fmt::format(
-      "SanaTransformer2DModel {} blocks, hidden {}, patch {}, caption {} x {}; images {}x{} -> {} x {}x{} latents",
-      transformer_config.num_layers, transformer_config.inner_dim(), transformer_config.patch_size, tokens,
-      manifest.text->channels, manifest.image_size, manifest.image_size, manifest.latent_channels,
-      manifest.latent_size, manifest.latent_size);
+      "SanaTransformer2DModel {} blocks, hidden {}, patch {}, caption {} x {}; images {} -> {} latent channels at "
+      "1/{} the size", transformer_config.num_layers, transformer_config.inner_dim(), transformer_config.patch_size,
+      tokens, manifest.text->channels,
+      manifest.aspect_ratio_buckets ? fmt::format("at aspect-ratio buckets ({})", describe_buckets(prepared))
+                                    : fmt::format("{}x{}", manifest.image_size, manifest.image_size),
+      manifest.latent_channels, factor);
   trainee.blocks = model->blocks();
   trainee.block_types.assign(static_cast<size_t>(model->num_blocks()), models::SanaImpl::block_type());
   trainee.default_block_types = {models::SanaImpl::block_type()};
@@ -164,8 +205,8 @@ int train(const TrainRequest& request) {
   };
   SanaActivationShape shape;
   shape.batch = training.batch_size;
-  shape.latent_height = manifest.latent_size;
-  shape.latent_width = manifest.latent_size;
+  shape.latent_height = latent_height;  // the largest bucket: where the step peaks
+  shape.latent_width = latent_width;
   shape.text_tokens = tokens;
   shape.compute_bytes = run.mixed_precision == precision::MixedPrecision::no ? 4 : 2;
   shape.training_loss = true;
