@@ -417,6 +417,21 @@ case_ddp_and_full_shard_sana() {
   [ ! -e "$WORK/runs/zero3-sana-bad" ] || fail "a refused run wrote its directory"
 }
 
+# Multi-scale Sana (data.aspect_ratio_buckets) under ddp: every global batch from one bucket, each process its rows,
+# so two processes train as one (4 wide and 4 tall images: one batch of 4 from each an epoch, the 2 square-ish left).
+case_ddp_sana_aspect_ratio_buckets() {
+  SANA_TESTS_AS_LIBRARY=1 source "$(dirname "$0")/sana_tests.sh"
+  start_sana_training_case
+  local dir="$WORK/dist-sana-buckets"
+  rm -rf "$dir"; mkdir -p "$dir"
+  make_mixed_aspect_images "$dir/images"
+  write_sana_recipe "$dir/sana.yaml" "$WORK/runs/unused" "$dir/images/captions.jsonl" "$dir/latents"
+  expect_exit 0 "$TUNE" prepare "$dir/sana.yaml" data.aspect_ratio_buckets=true
+  TOL=1e-5 WEIGHT_TOL=5e-2 ddp_matches "$WORK/runs/ddp-sana-buckets" "$dir/sana.yaml" 4 "model.safetensors" \
+    checkpoint.every=4 data.aspect_ratio_buckets=true
+  contains "$ERR" "at aspect-ratio buckets (44x20: 4, 32x28: 2, 20x44: 4)"
+}
+
 # tune plan against two processes' measured peaks (full_shard, checkpointing full and off): each rank's tracked
 # peak within 10% of the plan's row for the same setting.
 case_sana_plan_matches_two_processes() {

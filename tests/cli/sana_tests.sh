@@ -326,6 +326,27 @@ print(f"SanaPipeline.from_pretrained(export): {len(ema)} transformer tensors equ
 PY
 }
 
+# make_mixed_aspect_images DIR: 10 captioned PNGs in DIR/captions.jsonl: 4 wide (64 x 32, ratio 0.5), 4 tall
+# (32 x 64, 2.0), 2 nearly square (40 x 36, 0.9: the '0.88' key), each a different ellipse.
+make_mixed_aspect_images() {
+  mkdir -p "$1"
+  "$PYTHON" - "$1" <<'PY' || fail "image generation"
+import json, os, sys
+from PIL import Image, ImageDraw
+out, rows = sys.argv[1], []
+shapes = [(64, 32)] * 4 + [(32, 64)] * 4 + [(40, 36)] * 2  # (width, height)
+for index, (width, height) in enumerate(shapes):
+    image = Image.new("RGB", (width, height), (200, 200, 200))
+    box = [width // 4, height // 4, width // 4 + 9 + index, height // 4 + 7]
+    ImageDraw.Draw(image).ellipse(box, fill=(30 * index, 90, 200))
+    name = f"image{index}.png"
+    image.save(os.path.join(out, name))
+    rows.append({"image": name, "caption": f"a shape number {index}"})
+with open(os.path.join(out, "captions.jsonl"), "w") as f:
+    f.writelines(json.dumps(row) + "\n" for row in rows)
+PY
+}
+
 # Multi-scale training (data.aspect_ratio_buckets): images of three shapes, each prepared at the official bucket
 # nearest its aspect ratio (PixArt-Sigma's ASPECT_RATIO_2048_BIN keys from diffusers, sizes scaled to data.image_size
 # and floored to the VAE factor x patch size), latents against the official transform (Pillow bicubic, CenterCrop)
@@ -334,26 +355,12 @@ case_sana_aspect_ratio_buckets() {
   start_sana_training_case
   local dir="$WORK/sana-buckets"
   local images="$dir/images" latents="$dir/latents" run="$dir/run" resumed="$dir/run-resumed"
-  rm -rf "$dir"; mkdir -p "$images"
-  "$PYTHON" - "$images" <<'PY' || fail "image generation"
-import json, os, sys
-from PIL import Image, ImageDraw
-out, rows = sys.argv[1], []
-# (width, height): 3 wide (ratio 0.5), 3 tall (2.0), 2 square-ish (40 x 36: 0.9, the '0.88' key)
-shapes = [(64, 32)] * 3 + [(32, 64)] * 3 + [(40, 36)] * 2
-for index, (width, height) in enumerate(shapes):
-    image = Image.new("RGB", (width, height), (200, 200, 200))
-    ImageDraw.Draw(image).ellipse([width // 4, height // 4, width // 4 + 9 + index, height // 4 + 7], fill=(30 * index, 90, 200))
-    name = f"image{index}.png"
-    image.save(os.path.join(out, name))
-    rows.append({"image": name, "caption": f"a shape number {index}"})
-with open(os.path.join(out, "captions.jsonl"), "w") as f:
-    f.writelines(json.dumps(row) + "\n" for row in rows)
-PY
+  rm -rf "$dir"; mkdir -p "$dir"
+  make_mixed_aspect_images "$images"
   write_sana_recipe "$dir/sana.yaml" "$run" "$images/captions.jsonl" "$latents" "ema:" "  decay: 0.5"
   sed -i 's|^  image_size: 32|  image_size: 32\n  aspect_ratio_buckets: true|' "$dir/sana.yaml"
   expect_exit 0 "$TUNE" prepare "$dir/sana.yaml"
-  contains "$ERR" "each at the nearest of 40 aspect-ratio buckets of 32"; contains "$ERR" "8 latent files written"
+  contains "$ERR" "each at the nearest of 40 aspect-ratio buckets of 32"; contains "$ERR" "10 latent files written"
   "$PYTHON" - "$latents" "$images" "$PIPELINE" <<'PY' || fail "bucketed latents against the official transform"
 import json, os, sys
 import numpy as np, torch
@@ -363,7 +370,7 @@ from diffusers import AutoencoderDC
 from diffusers.pipelines.pixart_alpha.pipeline_pixart_sigma import ASPECT_RATIO_2048_BIN
 latents, images, pipeline = sys.argv[1:4]
 m = json.load(open(os.path.join(latents, "latents.json")))
-assert m["complete"] and m["aspect_ratio_buckets"] is True and m["videos"] == 8, m
+assert m["complete"] and m["aspect_ratio_buckets"] is True and m["videos"] == 10, m
 vae = AutoencoderDC.from_pretrained(os.path.join(pipeline, "vae")).eval()
 unit = 4  # the fixture's DC-AE factor 4 x patch size 1
 rows = [json.loads(line) for line in open(os.path.join(images, "captions.jsonl"))]
@@ -386,14 +393,15 @@ for index, row in enumerate(rows):
     assert list(ours.shape) == [1, 8, h // 4, w // 4], (row, key, ours.shape, h, w)
     shapes.append((h, w))
     worst = max(worst, ((ours - reference).norm() / reference.norm()).item())
-print(f"bucketed latents: shapes {sorted(set(shapes))}, against Pillow's transform + AutoencoderDC {worst:.2e} (relative)")
+print(f"bucketed latents: shapes {sorted(set(shapes))}, against Pillow's transform + AutoencoderDC {worst:.2e} "
+      "(relative)")
 # Both resample in two 8-bit passes (measured 2.9e-7: the same pixels but for fixed-point rounding).
 assert worst < 1e-4, worst
 assert len(set(shapes)) == 3, shapes
 PY
-  # ---- train from them: one bucket a batch (3 + 2 + 3 images: one batch of 2 from each an epoch), then resume
+  # ---- train from them: one bucket a batch (4 + 2 + 4 images: 2 + 1 + 2 batches of 2 an epoch), then resume
   expect_exit 0 "$TUNE" train "$dir/sana.yaml" training.max_steps=4
-  contains "$ERR" "at aspect-ratio buckets (44x20: 3, 32x28: 2, 20x44: 3)"
+  contains "$ERR" "at aspect-ratio buckets (44x20: 4, 32x28: 2, 20x44: 4)"
   resume_from_step2 "$run" "$resumed"
   [ "$(losses "$run/metrics.jsonl")" = "$(losses "$resumed/metrics.jsonl")" ] || fail "resumed losses differ"
   cmp -s "$run/checkpoints/step-4/model.safetensors" "$resumed/checkpoints/step-4/model.safetensors" ||
@@ -401,8 +409,8 @@ PY
   # ---- the recipe and the latents must agree; a batch no bucket fills is named
   expect_exit 2 "$TUNE" train "$dir/sana.yaml" data.aspect_ratio_buckets=false output_dir="$dir/run-square"
   contains "$ERR" "data.aspect_ratio_buckets"; contains "$ERR" "prepared at aspect-ratio buckets"
-  expect_exit 1 "$TUNE" train "$dir/sana.yaml" training.batch_size=4 output_dir="$dir/run-big"
-  contains "$ERR" "no aspect-ratio bucket"; contains "$ERR" "training.batch_size"
+  expect_exit 1 "$TUNE" train "$dir/sana.yaml" training.batch_size=5 output_dir="$dir/run-big"
+  contains "$ERR" "no aspect-ratio bucket"; contains "$ERR" "at most 4 clips"; contains "$ERR" "training.batch_size"
   # ---- tune plan sizes the step at the largest bucket
   expect_exit 0 "$TUNE" plan "$dir/sana.yaml" --memory 64GiB
   contains "$OUT$ERR" "(the table's largest aspect-ratio bucket) -> 16x4 latents"

@@ -24,7 +24,8 @@ BudgetPlan plan(const PlanRequest& request) {
   const auto transformer = models::read_sana_config(paths.transformer / "config.json");
   const int64_t factor = models::load_autoencoder_dc_config(paths.vae).spatial_compression_ratio();
   // With aspect-ratio buckets, the table's bucket with the most pixels (the plan reads no data): the step that peaks.
-  const auto largest = largest_training_size(sana_training_sizes(settings.data, factor, transformer.patch_size, config));
+  const auto largest =
+      largest_training_size(sana_training_sizes(settings.data, factor, transformer.patch_size, config));
   diffusion_common::DenoiserPlanInputs inputs;
   {  // counted on a one-block model (a few hundred MB for Sana-1600M, freed here)
     models::SanaConfig one = transformer;

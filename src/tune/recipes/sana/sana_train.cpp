@@ -47,11 +47,14 @@ struct PreparedData {
 // "1024x1024: 12, 768x1344: 5, ..." (width x height, as image sizes are said) over the buckets that hold clips.
 std::string describe_buckets(const PreparedData& prepared) {
   std::vector<int64_t> counts(prepared.sizes.size(), 0);
-  for (int64_t index = 0; index < prepared.clips->size(); ++index) ++counts[static_cast<size_t>(prepared.clips->group(index))];
+  for (int64_t index = 0; index < prepared.clips->size(); ++index) {
+    ++counts[static_cast<size_t>(prepared.clips->group(index))];
+  }
   std::vector<std::string> parts;
   for (size_t group = 0; group < counts.size(); ++group) {
     if (counts[group] > 0) {
-      parts.push_back(fmt::format("{}x{}: {}", prepared.sizes[group].width, prepared.sizes[group].height, counts[group]));
+      const auto& size = prepared.sizes[group];
+      parts.push_back(fmt::format("{}x{}: {}", size.width, size.height, counts[group]));
     }
   }
   return fmt::format("{}", fmt::join(parts, ", "));
