@@ -39,19 +39,23 @@ def gradient(path, width, height):
     image.save(path)
 
 
+def center_crop_to_raw(image, height, width, raw):
+    """torchvision's CenterCrop (offsets round((H - h) / 2), Python's round), written as decode writes."""
+    top = int(round((image.height - height) / 2.0))
+    left = int(round((image.width - width) / 2.0))
+    image = image.crop((left, top, left + width, top + height))
+    with open(raw, "wb") as out:
+        out.write(image.tobytes())
+    print(image.width, image.height)
+
+
 def resize_crop(path, size, raw):
     image = Image.open(path).convert("RGB")
     width, height = image.size
     short, long = (width, height) if width <= height else (height, width)
     new_short, new_long = size, int(size * long / short)
     new_width, new_height = (new_short, new_long) if width <= height else (new_long, new_short)
-    image = image.resize((new_width, new_height), Image.BILINEAR)
-    top = int(round((new_height - size) / 2.0))
-    left = int(round((new_width - size) / 2.0))
-    image = image.crop((left, top, left + size, top + size))
-    with open(raw, "wb") as out:
-        out.write(image.tobytes())
-    print(image.width, image.height)
+    center_crop_to_raw(image.resize((new_width, new_height), Image.BILINEAR), size, size, raw)
 
 
 def bucket_resize_crop(path, height, width, raw):
@@ -61,13 +65,7 @@ def bucket_resize_crop(path, height, width, raw):
         new_h, new_w = height, int(ori_w * height / ori_h)
     else:
         new_h, new_w = int(ori_h * width / ori_w), width
-    image = image.resize((new_w, new_h), Image.BICUBIC)
-    top = int(round((new_h - height) / 2.0))
-    left = int(round((new_w - width) / 2.0))
-    image = image.crop((left, top, left + width, top + height))
-    with open(raw, "wb") as out:
-        out.write(image.tobytes())
-    print(image.width, image.height)
+    center_crop_to_raw(image.resize((new_w, new_h), Image.BICUBIC), height, width, raw)
 
 
 def main(argv):
