@@ -61,6 +61,27 @@ PY
   expect_exit 0 "$TUNE" validate "$run/config.yaml"
 }
 
+# data.train naming a folder (its .jsonl, .json and .txt files) or a glob pattern: the files found are listed in
+# the run's saved config (what --resume reads), each with the entry's weight; one that finds nothing is named.
+case_train_files_from_folder_and_glob() {
+  make_datasets
+  local docs="$WORK/docs" run="$WORK/runs/folder" yaml="$WORK/folder.yaml"
+  rm -rf "$docs" "$run"; mkdir -p "$docs/more"
+  cp "$DS/doc0.txt" "$DS/doc1.txt" "$docs/"; cp "$DS/doc2.txt" "$docs/more/"; echo "notes" > "$docs/README.md"
+  write_recipe "$yaml" "$run"
+  sed -i "s|^  max_length: 64|  max_length: 64\n  format: text\n  eval_fraction: 0.0|; /^  eval_fraction: 0.05/d" "$yaml"
+  set_train "$yaml" "$docs"
+  expect_exit 0 "$TUNE" train "$yaml" training.max_steps=2 checkpoint.every=0
+  contains "$ERR" "data: $docs/doc0.txt: 1 documents"; contains "$ERR" "data: $docs/more/doc2.txt: 1 documents"
+  lacks "$ERR" "README.md"
+  expect_exit 0 "$TUNE" validate "$run/config.yaml"
+  contains "$OUT" "train: [$docs/doc0.txt, $docs/doc1.txt, $docs/more/doc2.txt]"
+  expect_exit 0 "$TUNE" validate "$yaml" "data.train=[{path: '$DS/doc[01].txt', weight: 2}]"
+  contains "$OUT" "train: [{path: $DS/doc0.txt, weight: 2.0}, {path: $DS/doc1.txt, weight: 2.0}]"
+  expect_exit 2 "$TUNE" validate "$yaml" "data.train=$DS/*.parquet"
+  contains "$ERR" "data.train: '$DS/*.parquet' matches no file"
+}
+
 case_text_pretraining_on_txt_files() {
   make_datasets
   local run="$WORK/runs/text" yaml="$WORK/text.yaml"

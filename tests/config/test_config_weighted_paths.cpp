@@ -115,3 +115,53 @@ TEST_CASE("empty lists, null and wrong shapes are refused", "[config][weighted]"
   CHECK(from_override[0] ==
         "command line (data.train=[{path: a, weight: -1}]): data.train[0].weight: expected a number > 0, got '-1'");
 }
+
+TEST_CASE("a folder or a glob pattern stands for its files, in byte order, each with the entry's weight",
+          "[config][weighted]") {
+  TempDir dir;
+  for (const char* name : {"data/b.jsonl", "data/a.jsonl", "data/B.json", "data/sub/c.txt", "data/.hidden.jsonl",
+                           "data/.cache/d.jsonl", "data/notes.md", "data/x[1].jsonl", "other/e.jsonl"}) {
+    dir.write(name, "{}\n");
+  }
+  const std::string data = (dir / "data").string();
+  const std::vector<std::string> folder_files = {data + "/B.json", data + "/a.jsonl", data + "/b.jsonl",
+                                                 data + "/sub/c.txt", data + "/x[1].jsonl"};
+  const auto paths_of = [](const Config& config) {
+    std::vector<std::string> paths;
+    for (const auto& file : config.get_weighted_paths("data.train")) paths.push_back(file.path);
+    return paths;
+  };
+  SECTION("a folder: every .jsonl, .json and .txt under it, hidden names and other extensions left out") {
+    const Config config = load(dir.write("r.yaml", "data.train: " + data + "\n"), {}, weighted_schema());
+    CHECK(paths_of(config) == folder_files);
+    // The saved config lists the files: a resumed run reads these, whatever the folder holds by then.
+    const Config again = load(dir.write("saved.yaml", config.to_yaml()), {}, weighted_schema());
+    CHECK(paths_of(again) == folder_files);
+  }
+  SECTION("patterns in a list, a weight given to each file it matches, a literal name with brackets kept") {
+    const Config config = load(dir.write("r.yaml", "data.train:\n  - {path: \"" + data + "/?.jsonl\", weight: 0.5}\n"
+                                                   "  - \"" + dir.path().string() + "/*/e.jsonl\"\n"
+                                                   "  - " + data + "/x[1].jsonl\n"),
+                               {}, weighted_schema());
+    const auto files = config.get_weighted_paths("data.train");
+    REQUIRE(files.size() == 4);
+    CHECK(files[0].path == data + "/a.jsonl");
+    CHECK(files[0].weight == 0.5);
+    CHECK(files[1].path == data + "/b.jsonl");
+    CHECK(files[1].weight == 0.5);
+    CHECK(files[2].path == (dir / "other/e.jsonl").string());
+    CHECK(files[2].weight == 1.0);
+    CHECK(files[3].path == data + "/x[1].jsonl");
+  }
+  SECTION("a pattern or folder that finds nothing, and **, are problems at their place") {
+    const auto file = dir.write("r.yaml", "data:\n  train:\n    - '" + data + "/*.parquet'\n    - {path: " +
+                                              (dir / "other/sub").string() + "}\n    - '" + data + "/**/*.jsonl'\n");
+    std::filesystem::create_directories(dir / "other/sub");
+    const auto problems = problems_loading(file);
+    REQUIRE(problems.size() == 3);
+    CHECK_THAT(problems[0], Catch::Contains(":3:7: data.train[0]: '" + data + "/*.parquet' matches no file"));
+    CHECK_THAT(problems[1], Catch::Contains("data.train[1].path: the folder '") &&
+                                Catch::Contains("holds no .jsonl, .json or .txt file"));
+    CHECK_THAT(problems[2], Catch::Contains("data.train[2]: '") && Catch::Contains("** is not supported"));
+  }
+}

@@ -4,6 +4,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <glob.h>
+
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 
 #include "tune/config/suggest.h"
@@ -35,8 +39,45 @@ std::string describe(const YAML::Node& node) {
 }
 
 // The same rule as path keys: relative to where tune runs, not to the YAML file.
-std::string absolute_text(const std::string& path) {
-  return string_text(std::filesystem::absolute(std::filesystem::path(path)).lexically_normal().string());
+std::string absolute_path(const std::string& path) {
+  return std::filesystem::absolute(std::filesystem::path(path)).lexically_normal().string();
+}
+
+bool is_pattern(const std::string& path) { return path.find_first_of("*?[") != std::string::npos; }
+
+// The files a folder stands for: every .jsonl, .json and .txt under it (the layouts the data readers take), hidden
+// names skipped, in byte order of their paths.
+std::vector<std::string> data_files_under(const std::filesystem::path& folder) {
+  std::vector<std::string> files;
+  for (auto it = std::filesystem::recursive_directory_iterator(folder); it != std::filesystem::end(it); ++it) {
+    const std::string name = it->path().filename().string();
+    if (!name.empty() && name[0] == '.') {
+      if (it->is_directory()) it.disable_recursion_pending();
+      continue;
+    }
+    std::string extension = it->path().extension().string();
+    std::transform(extension.begin(), extension.end(), extension.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (it->is_regular_file() && (extension == ".jsonl" || extension == ".json" || extension == ".txt")) {
+      files.push_back(it->path().string());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// The regular files a glob pattern matches (POSIX glob: *, ?, [...] within a path component), in byte order.
+std::vector<std::string> files_matching(const std::string& pattern) {
+  glob_t matches{};
+  std::vector<std::string> files;
+  if (glob(pattern.c_str(), 0, nullptr, &matches) == 0) {
+    for (size_t i = 0; i < matches.gl_pathc; ++i) {
+      if (std::filesystem::is_regular_file(matches.gl_pathv[i])) files.emplace_back(matches.gl_pathv[i]);
+    }
+  }
+  globfree(&matches);
+  std::sort(files.begin(), files.end());  // glob's own order follows the locale's collation
+  return files;
 }
 
 class Checker {
@@ -47,7 +88,11 @@ class Checker {
   std::optional<std::string> check(const YAML::Node& node) {
     if (node.IsScalar()) {
       if (node.Scalar().empty()) return problem(node, key_, "expected a path, got an empty string");
-      return absolute_text(node.Scalar());
+      const auto files = expand(node, key_, node.Scalar());
+      if (!files) return std::nullopt;
+      std::vector<std::string> texts;
+      for (const auto& file : *files) texts.push_back(string_text(file));
+      return texts.size() == 1 ? texts[0] : flow_list_text(texts);  // one file reads and prints as a path key
     }
     if (!node.IsSequence()) {
       return problem(node, key_, fmt::format("expected a path or a list of files ({} each), got {}", kShape,
@@ -57,9 +102,9 @@ class Checker {
     std::vector<std::string> texts;
     bool valid = true;
     for (std::size_t i = 0; i < node.size(); ++i) {
-      const std::optional<std::string> text = element(node[i], fmt::format("{}[{}]", key_, i));
-      valid = valid && text.has_value();
-      if (text) texts.push_back(*text);
+      const std::optional<std::vector<std::string>> element_texts = element(node[i], fmt::format("{}[{}]", key_, i));
+      valid = valid && element_texts.has_value();
+      if (element_texts) texts.insert(texts.end(), element_texts->begin(), element_texts->end());
     }
     if (!valid) return std::nullopt;
     return flow_list_text(texts);
@@ -75,13 +120,42 @@ class Checker {
     return std::nullopt;
   }
 
-  std::optional<std::string> element(const YAML::Node& node, const std::string& what) {
+  // A path standing for several files: a folder (its data files) or a glob pattern; otherwise the path itself,
+  // which need not exist yet (the data reader names a missing file).
+  std::optional<std::vector<std::string>> expand(const YAML::Node& node, const std::string& what,
+                                                 const std::string& written) {
+    const std::string path = absolute_path(written);
+    if (path.find("**") != std::string::npos) {
+      return problem(node, what, fmt::format("'{}': ** is not supported; name the folder to read every data file "
+                                             "under it, or use *, ? and [...] within one folder", written));
+    }
+    if (std::filesystem::is_regular_file(path)) return std::vector<std::string>{path};  // "a[1].jsonl" as named
+    if (is_pattern(path)) {
+      auto files = files_matching(path);
+      if (files.empty()) return problem(node, what, fmt::format("'{}' matches no file", written));
+      return files;
+    }
+    if (std::filesystem::is_directory(path)) {
+      auto files = data_files_under(path);
+      if (files.empty()) {
+        return problem(node, what, fmt::format("the folder '{}' holds no .jsonl, .json or .txt file", written));
+      }
+      return files;
+    }
+    return std::vector<std::string>{path};
+  }
+
+  std::optional<std::vector<std::string>> element(const YAML::Node& node, const std::string& what) {
     if (node.IsScalar()) {
       if (node.Scalar().empty()) return problem(node, what, fmt::format("expected {}, got an empty string", kShape));
-      return absolute_text(node.Scalar());
+      const auto files = expand(node, what, node.Scalar());
+      if (!files) return std::nullopt;
+      std::vector<std::string> texts;
+      for (const auto& file : *files) texts.push_back(string_text(file));
+      return texts;
     }
     if (!node.IsMap()) return problem(node, what, fmt::format("expected {}, got {}", kShape, describe(node)));
-    std::optional<std::string> path;
+    std::optional<std::vector<std::string>> paths;
     std::optional<double> weight;
     bool valid = true;
     for (const auto& item : node) {
@@ -92,7 +166,8 @@ class Checker {
           valid = false;
           continue;
         }
-        path = absolute_text(item.second.Scalar());
+        paths = expand(item.second, what + ".path", item.second.Scalar());
+        if (!paths) valid = false;
       } else if (name == "weight") {
         double value = 0;
         // Plain numbers only: a quoted "2" is a string, as for every other number key.
@@ -112,10 +187,15 @@ class Checker {
         valid = false;
       }
     }
-    if (!path && valid) return problem(node, what, "missing path; write {path: FILE, weight: W}");
+    if (!paths && valid) return problem(node, what, "missing path; write {path: FILE, weight: W}");
     if (!valid) return std::nullopt;
-    if (!weight) return *path;
-    return fmt::format("{{path: {}, weight: {}}}", *path, real_text(*weight));
+    // A folder or pattern gives each of its files the entry's weight (passes over that file per epoch).
+    std::vector<std::string> texts;
+    for (const auto& path : *paths) {
+      texts.push_back(weight ? fmt::format("{{path: {}, weight: {}}}", string_text(path), real_text(*weight))
+                             : string_text(path));
+    }
+    return texts;
   }
 };
 
