@@ -1094,6 +1094,39 @@ with open(sys.argv[1], "w") as f:
 PY
 }
 
+# A tokenizer.model directory whose tokenizer_config.json says "legacy": true (or false, or nothing) encodes text as
+# transformers 5 does for each: after a special token with sentencepiece's "▁" prefix only under legacy, and never
+# a second "▁" before text that begins with a space.
+case_sentencepiece_legacy_matches_transformers() {
+  local dir="$WORK/legacy-tokenizers" legacy text
+  local texts=("<s>b a</s>b hello</s> c</s>  d" " b a" "  b" "a  b</s>" "<s> </s>" "c</s>")
+  rm -rf "$dir"
+  for legacy in true false absent; do
+    mkdir -p "$dir/$legacy"; cp "$DATA/tokenizer.model" "$dir/$legacy/"
+    local field=""; [ "$legacy" = absent ] || field="\"legacy\": $legacy, "
+    echo "{${field}\"tokenizer_class\": \"LlamaTokenizer\", \"bos_token\": \"<s>\", \"eos_token\": \"</s>\", \"unk_token\": \"<unk>\"}" \
+      > "$dir/$legacy/tokenizer_config.json"
+    : > "$dir/$legacy/ours.jsonl"
+    for text in "${texts[@]}"; do
+      expect_exit 0 "$TUNE" tokenize "$dir/$legacy" --text "$text" --no-special --json
+      echo "$OUT" >> "$dir/$legacy/ours.jsonl"
+    done
+    "$PYTHON" - "$dir/$legacy" <<'PY' || fail "legacy $legacy: tune's ids differ from transformers'"
+import json, os, sys
+from transformers import AutoTokenizer
+hf = AutoTokenizer.from_pretrained(sys.argv[1])
+for line in open(os.path.join(sys.argv[1], "ours.jsonl")):
+    ours = json.loads(line)
+    expected = hf.encode(ours["text"], add_special_tokens=False)
+    assert ours["ids"] == expected, (ours["text"], ours["ids"], expected)
+print(f"{sys.argv[1]}: the ids of every text equal transformers'")
+PY
+  done
+  echo '{"legacy": "yes"}' > "$dir/false/tokenizer_config.json"
+  expect_exit 1 "$TUNE" tokenize "$dir/false" --text "a"
+  contains "$ERR" "$dir/false/tokenizer_config.json"; contains "$ERR" '"legacy" must be true or false'
+}
+
 case_tokenizer_json_train_infer() {
   need_tokenizer_files
   write_reverse_chat

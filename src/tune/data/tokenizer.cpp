@@ -11,6 +11,7 @@
 #include "tune/data/sentencepiece_backend.h"
 #include "tune/data/t5_tokenizer.h"
 #include "tune/data/tokenizer_backend.h"
+#include "tune/io/json_file.h"
 
 namespace tune::data {
 namespace {
@@ -25,11 +26,14 @@ constexpr const char* kTokenizerConfig = "tokenizer_config.json";
 // Special-token text (the BOS, EOS, pad and unknown pieces, "<s>", "</s>", ...) maps to its id, as transformers
 // splits the text at special tokens before the model sees it (sentencepiece alone would spell "<s>" out in
 // characters): a chat template's rendered text then encodes as apply_chat_template encodes it. Text right after a
-// special token gets no dummy-prefix "▁", as transformers 5 (legacy=False, its default) encodes a tokenizer.model:
-// that text is encoded behind the unknown piece's text, whose own ids are then dropped (transformers 4's way).
+// special token gets no dummy-prefix "▁", as transformers 5 (legacy=False, its default) encodes a tokenizer.model,
+// nor does text that begins with a space (the space is the "▁"): such text is encoded behind the unknown piece's
+// text, whose own ids are then dropped (transformers 4's way). With `legacy` (tokenizer_config.json's
+// "legacy": true, which transformers honours) text after a special token is prefixed as a text's start is.
 class SentencePieceTokenizer final : public TokenizerBackend {
  public:
-  explicit SentencePieceTokenizer(std::shared_ptr<SentencePieceBackend> model) : model_(std::move(model)) {
+  SentencePieceTokenizer(std::shared_ptr<SentencePieceBackend> model, bool legacy)
+      : model_(std::move(model)), legacy_(legacy) {
     for (int id : {model_->bos_id(), model_->eos_id(), model_->pad_id(), model_->unk_id()}) {
       if (id >= 0 && !model_->id_to_piece(id).empty()) specials_.emplace_back(model_->id_to_piece(id), id);
     }
@@ -86,7 +90,11 @@ class SentencePieceTokenizer final : public TokenizerBackend {
  private:
   std::vector<int> encode_run(const std::string& run, bool after_special) const {
     if (run.empty()) return {};
-    if (!after_special || sentinel_ids_.empty()) return model_->encode(run);
+    // transformers 5 converts a tokenizer.model to a Metaspace pre-tokenizer that prepends "▁" to the text's first
+    // run (every run under legacy) unless the run already begins with one, i.e. with a space: sentencepiece's own
+    // encode always adds its dummy prefix, so runs that get none are encoded behind the sentinel.
+    const bool prefixed = (!after_special || legacy_) && run.front() != ' ';
+    if (prefixed || sentinel_ids_.empty()) return model_->encode(run);
     std::vector<int> pieces = model_->encode(sentinel_ + run);
     if (pieces.size() > sentinel_ids_.size() &&
         std::equal(sentinel_ids_.begin(), sentinel_ids_.end(), pieces.begin())) {
@@ -97,10 +105,26 @@ class SentencePieceTokenizer final : public TokenizerBackend {
   }
 
   std::shared_ptr<SentencePieceBackend> model_;
+  bool legacy_;
   std::vector<std::pair<std::string, int>> specials_;  // piece text and id, longest first
   std::string sentinel_;                               // the unknown piece's text, and its ids
   std::vector<int> sentinel_ids_;
 };
+
+// tokenizer_config.json's "legacy" beside a tokenizer.model (false when the file or the key is absent, as
+// transformers 5 defaults it); anything but a boolean is an InputError naming the file.
+bool sentencepiece_legacy(const std::filesystem::path& model_file) {
+  const auto config_file = model_file.parent_path() / kTokenizerConfig;
+  std::error_code ignored;
+  if (!std::filesystem::is_regular_file(config_file, ignored)) return false;
+  const nlohmann::json config = io::read_json_file(config_file, "the tokenizer's tokenizer_config.json");
+  if (!config.is_object() || !config.contains("legacy") || config.at("legacy").is_null()) return false;
+  if (!config.at("legacy").is_boolean()) {
+    throw InputError(fmt::format("{}: \"legacy\" must be true or false, got {}", config_file.string(),
+                                 config.at("legacy").dump()));
+  }
+  return config.at("legacy").get<bool>();
+}
 
 }  // namespace
 
@@ -140,7 +164,8 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path) {
   } else if (file.filename() == kT5SentencePieceFile) {
     tokenizer.backend_ = load_t5_tokenizer(file);
   } else {
-    tokenizer.backend_ = std::make_shared<SentencePieceTokenizer>(load_sentencepiece_model(file.string()));
+    tokenizer.backend_ =
+        std::make_shared<SentencePieceTokenizer>(load_sentencepiece_model(file.string()), sentencepiece_legacy(file));
   }
   return tokenizer;
 }
