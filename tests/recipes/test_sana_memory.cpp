@@ -51,9 +51,9 @@ struct Inputs {
   torch::Tensor x, t, sigma, text, mask, noise;
 };
 
-Inputs make_inputs(const tune::models::SanaConfig& config, int64_t batch) {
+Inputs make_inputs(const tune::models::SanaConfig& config, int64_t batch, int64_t height, int64_t width) {
   Inputs in;
-  in.x = torch::randn({batch, config.in_channels, kLatent, kLatent});
+  in.x = torch::randn({batch, config.in_channels, height, width});
   in.noise = torch::randn_like(in.x);
   in.sigma = torch::rand({batch});
   in.t = in.sigma * 1000;
@@ -103,7 +103,8 @@ std::function<void()> guided_step(tune::models::Sana& model, const Inputs& in, M
       velocity = parts[0] + 4.5 * (parts[1] - parts[0]);
     }
     const auto x0 = x - in.sigma.narrow(0, 0, prompts).view({-1, 1, 1, 1}) * velocity;
-    const auto objective = (x0.narrow(2, 1, kLatent - 1) - x0.narrow(2, 0, kLatent - 1)).pow(2).mean();
+    const int64_t rows = x0.size(2);
+    const auto objective = (x0.narrow(2, 1, rows - 1) - x0.narrow(2, 0, rows - 1)).pow(2).mean();
     torch::autograd::grad({objective}, {x});
   };
 }
@@ -154,18 +155,19 @@ void check_policies(tune::models::Sana& model, const std::function<void()>& step
   CHECK(measured_full < measured_off);
 }
 
-tune::recipes::sana::SanaActivationShape shape_for(int64_t batch, MixedPrecision precision, bool training) {
+tune::recipes::sana::SanaActivationShape shape_for(int64_t batch, MixedPrecision precision, bool training,
+                                                   int64_t height, int64_t width) {
   tune::recipes::sana::SanaActivationShape shape;
   shape.batch = batch;
-  shape.latent_height = kLatent;
-  shape.latent_width = kLatent;
+  shape.latent_height = height;
+  shape.latent_width = width;
   shape.text_tokens = kTextTokens;
   shape.compute_bytes = precision == MixedPrecision::no ? 4 : 2;
   shape.training_loss = training;
   return shape;
 }
 
-void run_all(bool training) {
+void run_all(bool training, int64_t height = kLatent, int64_t width = kLatent) {
   tune::memory_tracker::install();
   const auto config = small_config();
   std::vector<Result> results;
@@ -174,6 +176,7 @@ void run_all(bool training) {
     for (const MixedPrecision precision : {MixedPrecision::no, MixedPrecision::bf16}) {
       const auto dtype = tune::precision::compute_dtype(precision);
       std::string label = training ? "train, " : "infer --grad, ";
+      if (height != width) label += std::to_string(height) + "x" + std::to_string(width) + ", ";
       label += precision == MixedPrecision::no ? "fp32" : "bf16";
       label += fused ? ", fused core" : ", plain core";
       torch::manual_seed(4);
@@ -186,10 +189,10 @@ void run_all(bool training) {
         for (auto& p : model->parameters()) p.set_requires_grad(false);
       }
       const int64_t batch = training ? kBatch : 2 * kBatch;  // infer: 2 prompts, the batch doubled by guidance
-      const Inputs in = make_inputs(config, batch);
+      const Inputs in = make_inputs(config, batch, height, width);
       // The attention cores the run takes in each kind of block (nn::attention_core_form).
       const auto stacks = tune::recipes::stacks_with_attention_cores(
-          shape_for(batch, precision, training), torch::kCPU, dtype,
+          shape_for(batch, precision, training, height, width), torch::kCPU, dtype,
           [&](const auto& each, bool selective) { return tune::recipes::sana::sana_stack(config, each, selective); });
       check_policies(model, training ? training_step(model, in, precision) : guided_step(model, in, precision),
                      stacks, label, results);
@@ -206,4 +209,9 @@ TEST_CASE("Sana: measured activation memory follows the estimate under every pol
 
 TEST_CASE("Sana: measured infer --grad memory follows the estimate under every policy", "[recipes][sana][memory]") {
   run_all(/*training=*/false);
+}
+
+// An aspect-ratio bucket's shape (data.aspect_ratio_buckets): latents of 24 x 48, more tokens than the square case.
+TEST_CASE("Sana: measured training memory follows the estimate at non-square latents", "[recipes][sana][memory]") {
+  run_all(/*training=*/true, 24, 48);
 }
