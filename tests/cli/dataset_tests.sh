@@ -95,6 +95,11 @@ case_text_pretraining_on_txt_files() {
   contains "$ERR" "(raw text, packing on)"
   [ "$(grep -c '"loss"' "$run/metrics.jsonl")" = 3 ] || fail "expected 3 logged steps"
   expect_exit 0 "$TUNE" validate "$run/config.yaml"; contains "$OUT" "format: text"
+  # Held out by document (never chunks of one document on both sides): one of the three files.
+  rm -rf "$WORK/runs/text-eval"
+  expect_exit 0 "$TUNE" train "$yaml" data.eval_fraction=0.34 training.max_steps=1 checkpoint.every=0 \
+    --output-dir "$WORK/runs/text-eval"
+  contains "$ERR" "data: 1 document held out for evaluation"
   # A chat template with raw text would be ignored, so it is refused, as is a .txt file read as rows.
   expect_exit 2 "$TUNE" train "$yaml" data.template=plain --output-dir "$WORK/runs/text-refused"
   contains "$ERR" "data.template is not used with data.format: text"

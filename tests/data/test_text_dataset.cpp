@@ -2,6 +2,8 @@
 // every token after BOS is trained exactly once when the chunks are packed.
 #include <catch2/catch.hpp>
 
+#include <set>
+
 #include "data_test_helpers.h"
 #include "tune/core/error.h"
 #include "tune/data/sft_loader.h"
@@ -77,4 +79,70 @@ TEST_CASE("max_length 2: chunks of two tokens, one prediction each", "[data][tex
 
 TEST_CASE("raw text needs max_length >= 2", "[data][text]") {
   CHECK_THROWS_AS(tokenize_documents({{"a", "x"}}, tiny_tokenizer(), 1), tune::UsageError);
+}
+
+TEST_CASE("raw text is held out by document: no document has chunks on both sides", "[data][text]") {
+  const Tokenizer& tokenizer = tiny_tokenizer();
+  std::vector<TextDocument> documents;
+  for (int d = 0; d < 20; ++d) {
+    std::string text;
+    for (int i = 0; i < 10 + d; ++i) text += "abcdefghijklmnopqrstuvwxyz"[(i + d) % 26] + std::string(" ");
+    documents.push_back({text, "doc" + std::to_string(d) + ".txt"});
+  }
+  // Two files, chunks of 8 tokens: most documents are several chunks.
+  auto all = tokenize_documents(documents, tokenizer, 8, 0);
+  auto second = tokenize_documents({documents.begin(), documents.begin() + 5}, tokenizer, 8, 1);
+  all.insert(all.end(), second.begin(), second.end());
+  const auto chunks = all.size();
+  std::vector<TokenizedExample> train, eval;
+  const auto split = split_train_eval_documents(all, 0.2, 7, train, eval);
+  CHECK_FALSE(split.only_document_tail);
+  CHECK(split.documents == 5);  // round(0.2 x 25 documents)
+  CHECK(train.size() + eval.size() == chunks);
+  std::set<std::pair<int32_t, int64_t>> train_documents, eval_documents;
+  for (const auto& chunk : train) train_documents.insert({chunk.source, chunk.document});
+  for (const auto& chunk : eval) eval_documents.insert({chunk.source, chunk.document});
+  CHECK(eval_documents.size() == 5);
+  CHECK(train_documents.size() == 20);
+  for (const auto& document : eval_documents) CHECK(train_documents.count(document) == 0);
+  // A held-out document keeps all its chunks, in order.
+  for (const auto& [source, document] : eval_documents) {
+    std::vector<int64_t> expected, held;
+    for (const auto& chunk : all) {
+      if (chunk.source == source && chunk.document == document) {
+        expected.insert(expected.end(), chunk.input_ids.begin(), chunk.input_ids.end());
+      }
+    }
+    for (const auto& chunk : eval) {
+      if (chunk.source == source && chunk.document == document) held.insert(held.end(), chunk.input_ids.begin(),
+                                                                            chunk.input_ids.end());
+    }
+    CHECK(held == expected);
+  }
+  // The same seed, the same split.
+  std::vector<TokenizedExample> train_again, eval_again;
+  split_train_eval_documents(all, 0.2, 7, train_again, eval_again);
+  REQUIRE(eval_again.size() == eval.size());
+  for (size_t i = 0; i < eval.size(); ++i) CHECK(eval_again[i].input_ids == eval[i].input_ids);
+}
+
+TEST_CASE("a single raw-text document is held out as its last chunks", "[data][text]") {
+  const Tokenizer& tokenizer = tiny_tokenizer();
+  std::string text;
+  for (int i = 0; i < 60; ++i) text += "abcdefghijklmnopqrstuvwxyz"[i % 26] + std::string(" ");
+  const auto all = tokenize_documents({{text, "one.txt"}}, tokenizer, 8);
+  REQUIRE(all.size() >= 8);
+  std::vector<TokenizedExample> train, eval;
+  const auto split = split_train_eval_documents(all, 0.2, 3, train, eval);
+  CHECK(split.only_document_tail);
+  const auto expected_eval = static_cast<size_t>(0.2 * static_cast<double>(all.size()) + 0.5);
+  REQUIRE(eval.size() == expected_eval);
+  for (size_t i = 0; i < train.size(); ++i) CHECK(train[i].input_ids == all[i].input_ids);
+  for (size_t i = 0; i < eval.size(); ++i) CHECK(eval[i].input_ids == all[train.size() + i].input_ids);
+  CHECK_THROWS_WITH(split_train_eval_documents(all, 0.99, 3, train, eval),
+                    Catch::Contains("the only document's") && Catch::Contains("leaves nothing to train on"));
+  // No evaluation asked: everything trains.
+  split_train_eval_documents(all, 0.0, 3, train, eval);
+  CHECK(train.size() == all.size());
+  CHECK(eval.empty());
 }

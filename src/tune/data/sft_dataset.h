@@ -56,6 +56,7 @@ struct TokenizedExample {
   std::vector<int64_t> input_ids;
   std::vector<int64_t> labels;  // kIgnoreIndex where no loss; otherwise equal to input_ids (shift happens in the loss)
   int32_t source = 0;           // which of several data files it came from (dataset_mixture.h)
+  int64_t document = -1;        // raw text: the document's index in its file (its chunks share it); -1 otherwise
 };
 
 // Chat templates, all Jinja text (jinja_chat_template.h) rendered whole and encoded once as transformers'

@@ -84,6 +84,17 @@ PreparedData prepare_data(const DataSettings& settings, const data::Tokenizer& t
   if (eval_file) {
     prepared.train.examples = std::move(all);
     prepared.eval = tokenize(*eval_file, 0, settings, tokenizer, chat_template);
+  } else if (settings.format == data::DataFormat::text) {
+    // By document, over all files together: no document's chunks on both sides.
+    const auto held_out = data::split_train_eval_documents(std::move(all), settings.eval_fraction, seed,
+                                                           prepared.train.examples, prepared.eval);
+    if (settings.eval_fraction > 0.0) {
+      log::info("data: {} held out for evaluation ({} chunks)",
+                held_out.only_document_tail ? std::string("the only document's last chunks")
+                                            : fmt::format("{} document{}", held_out.documents,
+                                                          held_out.documents == 1 ? "" : "s"),
+                prepared.eval.size());
+    }
   } else {
     // One split over all files together: with a single file exactly the split it always was.
     data::split_train_eval(std::move(all), settings.eval_fraction, seed, prepared.train.examples, prepared.eval);
