@@ -104,6 +104,18 @@ PY
   TOL=1e-5 WEIGHT_TOL=2e-4 full_shard_matches_ddp "$WORK/runs/zero3-dpo-full" "$yaml" 4 "${base[@]}" \
     dpo.reference_dtype=fp32 dpo.precompute_reference=true
   contains "$ERR" "reference: log-probs precomputed before training (none held now)"
+  # Full fine-tuning with the frozen copy held through training: full_shard holds it as flat shards too (half on
+  # each of the two processes, as memory.json's reference_bytes says) and trains as ddp does with it whole.
+  TOL=1e-5 WEIGHT_TOL=2e-4 full_shard_matches_ddp "$WORK/runs/zero3-dpo-copy" "$yaml" 4 "${base[@]}" \
+    dpo.reference_dtype=fp32
+  contains "$ERR" "on this process: full_shard's flat shards"
+  "$PYTHON" - "$WORK/runs/zero3-dpo-copy-ddp/memory.json" "$WORK/runs/zero3-dpo-copy-sharded/memory.json" <<'PY' \
+    || fail "the sharded reference copy's bytes"
+import json, sys
+whole, sharded = (json.load(open(f))["reference_bytes"] for f in sys.argv[1:])
+print(f"reference copy per process: ddp {whole} bytes, full_shard {sharded} bytes")
+assert whole > 0 and abs(sharded - whole / 2) <= 0.02 * whole, (whole, sharded)
+PY
 }
 
 case_ddp_latte_matches_single_process() {

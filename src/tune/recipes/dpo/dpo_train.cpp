@@ -10,6 +10,7 @@
 #include "tune/core/progress.h"
 #include "tune/core/threads.h"
 #include "tune/io/safetensors.h"
+#include "tune/nn/block_runner.h"
 #include "tune/nn/row_keyed_dropout.h"
 #include "tune/precision/mixed_precision.h"
 #include "tune/recipes/common_schema.h"
@@ -120,6 +121,13 @@ int train(const TrainRequest& request) {
   const std::vector<torch::Tensor>& param_tensors = setup.param_tensors;
   const std::shared_ptr<memory::CheckpointRunner>& checkpointing = setup.checkpointing;
   DataParallel& parallel = *setup.parallel;
+  // full_shard: the frozen copy is held as flat shards too (1/N of it on each process), its blocks gathered one at a
+  // time during its forward and released after, as FSDP does with TRL's reference model.
+  std::unique_ptr<DataParallel> reference_parallel;
+  if (reference && parallel.fully_sharded()) {
+    reference_parallel = sft::llama_data_parallel(*reference, config, /*trainable=*/{});
+    (*reference)->set_block_runner(reference_parallel->block_runner(std::make_shared<nn::PlainBlockRunner>()));
+  }
 
   PreparedPairs prepared = prepare_pairs(data_settings, tokenizer, run.seed);
   if (settings.precompute_reference) {
@@ -178,14 +186,16 @@ int train(const TrainRequest& request) {
     for (const auto& tensor : (*reference)->parameters()) {
       reference_bytes += tensor.numel() * static_cast<int64_t>(tensor.element_size());
     }
+    if (reference_parallel) reference_bytes = reference_parallel->bytes_per_process(reference_bytes, false);
   }
   const std::string reference_text =
       !settings.uses_reference() ? "none (the loss is reference-free)"
       : settings.precompute_reference ? "log-probs precomputed before training (none held now)"
       : settings.reference_is_base()
           ? "the base model with the LoRA adapters off (no second copy)"
-          : fmt::format("a frozen copy of {} in {} ({})", settings.reference_path.value_or(*settings.sft.model.path),
-                        settings.reference_bf16 ? "bf16" : "fp32", format_bytes(reference_bytes));
+          : fmt::format("a frozen copy of {} in {} ({}{})", settings.reference_path.value_or(*settings.sft.model.path),
+                        settings.reference_bf16 ? "bf16" : "fp32", format_bytes(reference_bytes),
+                        reference_parallel ? " on this process: full_shard's flat shards" : "");
   log::info("dpo: loss {} (beta {}{}), reference: {}", config.get_string("dpo.loss"), settings.loss.beta,
             settings.loss.type == train::PreferenceLossType::simpo
                 ? fmt::format(", gamma {}", settings.loss.simpo_gamma)
@@ -223,7 +233,9 @@ int train(const TrainRequest& request) {
     if (settings.precompute_reference) {
       reference_logps = stored_reference_logps(batch, device);
     } else if (settings.uses_reference()) {
+      if (reference_parallel) reference_parallel->before_forward();
       reference_logps = reference_pair_logps(model, reference_model, batch, device);
+      if (reference_parallel) reference_parallel->release_parameters();
     }
     const train::PairLogps policy =
         pair_logps(model, batch, device, settings.loss.type == train::PreferenceLossType::orpo);

@@ -16,6 +16,13 @@ LlamaTraining prepare_llama_training(models::LlamaForCausalLM& model, const conf
     training.params.push_back({item.key(), item.value()});
     training.param_tensors.push_back(item.value());
   }
+  training.parallel = llama_data_parallel(model, config, training.param_tensors);
+  model->set_block_runner(training.parallel->block_runner(training.checkpointing));
+  return training;
+}
+
+std::unique_ptr<DataParallel> llama_data_parallel(models::LlamaForCausalLM& model, const config::Config& config,
+                                                  const std::vector<torch::Tensor>& trainable) {
   std::vector<torch::Tensor> model_tensors;
   for (const auto& tensor : model->parameters()) model_tensors.push_back(tensor);
   for (const auto& tensor : model->buffers()) model_tensors.push_back(tensor);
@@ -30,9 +37,7 @@ LlamaTraining prepare_llama_training(models::LlamaForCausalLM& model, const conf
                                                 name.ends_with(".nf4_nested_absmax"));
     if (nf4_data && item.value().numel() > 0) blocks.named_parameters.emplace_back(name, item.value());
   }
-  training.parallel = std::make_unique<DataParallel>(config, model_tensors, training.param_tensors, &blocks);
-  model->set_block_runner(training.parallel->block_runner(training.checkpointing));
-  return training;
+  return std::make_unique<DataParallel>(config, model_tensors, trainable, &blocks);
 }
 
 torch::Tensor llama_loss_sum(models::LlamaForCausalLM& model, const torch::Tensor& input_ids,

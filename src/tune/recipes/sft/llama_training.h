@@ -29,6 +29,12 @@ struct LlamaTraining {
 LlamaTraining prepare_llama_training(models::LlamaForCausalLM& model, const config::Config& config,
                                      const RunSettings& run);
 
+// The data parallelism the config asks for around `model` (every parameter and buffer broadcast from rank 0,
+// `trainable` reduced; its blocks wrapped under full_shard), not yet installed as its block runner. A frozen model
+// (dpo's reference copy) passes no trainable tensors: under full_shard it is then held as flat shards too.
+std::unique_ptr<DataParallel> llama_data_parallel(models::LlamaForCausalLM& model, const config::Config& config,
+                                                  const std::vector<torch::Tensor>& trainable);
+
 // The summed next-token loss of a batch (device tensors): lm_head + causal_lm_loss_sum, or with `chunked_loss`
 // (training.chunked_loss) the loss fused with the output projection in chunks.
 torch::Tensor llama_loss_sum(models::LlamaForCausalLM& model, const torch::Tensor& input_ids,

@@ -136,10 +136,12 @@ PeakBreakdown predict_peak(const SftPlanInputs& inputs, const PlanSetting& setti
   if (inputs.full_shard && setting.processes > 1) {
     shard_fully(peak, inputs, counts, phases.peak(), setting.processes, batch_tensors, tied_lookup_gradient);
   }
-  // dpo, full fine-tuning: the frozen reference copy, whole on every process (not sharded). Its forward runs
-  // without gradients before the policy's and keeps nothing, so its transients never meet the policy's activations.
+  // dpo, full fine-tuning: the frozen reference copy, whole on every process, or under full_shard 1/N of it (its
+  // units gathered only during its own forward). Its forward runs without gradients before the policy's and keeps
+  // nothing, so its transients never meet the policy's activations.
   if (inputs.pairs.enabled && full_training) {
-    peak.parameters += counts.total * inputs.pairs.reference_copy_bytes_per_parameter;
+    const int64_t copy = counts.total * inputs.pairs.reference_copy_bytes_per_parameter;
+    peak.parameters += inputs.full_shard && setting.processes > 1 ? copy / setting.processes : copy;
   }
   return peak;
 }
