@@ -399,12 +399,13 @@ print(f"bucketed latents: shapes {sorted(set(shapes))}, against Pillow's transfo
 assert worst < 1e-4, worst
 assert len(set(shapes)) == 3, shapes
 PY
-  # ---- train from them: one bucket a batch (4 + 2 + 4 images: 2 + 1 + 2 batches of 2 an epoch), then resume
-  expect_exit 0 "$TUNE" train "$dir/sana.yaml" training.max_steps=4
+  # ---- train from them: one bucket a batch (4 + 2 + 4 images: 2 + 1 + 2 batches of 2 an epoch), 6 steps (into the
+  # second epoch), then resume from step 2
+  expect_exit 0 "$TUNE" train "$dir/sana.yaml" training.max_steps=6
   contains "$ERR" "at aspect-ratio buckets (44x20: 4, 32x28: 2, 20x44: 4)"
   resume_from_step2 "$run" "$resumed"
   [ "$(losses "$run/metrics.jsonl")" = "$(losses "$resumed/metrics.jsonl")" ] || fail "resumed losses differ"
-  cmp -s "$run/checkpoints/step-4/model.safetensors" "$resumed/checkpoints/step-4/model.safetensors" ||
+  cmp -s "$run/checkpoints/step-6/model.safetensors" "$resumed/checkpoints/step-6/model.safetensors" ||
     fail "resumed weights differ"
   # ---- the recipe and the latents must agree; a batch no bucket fills is named
   expect_exit 2 "$TUNE" train "$dir/sana.yaml" data.aspect_ratio_buckets=false output_dir="$dir/run-square"

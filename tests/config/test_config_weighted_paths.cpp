@@ -120,7 +120,8 @@ TEST_CASE("a folder or a glob pattern stands for its files, in byte order, each 
           "[config][weighted]") {
   TempDir dir;
   for (const char* name : {"data/b.jsonl", "data/a.jsonl", "data/B.json", "data/sub/c.txt", "data/.hidden.jsonl",
-                           "data/.cache/d.jsonl", "data/notes.md", "data/x[1].jsonl", "other/e.jsonl"}) {
+                           "data/.cache/d.jsonl", "data/notes.md", "data/x[1].jsonl", "other/e.jsonl",
+                           "runs[2024]/f.jsonl"}) {
     dir.write(name, "{}\n");
   }
   const std::string data = (dir / "data").string();
@@ -152,6 +153,25 @@ TEST_CASE("a folder or a glob pattern stands for its files, in byte order, each 
     CHECK(files[2].path == (dir / "other/e.jsonl").string());
     CHECK(files[2].weight == 1.0);
     CHECK(files[3].path == data + "/x[1].jsonl");
+  }
+  SECTION("a folder whose name holds pattern characters is the folder") {
+    const std::string bracketed = (dir / "runs[2024]").string();
+    const Config config = load(dir.write("r.yaml", "data.train: '" + bracketed + "'\n"), {}, weighted_schema());
+    CHECK(paths_of(config) == std::vector<std::string>{bracketed + "/f.jsonl"});
+  }
+  SECTION("a relative pattern is matched from where tune runs, not as part of that folder's own path") {
+    const auto previous = std::filesystem::current_path();
+    std::filesystem::current_path(dir / "runs[2024]");
+    const auto files = [&] {
+      try {
+        return paths_of(load(dir.write("r.yaml", "data.train: '*.jsonl'\n"), {}, weighted_schema()));
+      } catch (...) {
+        std::filesystem::current_path(previous);
+        throw;
+      }
+    }();
+    std::filesystem::current_path(previous);
+    CHECK(files == std::vector<std::string>{(dir / "runs[2024]/f.jsonl").string()});
   }
   SECTION("a pattern or folder that finds nothing, and **, are problems at their place") {
     const auto file = dir.write("r.yaml", "data:\n  train:\n    - '" + data + "/*.parquet'\n    - {path: " +

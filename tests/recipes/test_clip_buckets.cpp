@@ -100,3 +100,18 @@ TEST_CASE("grouped batches: no bucket holding a whole batch is an error naming t
   CHECK_THROWS_WITH(ClipBatcher(source, 3, 0), Contains("training.batch_size") && Contains("at most 2"));
   CHECK(ClipBatcher(source, 2, 0).batches_per_epoch() == 3);
 }
+
+TEST_CASE("grouped batches resumed with another global batch size go on from the next epoch", "[recipes][buckets]") {
+  const auto source = std::make_shared<GroupedClips>(40, 4);
+  ClipBatcher first(source, 4, 5);
+  for (int i = 0; i < 3; ++i) first.next();
+  ClipBatcher resumed(source, 2, 5);
+  resumed.restore(first.position());
+  CHECK(resumed.position().epoch == 1);
+  CHECK(resumed.position().batch_in_epoch == 0);
+  // The same size continues where it was.
+  ClipBatcher same(source, 4, 5);
+  same.restore(first.position());
+  CHECK(same.position().epoch == 0);
+  CHECK(same.position().batch_in_epoch == 3);
+}

@@ -125,21 +125,25 @@ class Checker {
   std::optional<std::vector<std::string>> expand(const YAML::Node& node, const std::string& what,
                                                  const std::string& written) {
     const std::string path = absolute_path(written);
-    if (path.find("**") != std::string::npos) {
-      return problem(node, what, fmt::format("'{}': ** is not supported; name the folder to read every data file "
-                                             "under it, or use *, ? and [...] within one folder", written));
-    }
-    if (std::filesystem::is_regular_file(path)) return std::vector<std::string>{path};  // "a[1].jsonl" as named
-    if (is_pattern(path)) {
-      auto files = files_matching(path);
-      if (files.empty()) return problem(node, what, fmt::format("'{}' matches no file", written));
-      return files;
-    }
+    // What exists as named comes first: a file or folder whose name holds *, ? or [ is not read as a pattern.
+    if (std::filesystem::is_regular_file(path)) return std::vector<std::string>{path};
     if (std::filesystem::is_directory(path)) {
       auto files = data_files_under(path);
       if (files.empty()) {
         return problem(node, what, fmt::format("the folder '{}' holds no .jsonl, .json or .txt file", written));
       }
+      return files;
+    }
+    if (written.find("**") != std::string::npos) {
+      return problem(node, what, fmt::format("'{}': ** is not supported; name the folder to read every data file "
+                                             "under it, or use *, ? and [...] within one folder", written));
+    }
+    // The pattern as written (a relative one from where tune runs, as glob reads it), so that the characters of the
+    // working directory's own path are never taken as a pattern.
+    if (is_pattern(written)) {
+      std::vector<std::string> files;
+      for (const auto& match : files_matching(written)) files.push_back(absolute_path(match));
+      if (files.empty()) return problem(node, what, fmt::format("'{}' matches no file", written));
       return files;
     }
     return std::vector<std::string>{path};

@@ -52,6 +52,7 @@ std::vector<BinnedSize> scaled(const Entry (&table)[N], int64_t numerator, int64
 }  // namespace
 
 BinnedSize nearest_bucket(const std::vector<BinnedSize>& buckets, int64_t height, int64_t width) {
+  TORCH_CHECK(!buckets.empty(), "nearest_bucket: no buckets to choose from");
   const double ratio = static_cast<double>(height) / static_cast<double>(width);
   const BinnedSize* best = nullptr;
   double best_distance = 0;

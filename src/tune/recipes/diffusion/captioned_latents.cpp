@@ -64,7 +64,7 @@ class CaptionedLatentClips final : public ClipSource {
   int64_t group(int64_t index) const override { return groups_.empty() ? 0 : groups_[static_cast<size_t>(index)]; }
 
   Clip get(int64_t index, std::mt19937_64& /*crop and flip were drawn when prepared*/) const override {
-    const auto example = latents_.get(files_.empty() ? index : files_[static_cast<size_t>(index)]);
+    const auto example = files_.empty() ? latents_.get(index) : same_group_example(index);
     const auto& shape = shapes_[static_cast<size_t>(group(index))];
     if (example.latent.sizes() != c10::IntArrayRef(shape)) {
       throw InputError(fmt::format("{}: tensor 'latent' has shape {}, but {} (frames, channels, height, width)",
@@ -112,6 +112,21 @@ class CaptionedLatentClips final : public ClipSource {
     if (files_.empty()) {
       throw InputError(fmt::format("{}: every latent file was skipped as unreadable", (root_ / "clips").string()));
     }
+  }
+
+  // Clip `index` of a multi-shape source. LatentDataset stands in the next readable file for an unreadable one
+  // (data.on_bad_image: skip), which may hold another shape: the stand-in is taken from the clip's own group.
+  data::LatentExample same_group_example(int64_t index) const {
+    const auto count = static_cast<int64_t>(files_.size());
+    for (int64_t step = 0; step < count; ++step) {
+      const int64_t candidate = (index + step) % count;
+      if (groups_[static_cast<size_t>(candidate)] != groups_[static_cast<size_t>(index)]) continue;
+      auto example = latents_.get(files_[static_cast<size_t>(candidate)]);
+      if (example.index == files_[static_cast<size_t>(candidate)]) return example;
+    }
+    const auto& shape = shapes_[static_cast<size_t>(groups_[static_cast<size_t>(index)])];
+    throw InputError(fmt::format("{}: every latent file of the shape {} was skipped as unreadable",
+                                 (root_ / "clips").string(), c10::str(c10::IntArrayRef(shape))));
   }
 
   std::filesystem::path root_;

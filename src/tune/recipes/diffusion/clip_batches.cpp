@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "tune/core/error.h"
+#include "tune/core/log.h"
 #include "tune/data/seeded_shuffle.h"
 
 namespace tune::recipes::diffusion_common {
@@ -42,16 +43,35 @@ ClipBatcher::ClipBatcher(std::shared_ptr<const ClipSource> source, int64_t batch
     groups_.clear();  // one group: the plain order
     return;
   }
-  int64_t largest = 0;
+  int64_t largest = 0, left_out = 0, small_groups = 0;
   for (const auto& [group, count] : counts) {
     grouped_batches_ += count / batch_size_;
     largest = std::max(largest, count);
+    if (count < batch_size_) left_out += count, ++small_groups;
   }
   if (grouped_batches_ == 0) {
-    throw InputError(fmt::format("no aspect-ratio bucket of the training data holds a whole batch of {} (the {} "
-                                 "buckets hold at most {} clips each); lower training.batch_size or add data",
-                                 batch_size_, counts.size(), largest));
+    throw InputError(fmt::format("no aspect-ratio bucket of the training data holds a whole batch of {} "
+                                 "(training.batch_size x processes; the {} buckets hold at most {} clips each); lower "
+                                 "training.batch_size or add data", batch_size_, counts.size(), largest));
   }
+  if (left_out > 0 && log::rank() == 0) {  // the same on every rank: said once
+    log::warn("data: {} clips in {} aspect-ratio bucket(s) smaller than a batch of {} are never trained (each batch "
+              "comes from one bucket); add such images or lower training.batch_size to train them",
+              left_out, small_groups, batch_size_);
+  }
+}
+
+void ClipBatcher::restore(data::LoaderPosition position) {
+  if (!groups_.empty() && position.rows_per_batch > 0 && position.rows_per_batch != batch_size_) {
+    if (log::rank() == 0) {
+      log::warn("data: the checkpoint was made with a global batch of {} clips, this run takes {}: batches drawn one "
+                "aspect-ratio bucket at a time cannot continue that epoch's, so training goes on from epoch {}",
+                position.rows_per_batch, batch_size_, position.epoch + 1);
+    }
+    position_ = {position.epoch + 1, 0, batch_size_};
+    return;
+  }
+  position_ = data::rebatch(position, batch_size_);
 }
 
 int64_t ClipBatcher::batches_per_epoch() const {

@@ -51,13 +51,16 @@ struct ClipBatch {
 // bucket fills (the official AspectRatioBatchSampler's way); a bucket's remainder at the epoch's end is dropped.
 class ClipBatcher {
  public:
-  // Throws InputError when several groups exist and none holds a whole batch.
+  // Throws InputError when several groups exist and none holds a whole batch (`batch_size`: the global batch, the
+  // training.batch_size of every process together); groups smaller than a batch are logged as never trained.
   ClipBatcher(std::shared_ptr<const ClipSource> source, int64_t batch_size, uint64_t seed);
 
   ClipBatch next();
   int64_t batches_per_epoch() const;
   data::LoaderPosition position() const { return {position_.epoch, position_.batch_in_epoch, batch_size_}; }
-  void restore(data::LoaderPosition position) { position_ = data::rebatch(position, batch_size_); }
+  // With several groups a saved position from another global batch size cannot continue the same batches (the
+  // epoch's plan depends on the size): the run goes on from the next epoch, saying so.
+  void restore(data::LoaderPosition position);
 
  private:
   std::shared_ptr<const ClipSource> source_;

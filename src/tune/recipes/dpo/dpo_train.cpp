@@ -106,10 +106,6 @@ int train(const TrainRequest& request) {
   models::LlamaForCausalLM model = sft::build_model(settings.sft, tokenizer, run.seed, run.frozen_weights_bf16);
   if (run.frozen_weights_bf16) sft::store_frozen_weights_in_bf16(model);
   model->to(device);
-  std::optional<models::LlamaForCausalLM> reference;
-  if (settings.uses_reference() && !settings.reference_is_base() && !settings.precompute_reference) {
-    reference = build_reference(settings, tokenizer, run.seed, device);
-  }
   // Both halves of every pair in one forward: twice the rows of the batch.
   CpuWorkload workload = llama_workload(model->config(), 2 * training.batch_size, data_settings.max_length,
                                         precision::compute_dtype(run.mixed_precision), /*training=*/true);
@@ -121,8 +117,13 @@ int train(const TrainRequest& request) {
   const std::vector<torch::Tensor>& param_tensors = setup.param_tensors;
   const std::shared_ptr<memory::CheckpointRunner>& checkpointing = setup.checkpointing;
   DataParallel& parallel = *setup.parallel;
-  // full_shard: the frozen copy is held as flat shards too (1/N of it on each process), its blocks gathered one at a
-  // time during its forward and released after, as FSDP does with TRL's reference model.
+  // A full fine-tune's frozen copy, built once the policy is sharded (so a process never holds both whole); under
+  // full_shard held as flat shards too (1/N of it on each process), its blocks gathered one at a time during its
+  // forward and released after, as FSDP does with TRL's reference model.
+  std::optional<models::LlamaForCausalLM> reference;
+  if (settings.uses_reference() && !settings.reference_is_base() && !settings.precompute_reference) {
+    reference = build_reference(settings, tokenizer, run.seed, device);
+  }
   std::unique_ptr<DataParallel> reference_parallel;
   if (reference && parallel.fully_sharded()) {
     reference_parallel = sft::llama_data_parallel(*reference, config, /*trainable=*/{});
@@ -227,16 +228,26 @@ int train(const TrainRequest& request) {
   };
   // The loss of a (local share of a) batch, normalised by the whole step's pairs (and chosen tokens, orpo), so the
   // gradients summed over micro-batches and ranks are those of one process running the global batch.
-  auto batch_terms = [&](const data::PreferenceBatch& batch) {
+  // The reference's log-probs of a batch. A separate copy runs before the policy's gathers (parallel.before_forward()
+  // below), so under full_shard its gathered units never meet the policy's; the base with the adapters off is the
+  // policy itself and runs after them.
+  auto reference_terms = [&](const data::PreferenceBatch& batch) {
     precision::AutocastScope autocast(run.mixed_precision, device);
+    if (settings.precompute_reference) return stored_reference_logps(batch, device);
+    if (!settings.uses_reference()) return train::PairLogps{};
+    if (reference_parallel) reference_parallel->before_forward();
+    train::PairLogps logps = reference_pair_logps(model, reference_model, batch, device);
+    if (reference_parallel) reference_parallel->release_parameters();
+    return logps;
+  };
+  // The policy's forward and the loss, with parallel.before_forward() (the policy's gathers) and the reference's
+  // log-probs taken in that order.
+  auto batch_terms = [&](const data::PreferenceBatch& batch) {
     train::PairLogps reference_logps;
-    if (settings.precompute_reference) {
-      reference_logps = stored_reference_logps(batch, device);
-    } else if (settings.uses_reference()) {
-      if (reference_parallel) reference_parallel->before_forward();
-      reference_logps = reference_pair_logps(model, reference_model, batch, device);
-      if (reference_parallel) reference_parallel->release_parameters();
-    }
+    if (reference_model != nullptr) reference_logps = reference_terms(batch);
+    parallel.before_forward();
+    if (reference_model == nullptr) reference_logps = reference_terms(batch);
+    precision::AutocastScope autocast(run.mixed_precision, device);
     const train::PairLogps policy =
         pair_logps(model, batch, device, settings.loss.type == train::PreferenceLossType::orpo);
     return std::pair{train::preference_loss(policy, reference_logps, settings.loss), policy};
@@ -262,7 +273,6 @@ int train(const TrainRequest& request) {
       const data::PreferenceBatch batch =
           packed(parallel.active() ? data::slice_pairs(micro_batches[i], rows.begin, rows.end) : micro_batches[i]);
       parallel.before_backward(i + 1 == micro_batches.size());
-      parallel.before_forward();
       const nn::RowKeyScope row_key({static_cast<uint64_t>(run.seed), step, static_cast<int64_t>(i), rows.begin});
       auto [terms, policy] = batch_terms(batch);
       torch::Tensor loss = terms.per_pair.sum() / step_pairs;
@@ -316,7 +326,6 @@ int train(const TrainRequest& request) {
       if (dummy) rows = {0, 1};
       const data::PreferenceBatch batch =
           packed(parallel.active() ? data::slice_pairs(global_batch, rows.begin, rows.end) : global_batch);
-      parallel.before_forward();
       auto [terms, policy] = batch_terms(batch);
       if (!dummy) tally.add(terms, policy, settings.loss.type);
     }

@@ -29,6 +29,7 @@ std::vector<diffusion::BinnedSize> distinct_sizes(const std::vector<diffusion::B
 }
 
 diffusion::BinnedSize largest_training_size(const std::vector<diffusion::BinnedSize>& sizes) {
+  TORCH_CHECK(!sizes.empty(), "largest_training_size: no sizes");
   diffusion::BinnedSize largest = sizes.front();
   for (const auto& size : sizes) {
     if (size.height * size.width > largest.height * largest.width) largest = size;
