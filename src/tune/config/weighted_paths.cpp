@@ -128,7 +128,12 @@ class Checker {
     // What exists as named comes first: a file or folder whose name holds *, ? or [ is not read as a pattern.
     if (std::filesystem::is_regular_file(path)) return std::vector<std::string>{path};
     if (std::filesystem::is_directory(path)) {
-      auto files = data_files_under(path);
+      std::vector<std::string> files;
+      try {
+        files = data_files_under(path);
+      } catch (const std::filesystem::filesystem_error& error) {
+        return problem(node, what, fmt::format("cannot list the folder '{}': {}", written, error.code().message()));
+      }
       if (files.empty()) {
         return problem(node, what, fmt::format("the folder '{}' holds no .jsonl, .json or .txt file", written));
       }
